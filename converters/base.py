@@ -1,0 +1,189 @@
+"""What every converter shares: tensor-name rules as data, the plan, the registry.
+
+A converter is a table of rules plus the few decisions a table cannot make (the
+output config, tap layers, checks against the verifier). It returns a
+:class:`Plan`; :mod:`specfmt.convert` checks the plan against the format and
+streams the tensors to disk. Every source tensor ends in exactly one of three
+places -- renamed, kept, or dropped with a stated reason -- and a name no rule
+knows is an error (speculators issue #1114 saved random weights instead).
+
+Inspired by llama.cpp's ``TensorNameMap`` and vLLM's ``WeightsMapper``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar
+
+from specfmt.checkpoint import CheckpointReader, TensorInfo
+from specfmt.errors import ConversionError
+from specfmt.format import VerifierInfo
+from specfmt.hub import Resolved
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One line of a converter's table.
+
+    Attributes:
+        pattern: regex matched against the whole source tensor name.
+        to: replacement (``re`` template, e.g. ``r"layers.0.\\1"``); ``None`` drops the tensor.
+        reason: why a tensor is dropped (required when ``to`` is None).
+    """
+
+    pattern: str
+    to: str | None
+    reason: str = ""
+
+    def apply(self, name: str) -> tuple[bool, str | None]:
+        m = re.fullmatch(self.pattern, name)
+        if not m:
+            return False, None
+        return True, (m.expand(self.to) if self.to is not None else None)
+
+
+KEEP = r"\g<0>"
+
+
+@dataclass
+class TensorMove:
+    """What happens to one source tensor.
+
+    Attributes:
+        src: source name.
+        dst: output name (None when dropped).
+        action: ``"rename"``, ``"keep"`` or ``"drop"``.
+        reason: why it was dropped (empty otherwise).
+        info: the source header entry.
+        out_dtype: safetensors dtype code written (casts only with ``--dtype``).
+    """
+
+    src: str
+    dst: str | None
+    action: str
+    reason: str
+    info: TensorInfo
+    out_dtype: str
+
+
+@dataclass
+class Source:
+    """A source checkpoint opened for conversion.
+
+    Attributes:
+        resolved: where it is.
+        config: its parsed config.json.
+        reader: its weight files, headers read.
+    """
+
+    resolved: Resolved
+    config: dict[str, Any]
+    reader: CheckpointReader
+
+    @property
+    def folder(self) -> Path:
+        return self.resolved.folder
+
+
+@dataclass
+class Options:
+    """Conversion options shared by converters (CLI flags of ``specfmt convert``).
+
+    Attributes:
+        speculative_tokens: k written into ``proposal_methods[0].speculative_tokens``
+            (None: the converter's default).
+        aux_layers: tap layer ids given by the user (None: from the source, else the default).
+        dtype: output dtype for floating tensors (``float16``/``bfloat16``/``float32``),
+            None keeps the source dtype.
+    """
+
+    speculative_tokens: int | None = None
+    aux_layers: list[int] | None = None
+    dtype: str | None = None
+
+
+@dataclass
+class Plan:
+    """A conversion, fully decided, before anything is written.
+
+    Attributes:
+        source_format: the ``--from`` name.
+        layout: which repository layout the source follows (e.g. ``safeailab``).
+        config: the output config.json (without the provenance block).
+        moves: one entry per source tensor, in output order for kept/renamed ones.
+        notes: facts the user should see (defaults applied, files ignored).
+        transforms: optional per-output-tensor functions applied while streaming.
+    """
+
+    source_format: str
+    layout: str
+    config: dict[str, Any]
+    moves: list[TensorMove]
+    notes: list[str] = field(default_factory=list)
+    transforms: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+
+    @property
+    def written(self) -> list[TensorMove]:
+        return [m for m in self.moves if m.dst is not None]
+
+
+class Converter:
+    """Base class: subclasses set :attr:`name`, :attr:`rules` and implement :meth:`plan`."""
+
+    #: the ``--from`` name
+    name: ClassVar[str] = ""
+    #: one line for ``specfmt convert --help``
+    summary: ClassVar[str] = ""
+    #: the tensor-name table, first match wins
+    rules: ClassVar[tuple[Rule, ...]] = ()
+
+    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def map_tensors(self, infos: dict[str, TensorInfo], out_dtype: Callable[[TensorInfo], str]) -> list[TensorMove]:
+        """Apply :attr:`rules` to every source tensor.
+
+        Raises:
+            ConversionError: a tensor no rule knows, or two tensors mapped to one name.
+        """
+        moves, unknown, taken = [], [], {}
+        for name in sorted(infos):
+            info = infos[name]
+            for rule in self.rules:
+                hit, dst = rule.apply(name)
+                if not hit:
+                    continue
+                if dst is None:
+                    moves.append(TensorMove(name, None, "drop", rule.reason, info, info.dtype))
+                else:
+                    if dst in taken:
+                        raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}")
+                    taken[dst] = name
+                    moves.append(TensorMove(name, dst, "keep" if dst == name else "rename", "", info, out_dtype(info)))
+                break
+            else:
+                unknown.append(name)
+        if unknown:
+            raise ConversionError(
+                f"{len(unknown)} source tensor(s) not part of the {self.name} layout: {_short(unknown)}",
+                hint="nothing was written; check --from, or report the layout if it is a real variant",
+            )
+        return moves
+
+
+def _short(names: list[str], n: int = 8) -> str:
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
+
+
+REGISTRY: dict[str, type[Converter]] = {}
+
+
+def register(cls: type[Converter]) -> type[Converter]:
+    """Class decorator: make a converter available as ``--from cls.name``."""
+    if not cls.name or cls.name in REGISTRY:
+        raise ValueError(f"converter name {cls.name!r} missing or taken")
+    REGISTRY[cls.name] = cls
+    return cls

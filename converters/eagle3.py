@@ -1,0 +1,267 @@
+"""``--from eagle3``: EAGLE-3 research checkpoints -> specfmt (speculators ``eagle3``).
+
+Accepted layouts (``research-formats.md`` §4):
+
+* **safeailab** -- SafeAILab/EAGLE ``traineagle3``: ``pytorch_model.bin`` (fp16 pickle),
+  ``midlayer.*`` keys, ``architectures: LlamaForCausalLM``, no tap ids (the
+  reference taps the verifier at (2, N//2, N-3)), no ``embed_tokens`` (borrowed
+  from the verifier), ``d2t``/``t2d`` when Vd < V.
+* **specforge** -- SpecForge / NVIDIA ModelOpt exports: ``model.safetensors`` (possibly
+  sharded with an index), ``LlamaForCausalLMEagle3``, tap ids in a nested
+  ``eagle_config.eagle_aux_hidden_state_layer_ids``; ModelOpt multi-layer drafts use
+  ``midlayer.{i}.*``.
+* drafts with ``target_hidden_size`` (H ≠ H_t) and their own ``embed_tokens``;
+  full-vocabulary drafts (Vd = V) without ``d2t``/``t2d``.
+
+Forward pass of the reference (``eagle/model/cnets.py``): the residual is taken
+*before* ``hidden_norm``, i.e. ``norm_before_residual = false``; vLLM's speculators
+loader assumes ``true`` when the key is missing, so it is always written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specfmt.errors import ConversionError
+from specfmt.format import SPECULATORS_VERSION, VerifierInfo, default_eagle3_taps
+
+from .base import KEEP, Converter, Options, Plan, Rule, Source, register
+
+#: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
+#: forward pass that vLLM runs requires (None: any value; read elsewhere).
+_EAGLE_CONFIG_KEYS: dict[str, Any] = {
+    "eagle_aux_hidden_state_layer_ids": None,
+    "use_aux_hidden_state": True,  # False is EAGLE-1 style (no fc over taps)
+    "use_input_layernorm_in_first_layer": True,
+    "use_last_layernorm": True,  # norm.weight before lm_head
+    "use_mtp_layernorm": False,  # extra enorm/hnorm: not in vLLM's Eagle3 model
+    "next_layer_regular": True,
+    "parallel_draft_step": 1,  # >1 is parallel drafting, not plain EAGLE-3
+    "parallel_draft_heads_num_layers": None,
+    "draft_vocab_size": None,
+    "has_lm_head": True,
+    "norm_before_fc": None,
+    "fc_norm": None,
+    "norm_output": None,
+}
+
+_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
+_CODES = {v: k for k, v in _DTYPES.items()}
+
+
+def _int(cfg: dict[str, Any], key: str, default: int | None = None) -> int:
+    val = cfg.get(key, default)
+    if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+        raise ConversionError(f"source config field {key} must be a positive integer, got {val!r}", where="config.json")
+    return val
+
+
+@register
+class Eagle3Converter(Converter):
+    name = "eagle3"
+    summary = "EAGLE-3 drafts: SafeAILab (pytorch_model.bin, midlayer.*) and SpecForge/ModelOpt (model.safetensors, eagle_config)"
+    rules = (
+        Rule(r"midlayer\.(\d+)\.(.+)", r"layers.\1.\2"),  # ModelOpt multi-layer drafts
+        Rule(r"midlayer\.(.+)", r"layers.0.\1"),  # SafeAILab / SpecForge single layer
+        Rule(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", None, "rotary cache, recomputed from rope_theta"),
+        Rule(r"layers\.\d+\..+", KEEP),
+        Rule(r"(fc|norm|lm_head|embed_tokens|input_norm)\.weight", KEEP),
+        Rule(r"fc_norm\.\d+\.weight", KEEP),
+        Rule(r"d2t|t2d", KEEP),
+        Rule(r"target_model\..+", None, "frozen copy of the verifier saved with the training state; vLLM loads the verifier itself"),
+        Rule(r"verifier_(lm_head|norm)\.weight", None, "frozen verifier head used only in training"),
+    )
+
+    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:
+        """Decide the output config and the fate of every source tensor.
+
+        Raises:
+            ConversionError: the source config or tensors do not describe an EAGLE-3
+                draft that vLLM can run exactly as the source computes it.
+        """
+        cfg = src.config
+        infos = src.reader.infos
+        notes: list[str] = []
+        ec = cfg.get("eagle_config") or {}
+        if not isinstance(ec, dict):
+            raise ConversionError("eagle_config must be an object", where="config.json")
+        if "eagle_config" in cfg:
+            layout = "specforge"  # SpecForge / ModelOpt: nested eagle_config
+        elif any(k.startswith("midlayer.") for k in infos):
+            layout = "safeailab"
+        else:
+            layout = "layers-named"  # already uses the layers.{i}.* names
+
+        unknown = sorted(set(ec) - set(_EAGLE_CONFIG_KEYS))
+        if unknown:
+            raise ConversionError(
+                f"eagle_config has fields this converter does not know: {unknown}",
+                where="config.json",
+                hint="they may change the forward pass; remove them only if you know they do not",
+            )
+        for key, need in _EAGLE_CONFIG_KEYS.items():
+            if need is not None and key in ec and ec[key] != need:
+                raise ConversionError(
+                    f"eagle_config.{key}={ec[key]!r} describes a draft vLLM's EAGLE-3 model does not run (needs {need!r})",
+                    where="config.json",
+                )
+
+        model_type = cfg.get("model_type", "llama")
+        if model_type not in ("llama", "qwen3"):
+            raise ConversionError(f"draft decoder model_type {model_type!r} is not supported by vLLM's EAGLE-3 (llama, qwen3)", where="config.json")
+        if cfg.get("tie_word_embeddings"):
+            raise ConversionError("tie_word_embeddings is true, but an EAGLE-3 draft's lm_head (Vd rows) is its own", where="config.json")
+
+        H = _int(cfg, "hidden_size")
+        nH = _int(cfg, "num_attention_heads")
+        V = _int(cfg, "vocab_size")
+        if V != verifier.vocab_size:
+            raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.vocab_size}", where="config.json", hint="is --verifier the model this draft was trained for?")
+
+        # -- draft vocabulary --------------------------------------------------
+        if "lm_head.weight" not in infos:
+            raise ConversionError("the draft has no lm_head.weight", hint="an EAGLE-3 draft always has its own head over the draft vocabulary")
+        Vd = infos["lm_head.weight"].shape[0]
+        cfg_vd = cfg.get("draft_vocab_size", ec.get("draft_vocab_size"))
+        if cfg_vd is not None and cfg_vd != Vd:
+            raise ConversionError(f"config draft_vocab_size={cfg_vd} but lm_head.weight has {Vd} rows", where="config.json")
+        if cfg_vd is None:
+            notes.append(f"draft_vocab_size not in the source config; taken from lm_head.weight rows ({Vd})")
+        if ("d2t" in infos) != ("t2d" in infos):
+            raise ConversionError("the source has only one of d2t and t2d", hint="both are written together by the EAGLE-3 trainer; re-export the draft")
+
+        # -- widths ------------------------------------------------------------
+        Ht = cfg.get("target_hidden_size")
+        if Ht is not None:
+            Ht = _int(cfg, "target_hidden_size")
+        if (Ht or H) != verifier.hidden_size:
+            raise ConversionError(
+                f"the draft expects a verifier hidden size of {Ht or H} but the verifier has {verifier.hidden_size}",
+                hint="is --verifier the model this draft was trained for?",
+            )
+        if (Ht or H) != H and "embed_tokens.weight" not in infos:
+            raise ConversionError(
+                f"draft hidden size {H} differs from the verifier's {Ht}, so the draft needs its own embed_tokens.weight, which the source lacks",
+                hint="vLLM would borrow the verifier's embedding of the wrong width (vLLM issue #18906)",
+            )
+
+        # -- tap layers ----------------------------------------------------------
+        src_taps = cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids"))
+        if src_taps is not None and (not isinstance(src_taps, list) or not all(isinstance(i, int) for i in src_taps)):
+            raise ConversionError(f"eagle_aux_hidden_state_layer_ids must be a list of integers, got {src_taps!r}", where="config.json")
+        if opts.aux_layers is not None:
+            if src_taps is not None and list(src_taps) != list(opts.aux_layers):
+                raise ConversionError(
+                    f"--aux-layers {opts.aux_layers} contradicts the source's eagle_aux_hidden_state_layer_ids {src_taps}",
+                    hint="drop --aux-layers; the draft was trained on the source's taps",
+                )
+            taps = list(opts.aux_layers)
+        elif src_taps is not None:
+            taps = list(src_taps)
+        else:
+            taps = default_eagle3_taps(verifier.num_hidden_layers)
+            notes.append(
+                f"tap layers not in the source; wrote the EAGLE-3 reference default (2, N//2, N-3) = {taps} "
+                f"for N={verifier.num_hidden_layers} verifier layers"
+            )
+        if taps != sorted(set(taps)):
+            raise ConversionError(f"tap layer ids {taps} must be distinct and ascending")
+        if taps and (taps[0] < 0 or taps[-1] >= verifier.num_hidden_layers):
+            raise ConversionError(f"tap layer ids {taps} must lie in [0, {verifier.num_hidden_layers - 1}] for a verifier with {verifier.num_hidden_layers} layers")
+        fc = infos.get("fc.weight")
+        if fc is None:
+            raise ConversionError("the draft has no fc.weight", hint="EAGLE-3 fuses the tapped verifier states through fc")
+        if len(fc.shape) != 2 or fc.shape[1] != len(taps) * (Ht or H):
+            raise ConversionError(f"fc.weight has shape {list(fc.shape)}, which does not take {len(taps)} taps of width {Ht or H}")
+
+        # -- dtype -----------------------------------------------------------------
+        float_codes = sorted({i.dtype for i in infos.values() if i.dtype in ("F16", "BF16", "F32", "F64")})
+        if opts.dtype:
+            out_code = _CODES[opts.dtype]
+        elif len(float_codes) == 1 and float_codes[0] in _DTYPES:
+            out_code = float_codes[0]
+        else:
+            raise ConversionError(f"the source mixes floating dtypes {float_codes}", hint="choose one with --dtype float16|bfloat16|float32")
+
+        moves = self.map_tensors(infos, lambda i: out_code if i.dtype in ("F16", "BF16", "F32", "F64") else i.dtype)
+        layers = sorted({int(m.dst.split(".")[1]) for m in moves if m.dst and m.dst.startswith("layers.")})
+        n_layers = len(layers)
+        if layers != list(range(n_layers)) or n_layers == 0:
+            raise ConversionError(f"decoder layers {layers} are not numbered 0..n-1")
+        cfg_layers = cfg.get("num_hidden_layers", 1)
+        if cfg_layers != n_layers:
+            raise ConversionError(f"config num_hidden_layers={cfg_layers} but the weights hold {n_layers} decoder layer(s)", where="config.json")
+
+        tlc = self._decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
+        flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
+        nbr = cfg.get("norm_before_residual", False)
+        if not isinstance(nbr, bool):
+            raise ConversionError(f"norm_before_residual must be true or false, got {nbr!r}", where="config.json")
+        k = opts.speculative_tokens or 3
+        config = {
+            "architectures": ["Eagle3DraftModel"],
+            "speculators_model_type": "eagle3",
+            "speculators_version": SPECULATORS_VERSION,
+            "speculators_config": {
+                "algorithm": "eagle3",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "default_proposal_method": "greedy",
+                "verifier": {"name_or_path": verifier.name_or_path, "architectures": list(verifier.architectures)},
+            },
+            "transformer_layer_config": tlc,
+            "draft_vocab_size": Vd,
+            "norm_before_residual": nbr,
+            "target_hidden_size": Ht,
+            "eagle_aux_hidden_state_layer_ids": taps,
+            "norm_before_fc": flag("norm_before_fc"),
+            "fc_norm": flag("fc_norm"),
+            "norm_output": flag("norm_output"),
+            "tie_word_embeddings": False,
+            "torch_dtype": _DTYPES[out_code],
+        }
+        if "norm_before_residual" not in cfg:
+            notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
+        return Plan(self.name, layout, config, moves, notes)
+
+    @staticmethod
+    def _decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: VerifierInfo, out_code: str, n_layers: int) -> dict[str, Any]:
+        """The draft decoder's ``transformer_layer_config``: the source's own fields only.
+
+        Rope comes from the draft's config, never the verifier's: the reference builds
+        its rotary embedding from the draft config (base 10000 when ``rope_theta`` is
+        absent, as in the official 8B config), so the verifier's 500000 would be wrong.
+        """
+        rope_params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
+        theta = cfg.get("rope_theta", (rope_params or {}).get("rope_theta", 10000.0))
+        scaling = cfg.get("rope_scaling")
+        if rope_params is None:
+            rope_params = {"rope_type": "default"}
+            if isinstance(scaling, dict):
+                rope_params = {**scaling, "rope_type": scaling.get("rope_type", scaling.get("type", "default"))}
+                rope_params.pop("type", None)
+        rope_params = {**rope_params, "rope_theta": float(theta)}
+        src_max = cfg.get("max_position_embeddings") or 2048
+        tlc: dict[str, Any] = {
+            "model_type": cfg.get("model_type", "llama"),
+            "architectures": ["LlamaForCausalLM"] if cfg.get("model_type", "llama") == "llama" else ["Qwen3ForCausalLM"],
+            "vocab_size": V,
+            "hidden_size": H,
+            "intermediate_size": _int(cfg, "intermediate_size"),
+            "num_hidden_layers": n_layers,
+            "num_attention_heads": nH,
+            "num_key_value_heads": _int(cfg, "num_key_value_heads", nH),
+            "head_dim": _int(cfg, "head_dim", H // nH),
+            "hidden_act": cfg.get("hidden_act", "silu"),
+            "rms_norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
+            # the official configs say 2048; the verifier's context is what vLLM serves (vLLM #48894)
+            "max_position_embeddings": max(src_max, verifier.max_position_embeddings or 0),
+            "rope_theta": float(theta),
+            "rope_parameters": rope_params,
+            "attention_bias": bool(cfg.get("attention_bias", False)),
+            "mlp_bias": bool(cfg.get("mlp_bias", False)),
+            "tie_word_embeddings": False,
+            "torch_dtype": _DTYPES[out_code],
+        }
+        if isinstance(scaling, dict):
+            tlc["rope_scaling"] = scaling
+        return tlc

@@ -1,0 +1,3 @@
+from specfmt.cli import main
+
+main()

@@ -1,0 +1,334 @@
+"""Checkpoint I/O: read tensors one at a time, write safetensors as a stream.
+
+Reading (:class:`CheckpointReader`):
+
+* safetensors: the header is read first with ``safe_open``; tensor data is only
+  touched by :meth:`CheckpointReader.get`, one tensor at a time;
+* pickles (``.bin``, ``.pt``): only ever ``torch.load(..., weights_only=True,
+  mmap=True)``: no code in the file runs, and tensors stay on disk until read;
+* sharded checkpoints through their ``*.index.json``.
+
+Writing (:class:`SafetensorsStreamWriter`): the safetensors Python API has no
+incremental writer (``save_file`` wants every tensor in memory at once), so the
+header is computed from the plan and each tensor's bytes are appended in order.
+The layout follows the safetensors spec (8-byte little-endian header length,
+JSON header padded with spaces to 8 bytes, contiguous data in header order);
+every file written is re-opened with ``safe_open`` before it is published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
+
+from .errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: safetensors dtype code -> (torch dtype name, bytes per element)
+ST_DTYPES: dict[str, tuple[str, int]] = {
+    "F64": ("float64", 8),
+    "F32": ("float32", 4),
+    "F16": ("float16", 2),
+    "BF16": ("bfloat16", 2),
+    "F8_E4M3": ("float8_e4m3fn", 1),
+    "F8_E5M2": ("float8_e5m2", 1),
+    "I64": ("int64", 8),
+    "I32": ("int32", 4),
+    "I16": ("int16", 2),
+    "I8": ("int8", 1),
+    "U8": ("uint8", 1),
+    "BOOL": ("bool", 1),
+}
+TORCH_TO_ST = {name: code for code, (name, _) in ST_DTYPES.items()}
+FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+PICKLE_INDEX = "pytorch_model.bin.index.json"
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def kind_of(dtype_code: str) -> str:
+    """``"float"``, ``"int64"``, ``"bool"`` or the lower-cased code, for matching a :class:`TensorSpec`."""
+    if dtype_code in FLOAT_CODES:
+        return "float"
+    return {"I64": "int64", "BOOL": "bool"}.get(dtype_code, dtype_code.lower())
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A tensor as its file's header (or pickle metadata) describes it.
+
+    Attributes:
+        name: the key in the checkpoint.
+        shape: the shape.
+        dtype: safetensors dtype code (``F16``, ``BF16``, ``F32``, ``I64``, ``BOOL``, ...).
+        file: the file (name relative to the checkpoint folder) that holds it.
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    file: str
+
+    @property
+    def nbytes(self) -> int:
+        n = ST_DTYPES[self.dtype][1]
+        for s in self.shape:
+            n *= s
+        return n
+
+
+def _torch_dtype_code(t) -> str:
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in TORCH_TO_ST:
+        raise InputError(f"unsupported tensor dtype {name}")
+    return TORCH_TO_ST[name]
+
+
+class CheckpointReader:
+    """The weight files of one checkpoint folder, read lazily.
+
+    File choice follows vLLM's loader (``research-formats.md`` §1): safetensors
+    first (sharded through ``model.safetensors.index.json`` when present), then
+    pickles. Files of the other kind are listed in :attr:`ignored`.
+
+    Args:
+        folder: the checkpoint folder.
+        pickle_names: pickle file names to accept besides ``pytorch_model*.bin``
+            (e.g. ``medusa_lm_head.pt``).
+
+    Raises:
+        InputError: no weight file; an index names a missing shard or a tensor a
+            shard does not hold; a tensor name appears twice; a file is not a valid
+            safetensors file or not a weights-only pickle of tensors.
+    """
+
+    def __init__(self, folder: Path, pickle_names: Iterable[str] = ()):
+        self.folder = Path(folder)
+        self.files: list[str] = []
+        self.ignored: dict[str, str] = {}
+        self.format = ""
+        self._infos: dict[str, TensorInfo] = {}
+        self._pickles: dict[str, dict[str, Any]] = {}
+        st = sorted(p.name for p in self.folder.glob("*.safetensors"))
+        pk = sorted(
+            p.name
+            for p in self.folder.iterdir()
+            if p.is_file() and p.suffix in PICKLE_SUFFIXES and (p.name.startswith("pytorch_model") or p.name in set(pickle_names))
+        ) if self.folder.is_dir() else []
+        if st:
+            self.format = "safetensors"
+            self.files = self._from_index(SAFETENSORS_INDEX, st)
+            for name in pk:
+                self.ignored[name] = "safetensors weights present; pickles are not read (vLLM loads *.safetensors first)"
+            for name in self.files:
+                self._read_safetensors_header(name)
+        elif pk:
+            self.format = "pickle"
+            self.files = self._from_index(PICKLE_INDEX, pk)
+            for name in self.files:
+                self._read_pickle(name)
+        else:
+            raise InputError(
+                "no weight file (*.safetensors, pytorch_model*.bin) found",
+                where=str(self.folder),
+                hint="point at the folder that holds the draft's weights",
+            )
+        self._check_index()
+
+    # -- discovery ---------------------------------------------------------------
+
+    def _from_index(self, index_name: str, present: list[str]) -> list[str]:
+        index_path = self.folder / index_name
+        self._index: dict[str, str] | None = None
+        if not index_path.is_file():
+            return present
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            weight_map = index["weight_map"]
+            assert isinstance(weight_map, dict) and all(isinstance(v, str) for v in weight_map.values())
+        except (json.JSONDecodeError, KeyError, AssertionError, UnicodeDecodeError, TypeError):
+            raise InputError("invalid shard index (needs a 'weight_map' object of tensor -> file)", where=str(index_path)) from None
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if not (self.folder / s).is_file() or "/" in s or "\\" in s]
+        if missing:
+            raise InputError(f"the shard index names files that are not in the folder: {missing}", where=str(index_path))
+        for extra in sorted(set(present) - set(shards)):
+            self.ignored[extra] = f"not listed in {index_name}"
+        self._index = weight_map
+        return shards
+
+    def _check_index(self) -> None:
+        if self._index is None:
+            return
+        wrong = sorted(n for n, f in self._index.items() if n not in self._infos or self._infos[n].file != f)
+        unlisted = sorted(set(self._infos) - set(self._index))
+        if wrong or unlisted:
+            raise InputError(
+                f"the shard index disagrees with the shards: listed but not found there {wrong[:5]}, "
+                f"found but not listed {unlisted[:5]}",
+                where=str(self.folder),
+            )
+
+    def _add(self, info: TensorInfo) -> None:
+        if info.name in self._infos:
+            raise InputError(f"tensor {info.name!r} appears in both {self._infos[info.name].file} and {info.file}", where=str(self.folder))
+        self._infos[info.name] = info
+
+    def _read_safetensors_header(self, name: str) -> None:
+        """Header only, with the checks safe_open skips before allocation (sizes vs file length)."""
+        path = self.folder / name
+        size = path.stat().st_size
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(8)
+                if len(raw) < 8:
+                    raise ValueError("file shorter than the 8-byte header length")
+                (n,) = struct.unpack("<Q", raw)
+                if n > size - 8 or n > 100 << 20:
+                    raise ValueError(f"header length {n} runs past the end of the file ({size} bytes)")
+                header = json.loads(f.read(n))
+            if not isinstance(header, dict):
+                raise ValueError("header is not a JSON object")
+            data_len = size - 8 - n
+            infos = []
+            for key, meta in header.items():
+                if key == "__metadata__":
+                    continue
+                dtype, shape, (begin, end) = meta["dtype"], tuple(meta["shape"]), meta["data_offsets"]
+                if dtype not in ST_DTYPES:
+                    raise ValueError(f"tensor {key!r} has unsupported dtype {dtype}")
+                info = TensorInfo(key, shape, dtype, name)
+                if not (0 <= begin <= end <= data_len) or end - begin != info.nbytes:
+                    raise ValueError(f"tensor {key!r} declares bytes {begin}..{end} but the file holds {data_len} data bytes")
+                infos.append(info)
+        except (ValueError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise InputError(f"not a valid safetensors file: {e}", where=str(path), hint="the file is truncated or corrupt; download it again") from None
+        for info in infos:
+            self._add(info)
+
+    def _read_pickle(self, name: str) -> None:
+        import pickle
+
+        import torch
+
+        path = self.folder / name
+        try:
+            try:
+                sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as e:
+                if "mmap" not in str(e):
+                    raise
+                # legacy (pre-zipfile) pickles cannot be memory-mapped
+                sd = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else "unpickling refused"
+            raise InputError(
+                f"refused to load a pickle that is not plain tensors ({first})",
+                where=str(path),
+                hint="specfmt only loads pickles with weights_only=True; ask the author for a safetensors file",
+            ) from None
+        except (RuntimeError, EOFError, OSError, ValueError) as e:
+            raise InputError(f"cannot read the pickle: {str(e).splitlines()[0] if str(e) else type(e).__name__}", where=str(path)) from None
+        if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()):
+            raise InputError("the pickle is not a flat state dict of name -> tensor", where=str(path))
+        self._pickles[name] = sd
+        for key, t in sd.items():
+            self._add(TensorInfo(key, tuple(t.shape), _torch_dtype_code(t), name))
+
+    # -- access ------------------------------------------------------------------
+
+    @property
+    def infos(self) -> dict[str, TensorInfo]:
+        """Every tensor, by name, from headers only."""
+        return dict(self._infos)
+
+    def get(self, name: str) -> "torch.Tensor":
+        """Load one tensor (a fresh CPU tensor for safetensors, a memory-mapped view for pickles)."""
+        info = self._infos[name]
+        if info.file in self._pickles:
+            return self._pickles[info.file][name]
+        from safetensors import safe_open
+
+        with safe_open(str(self.folder / info.file), framework="pt") as f:
+            return f.get_tensor(name)
+
+    def close(self) -> None:
+        self._pickles.clear()
+
+    def __enter__(self) -> "CheckpointReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SafetensorsStreamWriter:
+    """Write one safetensors file tensor by tensor, holding one tensor in memory.
+
+    The header is fixed up front from ``layout`` ([(name, dtype_code, shape), ...]);
+    :meth:`write` must then be called once per tensor, in that order.
+
+    Raises:
+        ValueError: a tensor arrives out of order or with another shape or dtype
+            than announced, or :meth:`close` is called before every tensor came
+            (these are bugs in the caller, not user errors).
+    """
+
+    def __init__(self, path: Path, layout: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None):
+        self.path = Path(path)
+        self._layout = list(layout)
+        header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
+        offset = 0
+        for name, dtype, shape in self._layout:
+            n = ST_DTYPES[dtype][1]
+            for s in shape:
+                n *= s
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
+            offset += n
+        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        raw += b" " * (-len(raw) % 8)
+        self._f: BinaryIO = open(self.path, "wb")
+        self._f.write(struct.pack("<Q", len(raw)))
+        self._f.write(raw)
+        self._next = 0
+
+    def write(self, name: str, tensor) -> None:
+        """Append one tensor's bytes (little-endian, C order)."""
+        exp_name, exp_dtype, exp_shape = self._layout[self._next]
+        if name != exp_name or tuple(tensor.shape) != tuple(exp_shape) or _torch_dtype_code(tensor) != exp_dtype:
+            raise ValueError(f"writer expected {exp_name} {exp_dtype} {exp_shape}, got {name} {tensor.dtype} {tuple(tensor.shape)}")
+        t = tensor.detach().contiguous().reshape(-1)
+        if t.numel():
+            import torch
+
+            self._f.write(memoryview(t.view(torch.uint8).numpy()))
+        self._next += 1
+
+    def close(self) -> None:
+        if self._next != len(self._layout):
+            self._f.close()
+            raise ValueError(f"writer closed after {self._next} of {len(self._layout)} tensors")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+
+    def abort(self) -> None:
+        if not self._f.closed:
+            self._f.close()

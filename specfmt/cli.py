@@ -1,0 +1,181 @@
+"""The ``specfmt`` command line: a thin layer over convert, validate and detect.
+
+User errors (:class:`specfmt.errors.SpecfmtError`) print one line and exit 2;
+a failed validation exits 1; anything else is a bug and keeps its traceback.
+Heavy modules (torch, transformers) are imported only inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import SpecfmtError
+
+app = typer.Typer(
+    name="specfmt",
+    help="Convert research speculative-decoding drafts to the standard speculators format, validate them, and serve them with `vllm serve DIR`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"specfmt {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    pass
+
+
+def _parse_layers(text: Optional[str]) -> Optional[list[int]]:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a comma-separated list of layer ids, e.g. 2,16,29") from None
+
+
+@app.command()
+def convert(
+    src: str = typer.Argument(..., help="Source checkpoint: a folder or a Hub id (OWNER/NAME)."),
+    source_format: str = typer.Option(..., "--from", help="Source format: eagle3."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
+    verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id. Written as a Hub id or an absolute path."),
+    speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step [default: 3]."),
+    aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3 tap layer ids, e.g. 2,16,29 [default: from the source, else (2, N//2, N-3)]."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 [default: keep]."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
+) -> None:
+    """Convert a research draft checkpoint into the specfmt format that `vllm serve OUT` runs."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from specfmt.converters import Options
+
+    from .convert import convert as run
+
+    if dtype not in (None, "float16", "bfloat16", "float32"):
+        raise typer.BadParameter(f"--dtype must be float16, bfloat16 or float32, not {dtype!r}")
+    if output is None and not dry_run:
+        raise typer.BadParameter("-o OUT is required (or use --dry-run)")
+    opts = Options(speculative_tokens=speculative_tokens, aux_layers=_parse_layers(aux_layers), dtype=dtype)
+    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with progress:
+        task = progress.add_task("writing tensors", total=None)
+        result = run(source_format, src, output, verifier, opts=opts, force=force, dry_run=dry_run, revision=revision, progress=lambda done, total: progress.update(task, completed=done, total=total))
+    plan = result.plan
+    if dry_run:
+        table = Table(title=f"plan: {source_format} ({plan.layout}) -> specfmt", show_lines=False)
+        for col in ("source tensor", "action", "output tensor", "shape", "dtype"):
+            table.add_column(col)
+        for m in plan.moves:
+            dt = m.info.dtype if m.out_dtype == m.info.dtype else f"{m.info.dtype}->{m.out_dtype}"
+            table.add_row(m.src, m.action if m.action != "drop" else f"drop: {m.reason}", m.dst or "-", str(list(m.info.shape)), dt)
+        out.print(table)
+        for note in plan.notes:
+            out.print(f"note: {note}")
+        out.print("output config.json:")
+        out.print_json(json.dumps(result.config))
+        out.print("dry run: nothing written")
+        return
+    for note in plan.notes:
+        err.print(f"note: {note}")
+    counts = {a: sum(m.action == a for m in plan.moves) for a in ("rename", "keep", "drop")}
+    out.print(
+        f"converted {src} ({source_format}, {plan.layout}) -> {result.out}: {len(plan.written)} tensors "
+        f"({counts['rename']} renamed, {counts['keep']} kept, {counts['drop']} dropped), {result.bytes_written / 2**20:.1f} MiB"
+    )
+    out.print(f"serve it with: vllm serve {result.out}")
+
+
+@app.command()
+def validate(
+    path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against [default: the one named in config.json, when reachable]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier. Exit 0 only if all pass."""
+    from .validate import validate_static
+
+    rep = validate_static(path, verifier)
+    if as_json:
+        out.print_json(json.dumps(rep.to_json()))
+    else:
+        table = Table(title=f"specfmt validate {rep.path}")
+        table.add_column("check")
+        table.add_column("status")
+        table.add_column("result", overflow="fold")
+        for c in rep.checks:
+            detail = c.summary
+            if c.details and c.status in ("fail", "warn"):
+                detail += "".join(f"\n  - {d}" for d in c.details[:20]) + (f"\n  ... {len(c.details) - 20} more" if len(c.details) > 20 else "")
+            table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", detail)
+        out.print(table)
+        out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+    raise typer.Exit(0 if rep.ok else 1)
+
+
+@app.command()
+def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Detect which format a checkpoint folder is in (from tensor names and config fields) and summarise it."""
+    from dataclasses import asdict
+
+    from .detect import detect
+
+    d = detect(path)
+    if as_json:
+        out.print_json(json.dumps(asdict(d)))
+        return
+    out.print(f"[bold]{d.format}[/] ({d.layout})")
+    for e in d.evidence:
+        out.print(f"  evidence: {e}")
+    table = Table(show_header=False)
+    for k, v in d.summary.items():
+        table.add_row(k, str(v))
+    out.print(table)
+    if d.convert_hint:
+        out.print(f"next: {d.convert_hint}")
+
+
+def main() -> None:
+    """Console entry point: one line and exit 2 for user errors."""
+    try:
+        app(standalone_mode=False)
+    except SpecfmtError as e:
+        err.print(f"specfmt: error: {e.one_line()}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(e.exit_code)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except KeyboardInterrupt:
+        err.print("interrupted; nothing was written to the output folder")
+        sys.exit(130)
+    except __import__("click").ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,237 @@
+"""``specfmt convert``: run a converter's plan, checked, streamed and atomic.
+
+Order of work (nothing is written before step 5, and SRC is only ever read):
+
+1. resolve SRC and the verifier (local folder or Hub id);
+2. read SRC's config and the tensor headers;
+3. the converter plans: output config and the fate of every source tensor;
+4. the plan is checked: config against the v1 schema, the tensors it would write
+   against the names and shapes that config implies; any problem is an error
+   that lists every offending tensor;
+5. tensors are streamed one at a time into a temporary folder beside OUT, with
+   NaN/Inf and ``d2t``/``t2d`` checks on the way; the folder is renamed to OUT
+   only once complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from .checkpoint import CheckpointReader, SafetensorsStreamWriter, sha256_file
+from .checks import inventory_problems, nonfinite_count, vocab_map_problems
+from .errors import ConversionError, InputError, OutputExistsError
+from .format import CONFIG_FILE, WEIGHTS_FILE, VerifierInfo, provenance_block, read_json, validate_config
+from .hub import resolve
+
+#: files of a source checkpoint fetched from the Hub
+SOURCE_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.pt"]
+
+
+@dataclass
+class ConvertResult:
+    """What a conversion did.
+
+    Attributes:
+        plan: the plan that was executed (or only printed, for a dry run).
+        config: the output config.json, provenance included.
+        out: the output folder (None for a dry run).
+        bytes_written: size of the tensors written.
+    """
+
+    plan: object
+    config: dict
+    out: Path | None
+    bytes_written: int
+
+
+def load_verifier(ref: str, revision: str | None = None) -> VerifierInfo:
+    """Resolve a verifier reference and read its config.json (the only file EAGLE-3 needs).
+
+    Raises:
+        InputError, HubError: the verifier cannot be found or its config is unusable.
+    """
+    res = resolve(ref, allow_patterns=["config.json"], revision=revision, what="verifier")
+    cfg_path = res.folder / CONFIG_FILE
+    return VerifierInfo.from_config(read_json(cfg_path), res.name_or_path, str(cfg_path))
+
+
+def _check_out(out: Path, src_folder: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputExistsError("the output path exists and is a file", where=str(out), hint="choose a folder path for -o")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise OutputExistsError("the output folder is not empty", where=str(out), hint="choose another -o or pass --force to replace it")
+    src, o = src_folder.resolve(), out.resolve()
+    if o == src or src in o.parents or o in src.parents:
+        raise InputError("the output folder overlaps the source folder", where=str(out), hint="write the output elsewhere; the source is never modified")
+
+
+def _cleanup_stale(out: Path) -> None:
+    """Remove temporary folders of earlier runs on the same OUT that were killed."""
+    for p in out.parent.glob(f".{out.name}.specfmt-*"):
+        try:
+            pid = int(p.name.rsplit("-", 2)[-2])
+        except (ValueError, IndexError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(p, ignore_errors=True)
+        except PermissionError:
+            pass
+
+
+def convert(
+    source_format: str,
+    src_ref: str,
+    out: str | Path | None,
+    verifier_ref: str,
+    *,
+    opts=None,
+    force: bool = False,
+    dry_run: bool = False,
+    revision: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ConvertResult:
+    """Convert the research checkpoint ``src_ref`` into the specfmt format at ``out``.
+
+    Args:
+        source_format: the ``--from`` name (``eagle3``).
+        src_ref: source folder or Hub id.
+        out: output folder (ignored for a dry run).
+        verifier_ref: verifier folder or Hub id; written into the config as a Hub id
+            or an absolute path.
+        opts: :class:`specfmt.converters.Options`.
+        force: replace a non-empty ``out``.
+        dry_run: plan and check only; write nothing.
+        revision: Hub revision of the source.
+        progress: called as ``progress(bytes_done, bytes_total)`` while writing.
+
+    Raises:
+        InputError, HubError: inputs cannot be read.
+        ConversionError: the source cannot be converted exactly (the message lists
+            every offending tensor); nothing was written.
+        OutputExistsError: ``out`` is not empty and ``force`` is False.
+    """
+    from specfmt.converters import Options, Source, get
+
+    opts = opts or Options()
+    converter = get(source_format)
+    src_res = resolve(src_ref, allow_patterns=SOURCE_PATTERNS, revision=revision, what="source")
+    out_path = Path(out).expanduser().resolve() if out is not None else None
+    if not dry_run:
+        if out_path is None:
+            raise InputError("no output folder given", hint="pass -o OUT")
+        _check_out(out_path, src_res.folder, force)
+    verifier = load_verifier(verifier_ref)
+    src_cfg = read_json(src_res.folder / CONFIG_FILE)
+    with CheckpointReader(src_res.folder) as reader:
+        plan = converter.plan(Source(src_res, src_cfg, reader), verifier, opts)
+        _check_plan(plan)
+        files_read = [CONFIG_FILE, *reader.files]
+        plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
+        config = dict(plan.config)
+        config["specfmt"] = provenance_block(
+            source_format=plan.source_format,
+            layout=plan.layout,
+            name_or_path=src_res.name_or_path,
+            revision=src_res.revision,
+            files={f: sha256_file(src_res.folder / f) for f in files_read},
+            renamed={m.src: m.dst for m in plan.moves if m.action == "rename"},
+            kept=[m.src for m in plan.moves if m.action == "keep"],
+            dropped={m.src: m.reason for m in plan.moves if m.action == "drop"},
+            created=datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        )
+        validate_config(config, where="output config.json (a specfmt bug if this fails)")
+        if dry_run:
+            return ConvertResult(plan, config, None, 0)
+        written = _write_atomic(out_path, plan, config, reader, force, progress)
+    return ConvertResult(plan, config, out_path, written)
+
+
+def _check_plan(plan) -> None:
+    """The plan's config is schema-valid and its tensors are exactly what that config implies."""
+    validate_config(plan.config, where="planned config.json")
+    shapes = {m.dst: (m.info.shape, m.out_dtype) for m in plan.written}
+    problems = inventory_problems(plan.config, shapes)
+    parts = []
+    for key, label in (("missing", "missing"), ("unexpected", "unexpected"), ("shape", "wrong shape"), ("dtype", "wrong dtype")):
+        if problems[key]:
+            parts.append(f"{label}: {', '.join(problems[key])}")
+    if parts:
+        raise ConversionError("the source does not hold the tensors its config implies -- " + "; ".join(parts), hint="nothing was written")
+
+
+def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force: bool, progress) -> int:
+    import torch
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _cleanup_stale(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.specfmt-{os.getpid()}-", dir=out.parent))
+    try:
+        moves = plan.written
+        layout = [(m.dst, m.out_dtype, m.info.shape) for m in moves]
+        total = sum(m.info.nbytes for m in moves)
+        writer = SafetensorsStreamWriter(tmp / WEIGHTS_FILE, layout)
+        done = 0
+        vocab = {}
+        try:
+            for m in moves:
+                t = reader.get(m.src)
+                if m.out_dtype != m.info.dtype:
+                    t = t.to(getattr(torch, {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[m.out_dtype]))
+                if m.dst in plan.transforms:
+                    t = plan.transforms[m.dst](t)
+                bad = nonfinite_count(t)
+                if bad:
+                    raise ConversionError(
+                        f"tensor {m.src} has {bad} NaN/Inf value(s)" + (" after the cast to " + m.out_dtype if m.out_dtype != m.info.dtype else ""),
+                        hint="the checkpoint is damaged" if m.out_dtype == m.info.dtype else "keep the source dtype (drop --dtype)",
+                    )
+                if m.dst in ("d2t", "t2d"):
+                    vocab[m.dst] = t.clone()
+                writer.write(m.dst, t)
+                done += m.info.nbytes
+                if progress:
+                    progress(done, total)
+                del t
+            writer.close()
+        except BaseException:
+            writer.abort()
+            raise
+        if vocab:
+            tlc = config["transformer_layer_config"]
+            problems = vocab_map_problems(vocab["d2t"], vocab["t2d"], tlc["vocab_size"], config["draft_vocab_size"])
+            if problems:
+                raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        _verify_written(tmp, layout)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+        return total
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _verify_written(folder: Path, layout) -> None:
+    """Re-open the written file with the safetensors library and compare its header with the plan."""
+    from safetensors import safe_open
+
+    with safe_open(str(folder / WEIGHTS_FILE), framework="pt") as f:
+        got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    want = {name: tuple(shape) for name, _, shape in layout}
+    if got != want:  # a bug in the writer, not a user error
+        raise RuntimeError(f"written safetensors header differs from the plan: {set(got) ^ set(want)}")
