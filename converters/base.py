@@ -115,6 +115,7 @@ class Plan:
         moves: one entry per source tensor, in output order for kept/renamed ones.
         notes: facts the user should see (defaults applied, files ignored).
         transforms: optional per-output-tensor functions applied while streaming.
+        unknown: source tensors no rule of the converter knows (an error).
     """
 
     source_format: str
@@ -123,6 +124,7 @@ class Plan:
     moves: list[TensorMove]
     notes: list[str] = field(default_factory=list)
     transforms: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    unknown: list[str] = field(default_factory=list)
 
     @property
     def written(self) -> list[TensorMove]:
@@ -145,8 +147,12 @@ class Converter:
     def map_tensors(self, infos: dict[str, TensorInfo], out_dtype: Callable[[TensorInfo], str]) -> list[TensorMove]:
         """Apply :attr:`rules` to every source tensor.
 
+        Names no rule knows are collected in ``self.unknown``; :meth:`plan` puts them
+        into :attr:`Plan.unknown`, and the conversion fails listing them together with
+        any missing or mis-shaped tensors.
+
         Raises:
-            ConversionError: a tensor no rule knows, or two tensors mapped to one name.
+            ConversionError: two tensors map to one output name.
         """
         moves, unknown, taken = [], [], {}
         for name in sorted(infos):
@@ -165,11 +171,7 @@ class Converter:
                 break
             else:
                 unknown.append(name)
-        if unknown:
-            raise ConversionError(
-                f"{len(unknown)} source tensor(s) not part of the {self.name} layout: {_short(unknown)}",
-                hint="nothing was written; check --from, or report the layout if it is a real variant",
-            )
+        self.unknown = unknown
         return moves
 
 

@@ -184,6 +184,15 @@ class Eagle3Converter(Converter):
             raise ConversionError(f"the source mixes floating dtypes {float_codes}", hint="choose one with --dtype float16|bfloat16|float32")
 
         moves = self.map_tensors(infos, lambda i: out_code if i.dtype in ("F16", "BF16", "F32", "F64") else i.dtype)
+        if Vd == V and "d2t" in infos:
+            # vLLM builds no vocabulary map for a full-vocabulary draft and rejects d2t
+            # ("no module or parameter named 'draft_id_to_target_id'"); all-zero offsets
+            # are the identity, so dropping them is exact. Anything else is refused.
+            if bool(src.reader.get("d2t").count_nonzero()):
+                raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
+            for m in moves:
+                if m.src in ("d2t", "t2d"):
+                    m.dst, m.action, m.reason = None, "drop", "full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here"
         layers = sorted({int(m.dst.split(".")[1]) for m in moves if m.dst and m.dst.startswith("layers.")})
         n_layers = len(layers)
         if layers != list(range(n_layers)) or n_layers == 0:
@@ -192,7 +201,7 @@ class Eagle3Converter(Converter):
         if cfg_layers != n_layers:
             raise ConversionError(f"config num_hidden_layers={cfg_layers} but the weights hold {n_layers} decoder layer(s)", where="config.json")
 
-        tlc = self._decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
+        tlc = self._decoder_config(cfg, H, nH, V, verifier, out_code, n_layers, len(taps))
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
         nbr = cfg.get("norm_before_residual", False)
         if not isinstance(nbr, bool):
@@ -221,10 +230,10 @@ class Eagle3Converter(Converter):
         }
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
-        return Plan(self.name, layout, config, moves, notes)
+        return Plan(self.name, layout, config, moves, notes, unknown=self.unknown)
 
     @staticmethod
-    def _decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: VerifierInfo, out_code: str, n_layers: int) -> dict[str, Any]:
+    def _decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: VerifierInfo, out_code: str, n_layers: int, n_aux: int) -> dict[str, Any]:
         """The draft decoder's ``transformer_layer_config``: the source's own fields only.
 
         Rope comes from the draft's config, never the verifier's: the reference builds
@@ -261,6 +270,8 @@ class Eagle3Converter(Converter):
             "mlp_bias": bool(cfg.get("mlp_bias", False)),
             "tie_word_embeddings": False,
             "torch_dtype": _DTYPES[out_code],
+            # vLLM sizes fc from this field, else assumes 3 taps (llama_eagle3.py, vLLM 0.32)
+            "num_aux_hidden_states": n_aux,
         }
         if isinstance(scaling, dict):
             tlc["rope_scaling"] = scaling

@@ -87,7 +87,7 @@ def convert(
     if dry_run:
         table = Table(title=f"plan: {source_format} ({plan.layout}) -> specfmt", show_lines=False)
         for col in ("source tensor", "action", "output tensor", "shape", "dtype"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for m in plan.moves:
             dt = m.info.dtype if m.out_dtype == m.info.dtype else f"{m.info.dtype}->{m.out_dtype}"
             table.add_row(m.src, m.action if m.action != "drop" else f"drop: {m.reason}", m.dst or "-", str(list(m.info.shape)), dt)

@@ -160,7 +160,7 @@ def _check_plan(plan) -> None:
     validate_config(plan.config, where="planned config.json")
     shapes = {m.dst: (m.info.shape, m.out_dtype) for m in plan.written}
     problems = inventory_problems(plan.config, shapes)
-    parts = []
+    parts = [f"not part of the {plan.source_format} layout: {', '.join(plan.unknown)}"] if plan.unknown else []
     for key, label in (("missing", "missing"), ("unexpected", "unexpected"), ("shape", "wrong shape"), ("dtype", "wrong dtype")):
         if problems[key]:
             parts.append(f"{label}: {', '.join(problems[key])}")

@@ -102,6 +102,11 @@ def _semantic_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:
         ids = cfg["eagle_aux_hidden_state_layer_ids"]
         if list(ids) != sorted(ids):
             out.append(("$.eagle_aux_hidden_state_layer_ids", f"{ids} is not ascending; vLLM concatenates the taps in ascending layer order"))
+        n_aux = tlc.get("num_aux_hidden_states")
+        if n_aux is not None and n_aux != len(ids):
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"{n_aux} differs from the {len(ids)} tap layers"))
+        if n_aux is None and len(ids) != 3:
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"missing with {len(ids)} tap layers; vLLM then sizes fc for 3"))
         if cfg.get("norm_before_fc") and cfg.get("fc_norm"):
             out.append(("$.fc_norm", "fc_norm and norm_before_fc cannot both be true"))
     return out
@@ -339,7 +344,7 @@ def expected_tensors(cfg: dict[str, Any]) -> dict[str, TensorSpec]:
     ``layers.{i≥1}.*``             standard Llama layer   ``num_hidden_layers`` > 1
     ``norm.weight``                [H]                    always
     ``lm_head.weight``             [Vd, H]                always
-    ``d2t`` / ``t2d``              [Vd] int64 / [V] bool  required when Vd < V, else optional
+    ``d2t`` / ``t2d``              [Vd] int64 / [V] bool  when Vd < V (never when Vd = V)
     ``embed_tokens.weight``        [V, H]                 required when H_t ≠ H, else optional
     ``input_norm.weight``          [n_aux·H_t]            ``norm_before_fc``
     ``fc_norm.{k}.weight``         [H_t]                  ``fc_norm``
@@ -359,10 +364,10 @@ def expected_tensors(cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         specs.update(_decoder_layer_specs(f"layers.{i}", tlc, 2 * H if i == 0 else H, first=i == 0))
     specs["norm.weight"] = TensorSpec((H,))
     specs["lm_head.weight"] = TensorSpec((Vd, H))
-    reduced = Vd < V
-    why_vocab = "Vd < V: without d2t vLLM reads draft id i as target id i and acceptance collapses"
-    specs["d2t"] = TensorSpec((Vd,), "int64", required=reduced, why=why_vocab)
-    specs["t2d"] = TensorSpec((V,), "bool", required=reduced, why=why_vocab)
+    if Vd < V:  # a full-vocabulary draft has no map: vLLM rejects d2t when Vd = V
+        why_vocab = "Vd < V: without d2t vLLM reads draft id i as target id i and acceptance collapses"
+        specs["d2t"] = TensorSpec((Vd,), "int64", why=why_vocab)
+        specs["t2d"] = TensorSpec((V,), "bool", why=why_vocab)
     specs["embed_tokens.weight"] = TensorSpec(
         (V, H), required=Ht != H, why="H_t != H: the verifier's embedding has the wrong width for the draft"
     )

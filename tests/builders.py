@@ -1,0 +1,135 @@
+"""Small research checkpoints built from the layouts in ``research-formats.md``.
+
+Shapes are tiny but every name, dtype and config field follows the real layouts:
+SafeAILab EAGLE-3 (``pytorch_model.bin``, ``midlayer.*``, LlamaForCausalLM config
+without tap ids), SpecForge/ModelOpt (``model.safetensors``, ``LlamaForCausalLMEagle3``,
+nested ``eagle_config``), drafts with ``target_hidden_size`` and their own
+``embed_tokens``, sharded safetensors with an index, full-vocabulary drafts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+
+def write_verifier(folder: Path, *, hidden: int = 64, vocab: int = 256, layers: int = 8, text_config: bool = False) -> Path:
+    """A verifier folder with only its config.json (all EAGLE-3 conversion needs)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": hidden,
+        "intermediate_size": hidden * 3,
+        "num_hidden_layers": layers,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "vocab_size": vocab,
+        "max_position_embeddings": 4096,
+        "rope_theta": 500000.0,
+    }
+    if text_config:
+        cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "text_config": cfg}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def vocab_map(vocab: int, draft_vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """d2t/t2d exactly as ``traineagle3/cnets.py::scandata`` builds them (offsets, bool mask)."""
+    g = torch.Generator().manual_seed(seed)
+    used = torch.randperm(vocab, generator=g)[:draft_vocab].sort().values
+    d2t = used - torch.arange(draft_vocab)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[used] = True
+    return d2t.to(torch.int64), t2d
+
+
+def eagle3_tensors(
+    *, hidden: int = 64, vocab: int = 256, draft_vocab: int = 128, inter: int = 96, heads: int = 2, kv_heads: int = 1,
+    target_hidden: int | None = None, n_aux: int = 3, layers: int = 1, embed: bool = False, prefix: str = "midlayer.",
+    dtype=torch.float16, seed: int = 0,
+) -> dict[str, torch.Tensor]:
+    """The state dict of an EAGLE-3 draft (``cnets.py`` ``Model``), research names."""
+    g = torch.Generator().manual_seed(seed)
+    r = lambda *s: (torch.randn(*s, generator=g) * 0.02).to(dtype)  # noqa: E731
+    ones = lambda n: torch.ones(n, dtype=dtype)  # noqa: E731
+    H, d = hidden, hidden // heads
+    Ht = target_hidden or hidden
+    sd: dict[str, torch.Tensor] = {}
+    for i in range(layers):
+        p = prefix if layers == 1 else f"{prefix}{i}."
+        if prefix == "layers.":
+            p = f"layers.{i}."
+        w = 2 * H if i == 0 else H
+        sd.update({
+            f"{p}self_attn.q_proj.weight": r(heads * d, w),
+            f"{p}self_attn.k_proj.weight": r(kv_heads * d, w),
+            f"{p}self_attn.v_proj.weight": r(kv_heads * d, w),
+            f"{p}self_attn.o_proj.weight": r(H, heads * d),
+            f"{p}mlp.gate_proj.weight": r(inter, H),
+            f"{p}mlp.up_proj.weight": r(inter, H),
+            f"{p}mlp.down_proj.weight": r(H, inter),
+            f"{p}input_layernorm.weight": ones(H),
+            f"{p}post_attention_layernorm.weight": ones(H),
+        })
+        if i == 0:
+            sd[f"{p}hidden_norm.weight"] = ones(H)
+    sd["fc.weight"] = r(H, n_aux * Ht)
+    sd["norm.weight"] = ones(H)
+    sd["lm_head.weight"] = r(draft_vocab, H)
+    if draft_vocab < vocab:
+        sd["d2t"], sd["t2d"] = vocab_map(vocab, draft_vocab, seed)
+    if embed:
+        sd["embed_tokens.weight"] = r(vocab, H)
+    return sd
+
+
+def eagle3_config(*, hidden: int = 64, vocab: int = 256, draft_vocab: int = 128, inter: int = 96, heads: int = 2, kv_heads: int = 1, layers: int = 1, **extra) -> dict:
+    """A SafeAILab-style EAGLE-3 config.json: a LlamaConfig dump plus draft_vocab_size."""
+    cfg = {
+        "architectures": ["LlamaForCausalLM"], "bos_token_id": 0, "eos_token_id": 1, "hidden_act": "silu",
+        "hidden_size": hidden, "initializer_range": 0.02, "intermediate_size": inter, "max_position_embeddings": 2048,
+        "model_type": "llama", "num_attention_heads": heads, "num_key_value_heads": kv_heads, "num_hidden_layers": layers,
+        "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",
+        "transformers_version": "4.28.1", "use_cache": True, "vocab_size": vocab, "draft_vocab_size": draft_vocab,
+    }
+    cfg.update(extra)
+    return cfg
+
+
+def write_safeailab(folder: Path, **kw) -> Path:
+    """SafeAILab layout: pytorch_model.bin (torch.save of the flat state dict) + config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg_kw = {k: kw[k] for k in ("hidden", "vocab", "draft_vocab") if k in kw}
+    torch.save(eagle3_tensors(**kw), folder / "pytorch_model.bin")
+    (folder / "config.json").write_text(json.dumps(eagle3_config(**cfg_kw)))
+    return folder
+
+
+def write_specforge(folder: Path, *, taps=(1, 4, 5), shards: int = 1, target_hidden: int | None = None, embed: bool = False, layers: int = 1, hidden: int = 64, vocab: int = 256, draft_vocab: int = 128, **kw) -> Path:
+    """SpecForge/ModelOpt layout: model.safetensors (or shards + index), nested eagle_config."""
+    folder.mkdir(parents=True, exist_ok=True)
+    prefix = "midlayer." if layers == 1 else "midlayer."
+    sd = eagle3_tensors(hidden=hidden, vocab=vocab, draft_vocab=draft_vocab, target_hidden=target_hidden, n_aux=len(taps), embed=embed, layers=layers, prefix=prefix, dtype=torch.bfloat16, **kw)
+    extra = {
+        "architectures": ["LlamaForCausalLMEagle3"], "head_dim": hidden // 2, "rope_theta": 10000.0, "torch_dtype": "bfloat16",
+        "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(taps), "use_aux_hidden_state": True},
+    }
+    if target_hidden:
+        extra["target_hidden_size"] = target_hidden
+    (folder / "config.json").write_text(json.dumps(eagle3_config(hidden=hidden, vocab=vocab, draft_vocab=draft_vocab, layers=layers, **extra)))
+    if shards == 1:
+        save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        return folder
+    names = sorted(sd)
+    weight_map = {}
+    for s in range(shards):
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: sd[n] for n in names[s::shards]}
+        save_file(part, str(folder / fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n in part})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return folder
