@@ -158,23 +158,15 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
 
 
 def main() -> None:
-    """Console entry point: one line and exit 2 for user errors."""
+    """Console entry point: usage errors exit 2 (click); user errors print one line and exit 2."""
     try:
-        app(standalone_mode=False)
+        app()  # standalone: click handles --help, usage errors and typer.Exit itself
     except SpecfmtError as e:
         err.print(f"specfmt: error: {e.one_line()}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        err.print("aborted")
-        sys.exit(130)
     except KeyboardInterrupt:
         err.print("interrupted; nothing was written to the output folder")
         sys.exit(130)
-    except __import__("click").ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover
