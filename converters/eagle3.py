@@ -226,7 +226,7 @@ class Eagle3Converter(Converter):
             "fc_norm": flag("fc_norm"),
             "norm_output": flag("norm_output"),
             "tie_word_embeddings": False,
-            "torch_dtype": _DTYPES[out_code],
+            "dtype": _DTYPES[out_code],
         }
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
@@ -269,7 +269,7 @@ class Eagle3Converter(Converter):
             "attention_bias": bool(cfg.get("attention_bias", False)),
             "mlp_bias": bool(cfg.get("mlp_bias", False)),
             "tie_word_embeddings": False,
-            "torch_dtype": _DTYPES[out_code],
+            "dtype": _DTYPES[out_code],
             # vLLM sizes fc from this field, else assumes 3 taps (llama_eagle3.py, vLLM 0.32)
             "num_aux_hidden_states": n_aux,
         }

@@ -45,14 +45,14 @@ def inventory_problems(cfg: dict, shapes: dict[str, tuple[tuple[int, ...], str]]
 
 
 def float_dtype_problems(cfg: dict, infos: dict[str, TensorInfo]) -> list[str]:
-    """All floating tensors share one dtype, and it is the config's ``torch_dtype``."""
+    """All floating tensors share one dtype, and it is the config's ``dtype`` (``torch_dtype`` in older files)."""
     floats = sorted({i.dtype for i in infos.values() if kind_of(i.dtype) == "float"})
-    want = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}.get(cfg.get("torch_dtype") or cfg.get("dtype") or "")
+    want = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}.get(cfg.get("dtype") or cfg.get("torch_dtype") or "")
     problems = []
     if len(floats) > 1:
         problems.append(f"floating tensors mix dtypes {floats}")
     if want and floats and floats != [want]:
-        problems.append(f"config torch_dtype is {cfg.get('torch_dtype') or cfg.get('dtype')} but tensors are {floats}")
+        problems.append(f"config dtype is {cfg.get('dtype') or cfg.get('torch_dtype')} but tensors are {floats}")
     return problems
 
 

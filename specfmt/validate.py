@@ -9,7 +9,7 @@ Checks, in order; a check that cannot run because an earlier one failed is
 ``version``        ``speculators_version`` known (older: warn; newer: fail)
 ``weights``        safetensors weight files readable (headers, sizes)
 ``tensors``        names and shapes exactly those the config implies
-``dtypes``         one floating dtype matching ``torch_dtype``; d2t int64, t2d bool
+``dtypes``         one floating dtype matching the config's ``dtype``; d2t int64, t2d bool
 ``finite``         no NaN/Inf in any floating tensor (reads the data, one tensor at a time)
 ``vocab_map``      ``d2t``/``t2d`` consistency (:func:`specfmt.checks.vocab_map_problems`)
 ``verifier``       against the verifier's config when reachable: hidden size,

@@ -77,7 +77,7 @@ def test_specforge_layout_reads_nested_taps_and_shards(tmp_path, verifier, shard
     convert("eagle3", str(src), tmp_path / "out", str(verifier))
     cfg, out = load_out(tmp_path / "out")
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [1, 4, 6]
-    assert cfg["torch_dtype"] == "bfloat16" and out["fc.weight"].dtype == torch.bfloat16
+    assert cfg["dtype"] == "bfloat16" and out["fc.weight"].dtype == torch.bfloat16
     assert cfg["specfmt"]["source"]["layout"] == "specforge"
     if shards > 1:
         assert "model.safetensors.index.json" not in cfg["specfmt"]["source"]["files"]
@@ -151,7 +151,7 @@ def test_dtype_cast(tmp_path, verifier):
     src = write_safeailab(tmp_path / "src")
     convert("eagle3", str(src), tmp_path / "out", str(verifier), opts=Options(dtype="float32"))
     cfg, out = load_out(tmp_path / "out")
-    assert cfg["torch_dtype"] == "float32" and out["fc.weight"].dtype == torch.float32
+    assert cfg["dtype"] == "float32" and out["fc.weight"].dtype == torch.float32
     assert out["d2t"].dtype == torch.int64 and out["t2d"].dtype == torch.bool
     src_fc = torch.load(src / "pytorch_model.bin", weights_only=True)["fc.weight"]
     assert torch.equal(out["fc.weight"], src_fc.float())
