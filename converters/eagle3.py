@@ -61,9 +61,9 @@ class Eagle3Converter(Converter):
     name = "eagle3"
     summary = "EAGLE-3 drafts: SafeAILab (pytorch_model.bin, midlayer.*) and SpecForge/ModelOpt (model.safetensors, eagle_config)"
     rules = (
+        Rule(r"(midlayer|layers)\.(\d+\.)?self_attn\.rotary_emb\.inv_freq", None, "rotary cache, equal to what rope_theta gives (checked)"),
         Rule(r"midlayer\.(\d+)\.(.+)", r"layers.\1.\2"),  # ModelOpt multi-layer drafts
         Rule(r"midlayer\.(.+)", r"layers.0.\1"),  # SafeAILab / SpecForge single layer
-        Rule(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", None, "rotary cache, recomputed from rope_theta"),
         Rule(r"layers\.\d+\..+", KEEP),
         Rule(r"(fc|norm|lm_head|embed_tokens|input_norm)\.weight", KEEP),
         Rule(r"fc_norm\.\d+\.weight", KEEP),
@@ -174,16 +174,19 @@ class Eagle3Converter(Converter):
         if len(fc.shape) != 2 or fc.shape[1] != len(taps) * (Ht or H):
             raise ConversionError(f"fc.weight has shape {list(fc.shape)}, which does not take {len(taps)} taps of width {Ht or H}")
 
-        # -- dtype -----------------------------------------------------------------
-        float_codes = sorted({i.dtype for i in infos.values() if i.dtype in ("F16", "BF16", "F32", "F64")})
+        # -- dtype (over the tensors that are written) ---------------------------------
+        floats = ("F16", "BF16", "F32", "F64")
+        moves = self.map_tensors(infos, lambda i: i.dtype)
+        float_codes = sorted({m.info.dtype for m in moves if m.dst and m.info.dtype in floats})
         if opts.dtype:
             out_code = _CODES[opts.dtype]
         elif len(float_codes) == 1 and float_codes[0] in _DTYPES:
             out_code = float_codes[0]
         else:
             raise ConversionError(f"the source mixes floating dtypes {float_codes}", hint="choose one with --dtype float16|bfloat16|float32")
-
-        moves = self.map_tensors(infos, lambda i: out_code if i.dtype in ("F16", "BF16", "F32", "F64") else i.dtype)
+        for m in moves:
+            if m.dst and m.info.dtype in floats:
+                m.out_dtype = out_code
         if Vd == V and "d2t" in infos:
             # vLLM builds no vocabulary map for a full-vocabulary draft and rejects d2t
             # ("no module or parameter named 'draft_id_to_target_id'"); all-zero offsets
@@ -202,6 +205,7 @@ class Eagle3Converter(Converter):
             raise ConversionError(f"config num_hidden_layers={cfg_layers} but the weights hold {n_layers} decoder layer(s)", where="config.json")
 
         tlc = self._decoder_config(cfg, H, nH, V, verifier, out_code, n_layers, len(taps))
+        self._check_rotary_caches(src, tlc)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
         nbr = cfg.get("norm_before_residual", False)
         if not isinstance(nbr, bool):
@@ -231,6 +235,25 @@ class Eagle3Converter(Converter):
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
         return Plan(self.name, layout, config, moves, notes, unknown=self.unknown)
+
+    @staticmethod
+    def _check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
+        """A saved ``rotary_emb.inv_freq`` is dropped only if it equals what the written
+        ``rope_theta`` gives (``1 / theta**(arange(0, d, 2) / d)``), so the drop is exact."""
+        import torch
+
+        d = tlc["head_dim"]
+        theta = tlc["rope_theta"]
+        want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+        for name, info in src.reader.infos.items():
+            if not name.endswith("rotary_emb.inv_freq"):
+                continue
+            got = src.reader.get(name).to(torch.float64)
+            if tlc["rope_parameters"].get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
+                raise ConversionError(
+                    f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
+                    hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",
+                )
 
     @staticmethod
     def _decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: VerifierInfo, out_code: str, n_layers: int, n_aux: int) -> dict[str, Any]:

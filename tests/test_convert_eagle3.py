@@ -351,3 +351,20 @@ def test_four_taps_write_num_aux_hidden_states(tmp_path, verifier):
     convert("eagle3", str(src), tmp_path / "out", str(verifier))
     cfg, _ = load_out(tmp_path / "out")
     assert cfg["transformer_layer_config"]["num_aux_hidden_states"] == 4
+
+
+def test_rotary_cache_is_dropped_only_when_it_matches_rope_theta(tmp_path, verifier):
+    src = tmp_path / "src"
+    src.mkdir()
+    sd = eagle3_tensors()
+    d = 32  # hidden 64 / 2 heads
+    sd["midlayer.self_attn.rotary_emb.inv_freq"] = 1.0 / (10000.0 ** (torch.arange(0, d, 2).float() / d))
+    torch.save(sd, src / "pytorch_model.bin")
+    (src / "config.json").write_text(json.dumps(eagle3_config()))
+    convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    cfg, out = load_out(tmp_path / "out")
+    assert "layers.0.self_attn.rotary_emb.inv_freq" not in out
+    assert "midlayer.self_attn.rotary_emb.inv_freq" in cfg["specfmt"]["tensors"]["dropped"]
+    (src / "config.json").write_text(json.dumps(eagle3_config(rope_theta=500000.0)))
+    with pytest.raises(ConversionError, match="does not match rope_theta=500000.0"):
+        convert("eagle3", str(src), tmp_path / "out2", str(verifier))
