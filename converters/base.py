@@ -144,12 +144,13 @@ class Converter:
     def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def map_tensors(self, infos: dict[str, TensorInfo], out_dtype: Callable[[TensorInfo], str]) -> list[TensorMove]:
+    def map_tensors(self, infos: dict[str, TensorInfo], out_dtype: Callable[[TensorInfo], str]) -> tuple[list[TensorMove], list[str]]:
         """Apply :attr:`rules` to every source tensor.
 
-        Names no rule knows are collected in ``self.unknown``; :meth:`plan` puts them
-        into :attr:`Plan.unknown`, and the conversion fails listing them together with
-        any missing or mis-shaped tensors.
+        Returns:
+            ``(moves, unknown)``: one move per known tensor, and the names no rule knows.
+            :meth:`plan` puts the latter into :attr:`Plan.unknown`; the conversion then
+            fails listing them together with any missing or mis-shaped tensors.
 
         Raises:
             ConversionError: two tensors map to one output name.
@@ -171,8 +172,7 @@ class Converter:
                 break
             else:
                 unknown.append(name)
-        self.unknown = unknown
-        return moves
+        return moves, unknown
 
 
 def _short(names: list[str], n: int = 8) -> str:

@@ -176,7 +176,7 @@ class Eagle3Converter(Converter):
 
         # -- dtype (over the tensors that are written) ---------------------------------
         floats = ("F16", "BF16", "F32", "F64")
-        moves = self.map_tensors(infos, lambda i: i.dtype)
+        moves, unknown_tensors = self.map_tensors(infos, lambda i: i.dtype)
         float_codes = sorted({m.info.dtype for m in moves if m.dst and m.info.dtype in floats})
         if opts.dtype:
             out_code = _CODES[opts.dtype]
@@ -234,7 +234,7 @@ class Eagle3Converter(Converter):
         }
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
-        return Plan(self.name, layout, config, moves, notes, unknown=self.unknown)
+        return Plan(self.name, layout, config, moves, notes, unknown=unknown_tensors)
 
     @staticmethod
     def _check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:

@@ -32,7 +32,6 @@ import argparse
 import collections
 import json
 import math
-import os
 import random
 import shutil
 import sys

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .checkpoint import TensorInfo, kind_of
+from .checkpoint import TORCH_TO_ST, TensorInfo, kind_of
 from .format import expected_tensors
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,7 +47,7 @@ def inventory_problems(cfg: dict, shapes: dict[str, tuple[tuple[int, ...], str]]
 def float_dtype_problems(cfg: dict, infos: dict[str, TensorInfo]) -> list[str]:
     """All floating tensors share one dtype, and it is the config's ``dtype`` (``torch_dtype`` in older files)."""
     floats = sorted({i.dtype for i in infos.values() if kind_of(i.dtype) == "float"})
-    want = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}.get(cfg.get("dtype") or cfg.get("torch_dtype") or "")
+    want = TORCH_TO_ST.get(cfg.get("dtype") or cfg.get("torch_dtype") or "")
     problems = []
     if len(floats) > 1:
         problems.append(f"floating tensors mix dtypes {floats}")

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import CheckpointReader, SafetensorsStreamWriter, sha256_file
+from .checkpoint import ST_DTYPES, CheckpointReader, SafetensorsStreamWriter, sha256_file
 from .checks import inventory_problems, nonfinite_count, vocab_map_problems
 from .errors import ConversionError, InputError, OutputExistsError
 from .format import CONFIG_FILE, WEIGHTS_FILE, VerifierInfo, provenance_block, read_json, validate_config
@@ -185,7 +185,7 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
             for m in moves:
                 t = reader.get(m.src)
                 if m.out_dtype != m.info.dtype:
-                    t = t.to(getattr(torch, {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}[m.out_dtype]))
+                    t = t.to(getattr(torch, ST_DTYPES[m.out_dtype][0]))
                 if m.dst in plan.transforms:
                     t = plan.transforms[m.dst](t)
                 bad = nonfinite_count(t)

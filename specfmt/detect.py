@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import SpecfmtError
-
 
 @dataclass
 class Detection:
@@ -136,4 +134,4 @@ def detect(folder: str | Path) -> Detection:
     return Detection("unknown", "unknown", ev, summary, None)
 
 
-__all__ = ["Detection", "detect", "SpecfmtError"]
+__all__ = ["Detection", "detect"]

@@ -80,7 +80,7 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
         InputError, HubError: ``folder`` itself cannot be found.
     """
     from .checkpoint import CheckpointReader, kind_of
-    from .checks import float_dtype_problems, inventory_problems, nonfinite_count, vocab_map_problems
+    from .checks import float_dtype_problems, inventory_problems, vocab_map_problems
     from .format import CONFIG_FILE, check_speculators_version, read_json, schema_violations
     from .hub import resolve
 
@@ -127,7 +127,7 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
         shapes = {n: (i.shape, i.dtype) for n, i in infos.items()}
         if violations:
             skip_rest("tensors", "the config is not schema-valid, so the expected tensors are unknown")
-            _finite(rep, reader, infos, nonfinite_count)
+            _finite(rep, reader, infos)
             return rep
         problems = inventory_problems(cfg, shapes)
         inv = [f"missing: {m}" for m in problems["missing"]] + [f"unexpected: {u}" for u in problems["unexpected"]] + [f"shape: {s}" for s in problems["shape"]]
@@ -138,7 +138,7 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
         dt = problems["dtype"] + float_dtype_problems(cfg, infos)
         floats = sorted({i.dtype for i in infos.values() if kind_of(i.dtype) == "float"})
         rep.add("dtypes", FAIL if dt else PASS, "; ".join(dt) if dt else f"floating tensors {'/'.join(floats)}; index tensors as expected", dt)
-        _finite(rep, reader, infos, nonfinite_count)
+        _finite(rep, reader, infos)
         tlc = cfg["transformer_layer_config"]
         if "d2t" in infos and "t2d" in infos:
             vp = vocab_map_problems(reader.get("d2t"), reader.get("t2d"), tlc["vocab_size"], cfg["draft_vocab_size"])
@@ -151,8 +151,9 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
     return rep
 
 
-def _finite(rep: Report, reader, infos, nonfinite_count) -> None:
+def _finite(rep: Report, reader, infos) -> None:
     from .checkpoint import kind_of
+    from .checks import nonfinite_count
 
     bad = []
     for name, info in sorted(infos.items()):

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
 from builders import eagle3_config, eagle3_tensors, write_safeailab, write_specforge, write_verifier
 from conftest import tree_digest
