@@ -106,9 +106,9 @@ def convert(
     source_format: str = typer.Option(..., "--from", help="Source format: eagle3, eagle (EAGLE-1/2), hass, medusa, speculators (older speculators/ModelOpt checkpoints), or auto."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
     verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id. Written as a Hub id or an absolute path."),
-    speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step [default: 3; Medusa: its number of heads]."),
-    aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3 tap layer ids, e.g. 2,16,29 [default: from the source, else (2, N//2, N-3)]."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 [default: keep]."),
+    speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step (default: 3; Medusa: its number of heads)."),
+    aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3 tap layer ids, e.g. 2,16,29 (default: from the source, else (2, N//2, N-3))."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 (default: keep)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
@@ -124,7 +124,7 @@ def convert(
 def upgrade(
     src: str = typer.Argument(..., help="A speculators-format checkpoint (speculators 0.1-0.9, NVIDIA ModelOpt): folder or Hub id."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="The verifier [default: speculators_config.verifier.name_or_path of SRC]."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="The verifier (default: speculators_config.verifier.name_or_path of SRC)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the changes; write nothing."),
@@ -153,29 +153,89 @@ def upgrade(
         out.print(f"  {line}", markup=False, highlight=False)
 
 
+def _checks_table(rep, title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("result", overflow="fold")
+    for c in rep.checks:
+        detail = c.summary
+        if c.details and c.status in ("fail", "warn"):
+            detail += "".join(f"\n  - {d}" for d in c.details[:20]) + (f"\n  ... {len(c.details) - 20} more" if len(c.details) > 20 else "")
+        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", detail)
+    return table
+
+
+def _figures_table(res) -> Table:
+    """Reference and vLLM side by side: acceptance rate per position, mean acceptance length, counts."""
+    ref, vl = res.reference or {}, res.vllm or {}
+    table = Table(title=f"acceptance, k={res.k}, {len(res.prompts.ids) if res.prompts else 0} prompts x {res.max_tokens} tokens")
+    table.add_column("")
+    table.add_column(f"reference ({ref.get('dtype', '-')})", justify="right")
+    table.add_column(f"vLLM ({vl.get('dtype', '-')})", justify="right")
+
+    def cell(d, key, i=None):
+        v = d.get(key)
+        if v is None:
+            return "-"
+        if i is not None:
+            return f"{v[i]:.3f}" if i < len(v) else "-"
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    for i in range(res.k):
+        table.add_row(f"acceptance rate, position {i + 1}", cell(ref, "acceptance_rate_per_position", i), cell(vl, "acceptance_rate_per_position", i))
+    table.add_row("mean acceptance length", cell(ref, "mean_acceptance_length"), cell(vl, "mean_acceptance_length"))
+    table.add_row("drafts", cell(ref, "num_drafts"), cell(vl, "num_drafts"))
+    table.add_row("accepted / draft tokens", f"{ref.get('num_accepted_tokens', '-')} / {ref.get('num_draft_tokens', '-')}",
+                  f"{vl.get('num_accepted_tokens', '-')} / {vl.get('num_draft_tokens', '-')}")
+    return table
+
+
 @app.command()
 def validate(
     path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
-    verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against [default: the one named in config.json, when reachable]."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against (default: the one named in config.json, when reachable)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    run: bool = typer.Option(False, "--run", help="Also run the draft: the reference forward pass and vLLM, acceptance per position compared; writes validation.json into PATH."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="jsonl prompts ({\"prompt\": ...} or chat {\"messages\": [...]}) (default: a small built-in set)."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens generated per prompt."),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="Speculative tokens per step (default: the config's)."),
+    min_acceptance_length: Optional[float] = typer.Option(None, "--min-acceptance-length", help="Fail below this mean acceptance length (tokens per step, counting the verifier's own)."),
+    tolerance: float = typer.Option(0.1, "--tolerance", help="Largest allowed gap between vLLM's and the reference's acceptance rate at any position."),
+    no_vllm: bool = typer.Option(False, "--no-vllm", help="With --run: the reference run only."),
+    timeout: float = typer.Option(900, "--timeout", help="Seconds allowed for each vLLM engine."),
 ) -> None:
-    """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier. Exit 0 only if all pass."""
+    """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
     from .validate import validate_static
 
-    rep = validate_static(path, verifier)
+    if not run:
+        if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length)) or no_vllm:
+            raise typer.BadParameter("--prompts, --num-speculative-tokens, --min-acceptance-length and --no-vllm need --run")
+        rep = validate_static(path, verifier)
+        if as_json:
+            out.print_json(json.dumps(rep.to_json()))
+        else:
+            out.print(_checks_table(rep, f"specfmt validate {rep.path}"))
+            out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+        raise typer.Exit(0 if rep.ok else 1)
+    from .validate_run import validate_run
+
+    res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
+                       num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
+                       tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout)
+    rep = res.report
     if as_json:
-        out.print_json(json.dumps(rep.to_json()))
+        out.print_json(json.dumps({**res.to_json(), "written": res.written}))
     else:
-        table = Table(title=f"specfmt validate {rep.path}")
-        table.add_column("check")
-        table.add_column("status")
-        table.add_column("result", overflow="fold")
-        for c in rep.checks:
-            detail = c.summary
-            if c.details and c.status in ("fail", "warn"):
-                detail += "".join(f"\n  - {d}" for d in c.details[:20]) + (f"\n  ... {len(c.details) - 20} more" if len(c.details) > 20 else "")
-            table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", detail)
-        out.print(table)
+        out.print(_checks_table(rep, f"specfmt validate --run {rep.path}"))
+        if res.reference or res.vllm:
+            out.print(_figures_table(res))
+        if res.causes:
+            from .validate_run import CAUSES
+
+            out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
+        if res.written:
+            out.print(f"wrote {res.written}")
         out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
     raise typer.Exit(0 if rep.ok else 1)
 

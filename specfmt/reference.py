@@ -156,4 +156,252 @@ def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> 
     return propose
 
 
-__all__ = ["eagle1_forward", "eagle1_proposer", "medusa_proposer"]
+__all__ = ["Eagle3Draft", "eagle1_forward", "eagle1_proposer", "eagle3_proposer", "medusa_proposer"]
+
+
+# --------------------------------------------------------------------------- EAGLE-3
+
+
+def _rms_norm(x: "torch.Tensor", weight: "torch.Tensor", eps: float) -> "torch.Tensor":
+    """Llama RMSNorm (computed in float32 or wider, as transformers' ``LlamaRMSNorm``)."""
+    import torch
+
+    wide = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
+    wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * wide.to(x.dtype)
+
+
+def _new_module():
+    """A ``torch.nn.Module`` subclass built lazily, so importing this module does not import torch."""
+    import torch
+    from torch import nn
+
+    class RMSNorm(nn.Module):
+        def __init__(self, n: int, eps: float):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(n))
+            self.eps = eps
+
+        def forward(self, x):
+            return _rms_norm(x, self.weight, self.eps)
+
+    class Attention(nn.Module):
+        def __init__(self, in_width: int, H: int, nH: int, nKV: int, hd: int, bias: bool):
+            super().__init__()
+            self.nH, self.nKV, self.hd = nH, nKV, hd
+            self.q_proj = nn.Linear(in_width, nH * hd, bias=bias)
+            self.k_proj = nn.Linear(in_width, nKV * hd, bias=bias)
+            self.v_proj = nn.Linear(in_width, nKV * hd, bias=bias)
+            self.o_proj = nn.Linear(nH * hd, H, bias=bias)
+
+    class MLP(nn.Module):
+        def __init__(self, H: int, inter: int, bias: bool):
+            super().__init__()
+            self.gate_proj = nn.Linear(H, inter, bias=bias)
+            self.up_proj = nn.Linear(H, inter, bias=bias)
+            self.down_proj = nn.Linear(inter, H, bias=bias)
+
+        def forward(self, x):
+            return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    class Layer(nn.Module):
+        def __init__(self, tlc: dict[str, Any], first: bool):
+            super().__init__()
+            H, eps = tlc["hidden_size"], tlc["rms_norm_eps"]
+            nH, nKV = tlc["num_attention_heads"], tlc.get("num_key_value_heads") or tlc["num_attention_heads"]
+            hd = tlc.get("head_dim") or H // nH
+            self.first = first
+            self.self_attn = Attention(2 * H if first else H, H, nH, nKV, hd, bool(tlc.get("attention_bias")))
+            self.mlp = MLP(H, tlc["intermediate_size"], bool(tlc.get("mlp_bias")))
+            self.input_layernorm = RMSNorm(H, eps)
+            if first:
+                self.hidden_norm = RMSNorm(H, eps)
+            self.post_attention_layernorm = RMSNorm(H, eps)
+
+    class Eagle3Draft(nn.Module):
+        """See :class:`specfmt.reference.Eagle3Draft`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            tlc = cfg["transformer_layer_config"]
+            self.cfg = cfg
+            H = tlc["hidden_size"]
+            Ht = cfg.get("target_hidden_size") or H
+            n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
+            eps = tlc["rms_norm_eps"]
+            self.eps = eps
+            self.taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
+            self.norm_before_residual = bool(cfg.get("norm_before_residual"))
+            self.norm_output = bool(cfg.get("norm_output"))
+            if cfg.get("norm_before_fc"):
+                self.input_norm = RMSNorm(n_aux * Ht, eps)
+            if cfg.get("fc_norm"):
+                self.fc_norm = nn.ModuleList([RMSNorm(Ht, eps) for _ in range(n_aux)])
+            self.fc = nn.Linear(n_aux * Ht, H, bias=False)
+            self.layers = nn.ModuleList([Layer(tlc, i == 0) for i in range(tlc["num_hidden_layers"])])
+            self.norm = RMSNorm(H, eps)
+            V, Vd = tlc["vocab_size"], cfg["draft_vocab_size"]
+            self.lm_head = nn.Linear(H, Vd, bias=False)
+            if Vd != V:
+                self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
+                self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
+            self.embed_tokens = None
+            hd = tlc.get("head_dim") or H // tlc["num_attention_heads"]
+            theta = float((tlc.get("rope_parameters") or {}).get("rope_theta", tlc.get("rope_theta", 10000.0)))
+            self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)), persistent=False)
+
+        # -- pieces ---------------------------------------------------------
+        def combine(self, aux: "torch.Tensor") -> "torch.Tensor":
+            """[..., n_aux·H_t] verifier tap states -> [..., H] (``combine_hidden_states``)."""
+            if hasattr(self, "input_norm"):
+                aux = self.input_norm(aux)
+            if hasattr(self, "fc_norm"):
+                chunks = aux.chunk(len(self.fc_norm), dim=-1)
+                aux = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
+            return self.fc(aux)
+
+        def target_ids(self) -> "torch.Tensor":
+            """[Vd] verifier id of each draft id: ``i + d2t[i]`` (EAGLE-3 ``cnets.py``; vLLM ``compute_logits``)."""
+            base = torch.arange(self.lm_head.out_features, device=self.lm_head.weight.device)
+            return base + self.d2t if hasattr(self, "d2t") else base
+
+        def _rope(self, x, positions):
+            # x [B, n, T, hd]; rotate_half convention of transformers' Llama
+            freqs = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
+            emb = torch.cat([freqs, freqs], dim=-1)
+            cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+            half = x.shape[-1] // 2
+            rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+            return x * cos + rot * sin
+
+        def _attend(self, attn, x, positions, past, mask):
+            B, T, _ = x.shape
+            q = attn.q_proj(x).view(B, T, attn.nH, attn.hd).transpose(1, 2)
+            k = attn.k_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
+            v = attn.v_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
+            q, k = self._rope(q, positions), self._rope(k, positions)
+            keys = torch.cat([p[0] for p in past] + [k], dim=2)
+            vals = torch.cat([p[1] for p in past] + [v], dim=2)
+            rep = attn.nH // attn.nKV
+            o = nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
+            return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), (k, v)
+
+        def forward(self, embeds, hidden, positions, past=None, mask=None):
+            """One draft pass.
+
+            Args:
+                embeds: [B, T, H] token embeddings (of the token after each position).
+                hidden: [B, T, H] per position: ``combine(taps)`` for verified positions, the
+                    draft's own fed-back state for drafted ones.
+                positions: [T] rotary positions.
+                past: per layer, a list of (k, v) [B, n_kv, T', hd] from earlier passes that
+                    these queries may also attend to (training-time test); None for none.
+                mask: [T, T'+T] boolean attention mask (True = attend); None = causal.
+
+            Returns:
+                ``(logits [B, T, Vd], feedback [B, T, H], kv)``: draft-vocabulary logits, the
+                state fed back for the next drafted position (the pre-norm output, or the
+                normed one with ``norm_output``), and this pass's (k, v) per layer.
+            """
+            if mask is None and not past:
+                T = embeds.shape[1]
+                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
+            past = past or [[] for _ in self.layers]
+            kv = []
+            x = hidden
+            for i, layer in enumerate(self.layers):
+                if layer.first:
+                    e = layer.input_layernorm(embeds)
+                    if self.norm_before_residual:
+                        x = layer.hidden_norm(x)
+                        residual = x
+                    else:
+                        residual = x
+                        x = layer.hidden_norm(x)
+                    x = torch.cat([e, x], dim=-1)
+                else:
+                    residual = x
+                    x = layer.input_layernorm(x)
+                a, new = self._attend(layer.self_attn, x, positions, past[i], mask)
+                kv.append(new)
+                x = residual + a
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            normed = self.norm(x)
+            return self.lm_head(normed), (normed if self.norm_output else x), kv
+
+    return Eagle3Draft
+
+
+_EAGLE3 = None
+
+
+def Eagle3Draft(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """The EAGLE-3 draft as a ``torch.nn.Module``, with its state-dict names the specfmt tensor names.
+
+    The forward pass of vLLM's ``llama_eagle3.py`` and SafeAILab ``eagle/traineagle3/cnets.py``
+    (layer 0 reads ``cat(input_layernorm(embed), hidden_norm(h))``, 2H wide; residual = h,
+    or the normed h with ``norm_before_residual``), with every variant the format allows:
+    ``norm_before_fc`` (one RMSNorm over the n_aux·H_t taps, ``input_norm.weight``),
+    ``fc_norm`` (one RMSNorm per tap, ``fc_norm.{i}.weight``), ``norm_output`` (the normed
+    output is fed back instead of the pre-norm one), ``d2t`` (draft id i proposes verifier id
+    ``i + d2t[i]``) and layers ≥ 1 as plain pre-norm Llama layers.
+
+    Args:
+        cfg: a specfmt eagle3 ``config.json`` (dict).
+        tensors: the checkpoint's tensors; None leaves the module randomly initialised
+            (``nn.Linear`` defaults, norms = 1). ``embed_tokens.weight`` is kept as the
+            attribute ``embed_tokens`` (a tensor, not a parameter) when present.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` lack a tensor the config implies or have a
+            different shape (``load_state_dict(strict=True)``).
+    """
+    global _EAGLE3
+    if _EAGLE3 is None:
+        _EAGLE3 = _new_module()
+    model = _EAGLE3(cfg)
+    if tensors is not None:
+        state = {n: t for n, t in tensors.items() if n != "embed_tokens.weight"}
+        model.load_state_dict({n: t.to(model.state_dict()[n].dtype) if n in model.state_dict() else t for n, t in state.items()}, strict=True)
+        model.embed_tokens = tensors.get("embed_tokens.weight")
+    return model
+
+
+def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Tensor | None" = None) -> "Proposer":
+    """EAGLE-3 chain drafting (vLLM ``EagleProposer`` with ``Eagle3LlamaForCausalLM``) as a :data:`~specfmt.acceptance.Proposer`.
+
+    Position j of the draft reads the embedding of token j+1 and ``combine`` of the verifier's
+    tap states at j (``hidden[l]`` for each tap id l: the residual stream entering layer l);
+    each drafted position reads the draft's fed-back state of the position before it. The
+    proposed verifier id is ``target_ids()[argmax(draft logits)]``.
+
+    Args:
+        draft: an :func:`Eagle3Draft` (eval mode).
+        embed: [V, H] the embedding the draft uses: its own ``embed_tokens`` when the
+            checkpoint has one, else the verifier's (vLLM shares it).
+        dtype: compute dtype (default: the verifier states' dtype).
+        targets: [Vd] verifier id of each draft id (default ``draft.target_ids()``, the
+            format's reading of ``d2t``); validation passes other readings to test them.
+    """
+    import torch
+
+    targets = draft.target_ids() if targets is None else targets
+
+    def propose(tokens: list[int], states, k: int) -> list[int]:
+        dt = dtype or states.hidden[0].dtype
+        d = draft.to(dt)
+        aux = torch.cat([states.hidden[j] for j in d.taps], dim=-1).to(dt)
+        with torch.no_grad():
+            hidden = d.combine(aux)[None]
+            ids = list(tokens[1:])
+            out: list[int] = []
+            for _ in range(k):
+                e = embed[torch.tensor(ids)].to(dt)[None]
+                logits, feedback, _ = d(e, hidden, torch.arange(len(ids)))
+                t = int(targets[int(logits[0, -1].argmax())])
+                out.append(t)
+                ids.append(t)
+                hidden = torch.cat([hidden, feedback[:, -1:]], dim=1)
+        return out
+
+    return propose

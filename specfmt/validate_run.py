@@ -1,0 +1,533 @@
+"""``specfmt validate --run``: run the draft two independent ways and compare.
+
+Static checks cannot see the worst failures of this field: vLLM leaves tensors it did not
+find at their initial values without a word, guesses tap layers when they are missing
+(acceptance fell from 2.77 to 1.04 in vllm PR #50170) and assumes ``norm_before_residual``
+when the key is absent. Only running the draft shows them, so this module runs it twice:
+
+* **reference**: the research forward pass (:mod:`specfmt.reference`) driven by the verifier
+  loaded with transformers, greedy chain drafting (:func:`specfmt.acceptance.run_chain`);
+* **vLLM**: ``LLM(model=OUT)`` exactly as ``vllm serve OUT`` starts it (no speculative
+  config), in a child process (:mod:`specfmt.vllm_run`), plus the verifier alone, same prompts.
+
+Checks added to the static report:
+
+================  ============================================================================
+``reference``     the reference run completed
+``vllm``          vLLM loaded OUT, attached the draft with the expected method, and proposed drafts
+``vllm_exact``    vLLM's tokens with the draft equal the verifier alone (speculative decoding is lossless)
+``agreement``     per-position acceptance rates of vLLM and the reference within ``tolerance``
+``variants``      no plausible misreading of the checkpoint (other tap ids, the other norm order,
+                  another reading of ``d2t``) is accepted clearly more often than the checkpoint
+                  as written -- a sign that the config describes the weights wrongly
+``vllm_weights``  every draft weight vLLM holds equals the file's (checksums read inside the worker)
+``acceptance``    mean acceptance length >= ``--min-acceptance-length`` (when given)
+================  ============================================================================
+
+A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabulary map.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .errors import InputError, SpecfmtError
+from .validate import FAIL, PASS, SKIP, WARN, Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .acceptance import ChainResult
+
+#: ``validation.json``: the run's figures, written next to the checkpoint for the model card.
+VALIDATION_FILE = "validation.json"
+
+#: A variant reading must beat the checkpoint as written by this much mean acceptance length.
+VARIANT_MARGIN = 0.15
+
+#: Prompts used when ``--prompts`` is not given: short openings of prose, code and chat-like text.
+BUILTIN_PROMPTS = [
+    "The history of the printing press begins in",
+    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "Here is a short list of tips for writing clear documentation:\n1.",
+    "import json\n\nwith open(\"config.json\") as f:\n",
+    "Question: Why is the sky blue?\nAnswer:",
+    "The quick brown fox jumps over the lazy dog. The quick brown fox",
+    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
+    "Once upon a time, in a small village by the sea, there lived",
+]
+
+CAUSES = {
+    "unloaded tensors": "tensors vLLM did not load stay at their initial values",
+    "tap ids": "eagle_aux_hidden_state_layer_ids name other verifier layers than the draft was trained on",
+    "norm order": "norm_before_residual / norm_output do not match the forward pass the draft was trained with",
+    "vocab mapping": "d2t is read the wrong way (offsets vs absolute ids, or the sign)",
+}
+
+
+@dataclass
+class Prompts:
+    """Prompts of one run. ``ids`` are what both runs receive, unchanged."""
+
+    source: str
+    texts: list[str]
+    ids: list[list[int]]
+    chat_template: bool = False
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(json.dumps(self.ids).encode()).hexdigest()
+
+
+@dataclass
+class RunResult:
+    """Everything ``validate --run`` measured; ``report`` holds the checks (static ones first)."""
+
+    report: Report
+    k: int
+    max_tokens: int
+    prompts: Prompts | None = None
+    reference: dict[str, Any] | None = None
+    vllm: dict[str, Any] | None = None
+    variants: list[dict[str, Any]] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)
+    written: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "specfmt_version": __version__,
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "checkpoint": self.report.path,
+            "passed": self.report.ok,
+            "num_speculative_tokens": self.k,
+            "max_tokens": self.max_tokens,
+            "prompts": None if self.prompts is None else {
+                "source": self.prompts.source, "count": len(self.prompts.ids), "tokens": sum(map(len, self.prompts.ids)),
+                "digest": self.prompts.digest, "chat_template": self.prompts.chat_template},
+            "reference": self.reference,
+            "vllm": self.vllm,
+            "variants": self.variants,
+            "likely_causes": self.causes,
+            "checks": self.report.to_json()["checks"],
+        }
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
+    """Read prompts and tokenize them with the verifier's tokenizer.
+
+    Args:
+        path: a jsonl file, one object per line with ``prompt`` (text) or ``messages``
+            (chat turns ``{"role", "content"}``, rendered with the tokenizer's chat template
+            and a generation prompt); None for :data:`BUILTIN_PROMPTS`.
+        tokenizer: a transformers tokenizer.
+
+    Raises:
+        InputError: the file is missing, a line is not JSON, or has neither field; a chat
+            prompt when the tokenizer has no chat template.
+    """
+    if path is None:
+        texts = list(BUILTIN_PROMPTS)
+        return Prompts("built-in", texts, [tokenizer.encode(t) for t in texts])
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
+    texts, ids, chat = [], [], False
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"line is not JSON ({e.msg})", where=where) from None
+        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+            texts.append(obj["prompt"])
+            ids.append(tokenizer.encode(obj["prompt"]))
+        elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+            if not getattr(tokenizer, "chat_template", None):
+                raise InputError("a chat prompt (messages) but the verifier's tokenizer has no chat template", where=where,
+                                 hint="give the prompt as {\"prompt\": text}")
+            text = tokenizer.apply_chat_template(obj["messages"], tokenize=False, add_generation_prompt=True)
+            texts.append(text)
+            ids.append(tokenizer.encode(text, add_special_tokens=False))
+            chat = True
+        else:
+            raise InputError("each line needs a \"prompt\" string or a \"messages\" list", where=where)
+    if not ids:
+        raise InputError(f"no prompts in {path}", hint="one {\"prompt\": ...} per line")
+    return Prompts(str(path), texts, ids, chat)
+
+
+# --------------------------------------------------------------------------- reference
+
+
+def _load_tensors(folder: Path) -> dict[str, "torch.Tensor"]:
+    from safetensors.torch import load_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        tensors.update(load_file(str(f)))
+    return tensors
+
+
+@dataclass
+class Variant:
+    """One reading of the checkpoint: the config as written, or a plausible misreading."""
+
+    cause: str | None
+    label: str
+    cfg: dict[str, Any]
+    targets: str = "offsets"  # how d2t maps draft ids: "offsets" (the format), "absolute", "negated"
+
+
+def variants(cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
+    """The checkpoint as written first, then the misreadings this field is known for (EAGLE-3 only).
+
+    * tap ids: the EAGLE-3 reference default ``(2, N//2, N-3)``, and the written ids shifted by
+      ±1 (the off-by-one between "the state entering layer j" and "the output of layer j");
+    * norm order: ``norm_before_residual`` flipped, ``norm_output`` flipped;
+    * vocab mapping: ``d2t`` read as absolute ids, or with the opposite sign.
+    """
+    out = [Variant(None, "as written", cfg)]
+    if cfg["speculators_model_type"] != "eagle3":
+        return out
+    taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
+    N = n_verifier_layers
+    seen = {tuple(taps)}
+    for label, alt in ((f"EAGLE-3 default taps {[2, N // 2, N - 3]}", [2, N // 2, N - 3]),
+                       ("taps + 1", [t + 1 for t in taps]), ("taps - 1", [t - 1 for t in taps])):
+        if len(alt) == len(taps) and tuple(alt) not in seen and all(0 <= t < N for t in alt):
+            seen.add(tuple(alt))
+            out.append(Variant("tap ids", f"{label}: {alt}", {**cfg, "eagle_aux_hidden_state_layer_ids": alt}))
+    nbr = bool(cfg.get("norm_before_residual"))
+    out.append(Variant("norm order", f"norm_before_residual {str(not nbr).lower()}", {**cfg, "norm_before_residual": not nbr}))
+    no = bool(cfg.get("norm_output"))
+    out.append(Variant("norm order", f"norm_output {str(not no).lower()}", {**cfg, "norm_output": not no}))
+    if cfg["draft_vocab_size"] != cfg["transformer_layer_config"]["vocab_size"]:
+        out.append(Variant("vocab mapping", "d2t as absolute ids", cfg, "absolute"))
+        out.append(Variant("vocab mapping", "d2t with the opposite sign", cfg, "negated"))
+    return out
+
+
+def _proposer(v: Variant, tensors: dict[str, "torch.Tensor"], verifier: Any):
+    import torch
+
+    from .reference import Eagle3Draft, eagle1_proposer, eagle3_proposer, medusa_proposer
+
+    algo = v.cfg["speculators_model_type"]
+    vemb = verifier.get_input_embeddings().weight.detach()
+    if algo == "eagle3":
+        draft = Eagle3Draft(v.cfg, tensors).eval()
+        embed = draft.embed_tokens if draft.embed_tokens is not None else vemb
+        targets = None
+        if v.targets != "offsets" and hasattr(draft, "d2t"):
+            base = torch.arange(draft.d2t.numel())
+            targets = draft.d2t.clone() if v.targets == "absolute" else base - draft.d2t
+            targets = targets.clamp(0, v.cfg["transformer_layer_config"]["vocab_size"] - 1)
+        return eagle3_proposer(draft, embed, targets=targets)
+    if algo == "eagle":
+        embed = tensors.get("embed_tokens.weight", vemb)
+        return eagle1_proposer(tensors, v.cfg, verifier.get_output_embeddings().weight.detach(), embed)
+    if algo == "medusa":
+        return medusa_proposer(tensors, v.cfg)
+    raise SpecfmtError(f"no reference forward pass for {algo!r}")
+
+
+def _figures(res: "ChainResult | Any") -> dict[str, Any]:
+    k = len(res.accepted_per_position)
+    d = res.num_drafts
+    return {
+        "num_drafts": d, "num_draft_tokens": res.num_draft_tokens, "num_accepted_tokens": res.num_accepted_tokens,
+        "accepted_per_position": list(res.accepted_per_position),
+        "acceptance_rate_per_position": [round(a / d, 4) if d else 0.0 for a in res.accepted_per_position][:k],
+        "mean_acceptance_length": round(1 + res.num_accepted_tokens / d, 4) if d else 1.0,
+    }
+
+
+# --------------------------------------------------------------------------- vLLM weights
+
+
+def vllm_weight_mismatches(run: Any, tensors: dict[str, "torch.Tensor"], rel: float = 0.02) -> list[str]:
+    """Draft modules whose weights inside vLLM differ from the file's.
+
+    vLLM's names (``model.layers.0.self_attn.qkv_proj``) are mapped back to the file's
+    (``layers.0.self_attn.{q,k,v}_proj.weight``); merged layers compare the sum over their
+    parts. Linear layers are compared through :attr:`VLLMRun.draft_linear_sums` (read
+    functionally, so repacked CPU weights count), other parameters through their sums.
+    A module is reported when its sum or absolute sum differs by more than ``rel`` of the
+    absolute sum (bf16 serving rounds each weight by up to 2**-8).
+    """
+    import torch
+
+    parts = {".qkv_proj": (".q_proj", ".k_proj", ".v_proj"), ".gate_up_proj": (".gate_proj", ".up_proj")}
+
+    def file_names(vname: str) -> list[str]:
+        n = vname[len("model."):] if vname.startswith("model.") else vname
+        for merged, split in parts.items():
+            if n.endswith(merged):
+                return [n[: -len(merged)] + s + ".weight" for s in split]
+        return [n + ".weight"]
+
+    def stats(names: list[str]) -> tuple[float, float] | None:
+        if not all(n in tensors for n in names):
+            return None
+        ts = [tensors[n].to(torch.float64) for n in names]
+        return float(sum(t.sum() for t in ts)), float(sum(t.abs().sum() for t in ts))
+
+    bad = []
+    seen = set()
+    for mod, (s, a) in sorted(run.draft_linear_sums.items()):
+        names = file_names(mod)
+        seen.update(names)
+        want = stats(names)
+        if want is None or s is None:
+            continue
+        if abs(s - want[0]) > rel * max(want[1], 1e-6) or abs(a - want[1]) > rel * max(want[1], 1e-6):
+            bad.append(f"{'+'.join(names)}: vLLM holds sum {s:.4g} / |sum| {a:.4g}, the file {want[0]:.4g} / {want[1]:.4g}")
+    for p, (shape, s) in sorted(run.draft_parameters.items()):
+        if shape == [0] or not p.endswith(("norm.weight", "_norm.weight", "embed_tokens.weight", "lm_head.weight", ".bias")):
+            continue
+        n = p[len("model."):] if p.startswith("model.") else p
+        if n in seen or n not in tensors or list(tensors[n].shape) != shape:
+            continue
+        want = stats([n])
+        if abs(s - want[0]) > rel * max(want[1], 1e-6):
+            bad.append(f"{n}: vLLM holds sum {s:.4g}, the file {want[0]:.4g}")
+    return bad
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def validate_run(
+    folder: str | Path,
+    *,
+    verifier: str | None = None,
+    prompts: str | None = None,
+    max_tokens: int = 32,
+    num_speculative_tokens: int | None = None,
+    min_acceptance_length: float | None = None,
+    tolerance: float = 0.1,
+    use_vllm: bool = True,
+    timeout: float = 900,
+    write: bool = True,
+) -> RunResult:
+    """Static checks, then the reference run, the vLLM runs and their comparison.
+
+    Args:
+        folder: the checkpoint (a local folder or Hub id).
+        verifier: the verifier (default: the one the config names).
+        prompts: jsonl prompts file (see :func:`load_prompts`); None for the built-in set.
+        max_tokens: tokens generated per prompt.
+        num_speculative_tokens: k (default: the config's proposal method).
+        min_acceptance_length: fail below this mean acceptance length (tokens per
+            verification step, counting the verifier's own token); None: no threshold.
+        tolerance: largest allowed difference of any per-position acceptance rate between
+            vLLM and the reference.
+        use_vllm: False runs the reference only.
+        timeout: seconds allowed for each vLLM child.
+        write: write :data:`VALIDATION_FILE` into a local checkpoint folder.
+
+    Returns:
+        A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
+
+    Raises:
+        InputError: a bad option or prompts file; HubError: the folder cannot be found.
+    """
+    from .format import CONFIG_FILE, read_json
+    from .hub import resolve
+    from .validate import validate_static
+
+    if max_tokens < 2:
+        raise InputError(f"--max-tokens {max_tokens}: at least 2 tokens are needed for one verification step")
+    if num_speculative_tokens is not None and num_speculative_tokens < 1:
+        raise InputError(f"--num-speculative-tokens {num_speculative_tokens}: must be at least 1")
+    if not 0 <= tolerance <= 1:
+        raise InputError(f"--tolerance {tolerance}: an acceptance-rate difference between 0 and 1")
+    rep = validate_static(folder, verifier)
+    res_folder = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
+    runnable = {c.name: c.status for c in rep.checks}
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens)
+    run_names = ["reference", "vllm", "vllm_exact", "agreement", "variants", "vllm_weights", "acceptance"]
+
+    def skip(names: list[str], why: str) -> RunResult:
+        for n in names:
+            rep.add(n, SKIP, why)
+        return result
+
+    if runnable.get("schema") != PASS:
+        return skip(run_names, "the config is not schema-valid")
+    cfg = read_json(res_folder.folder / CONFIG_FILE)
+    method = cfg["speculators_config"]["proposal_methods"][0]
+    k_config = method["speculative_tokens"]
+    k = num_speculative_tokens or k_config
+    if cfg["speculators_model_type"] == "medusa" and k > cfg["num_heads"]:
+        raise InputError(f"--num-speculative-tokens {k}: this Medusa checkpoint has {cfg['num_heads']} heads")
+    result.k = k
+    vref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
+
+    # -- reference ----------------------------------------------------------------
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .acceptance import run_chain
+    from .hub import resolve as hub_resolve
+
+    try:
+        vfolder = hub_resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
+        tokenizer = AutoTokenizer.from_pretrained(str(vfolder))
+        model = AutoModelForCausalLM.from_pretrained(str(vfolder), dtype=torch.float32).eval()
+    except SpecfmtError as e:
+        return skip(run_names, f"the verifier cannot be loaded: {e.one_line()}")
+    except (OSError, ValueError) as e:
+        return skip(run_names, f"the verifier cannot be loaded with transformers: {str(e).splitlines()[0]}")
+    result.prompts = load_prompts(prompts, tokenizer)
+    longest = max(map(len, result.prompts.ids)) + max_tokens + k + 1
+    max_pos = getattr(model.config, "max_position_embeddings", None) or 4096
+    if longest > max_pos:
+        raise InputError(f"the longest prompt plus --max-tokens needs {longest} positions; the verifier has {max_pos}",
+                         hint="use shorter prompts or a smaller --max-tokens")
+    tensors = _load_tensors(res_folder.folder)
+    n_layers = model.config.num_hidden_layers
+    readings = variants(cfg, n_layers)
+    ref_res = None
+    if runnable.get("tensors") != PASS:
+        rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
+    else:
+        try:
+            runs = []
+            for v in readings:
+                r = run_chain(model, result.prompts.ids, _proposer(v, tensors, model), k, max_tokens)
+                runs.append((v, r))
+        except (RuntimeError, KeyError, IndexError) as e:
+            rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
+        else:
+            ref_res = runs[0][1]
+            result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
+                                "device": "cpu", "dtype": "float32", **_figures(ref_res)}
+            rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
+            base = ref_res.mean_acceptance_length
+            better = []
+            for v, r in runs[1:]:
+                mal = r.mean_acceptance_length
+                result.variants.append({"cause": v.cause, "reading": v.label, "mean_acceptance_length": round(mal, 4)})
+                if mal >= base + VARIANT_MARGIN:
+                    better.append((v, mal))
+            if better:
+                rep.add("variants", FAIL, f"read differently, the draft is accepted more often than as written ({base:.2f}): "
+                        + "; ".join(f"{v.label} -> {m:.2f}" for v, m in better),
+                        [f"{v.cause}: {v.label} gives mean acceptance length {m:.3f} ({CAUSES[v.cause]})" for v, m in better])
+                result.causes += [c for c in dict.fromkeys(v.cause for v, _ in better)]
+            else:
+                rep.add("variants", PASS, f"{len(runs) - 1} misreadings tried, none better than as written ({base:.2f})" if len(runs) > 1 else "no variant readings for this algorithm")
+
+    # -- vLLM ---------------------------------------------------------------------
+    if not use_vllm:
+        skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
+    else:
+        _vllm_checks(result, cfg, res_folder.name_or_path if not Path(str(folder)).exists() else str(Path(folder).resolve()),
+                     vref, k, k_config, ref_res, tensors, tolerance, timeout)
+    # -- threshold ----------------------------------------------------------------
+    mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
+    if min_acceptance_length is None:
+        rep.add("acceptance", SKIP if mal is None else PASS, "no --min-acceptance-length" + (f" (measured {mal:.3f})" if mal is not None else ""))
+    elif mal is None:
+        rep.add("acceptance", FAIL, f"no figures to hold against --min-acceptance-length {min_acceptance_length}")
+    else:
+        ok = mal >= min_acceptance_length
+        rep.add("acceptance", PASS if ok else FAIL, f"mean acceptance length {mal:.3f} {'>=' if ok else '<'} {min_acceptance_length}")
+    if not rep.ok:
+        result.causes = list(dict.fromkeys(result.causes + _static_causes(rep)))
+        if not result.causes:
+            result.causes = [c for c in CAUSES]
+    if write and Path(str(folder)).is_dir():
+        result.written = _write_json(Path(folder), result.to_json())
+    return result
+
+
+def _static_causes(rep: Report) -> list[str]:
+    st = {c.name: c for c in rep.checks}
+    out = []
+    if st.get("tensors") and st["tensors"].status == FAIL and any(d.startswith("missing") for d in st["tensors"].details):
+        out.append("unloaded tensors")
+    if st.get("vllm_weights") and st["vllm_weights"].status == FAIL:
+        out.append("unloaded tensors")
+    if st.get("vocab_map") and st["vocab_map"].status == FAIL:
+        out.append("vocab mapping")
+    if st.get("verifier") and st["verifier"].status == FAIL and "tap" in st["verifier"].summary:
+        out.append("tap ids")
+    return out
+
+
+def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_config: int, ref_res, tensors, tolerance: float, timeout: float) -> None:
+    from .vllm_run import VLLMRunError, generate
+
+    rep = result.report
+    ids = result.prompts.ids
+    # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
+    max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
+    override = {"num_speculative_tokens": k} if k != k_config else None
+    try:
+        run = generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
+        alone = generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
+    except VLLMRunError as e:
+        rep.add("vllm", FAIL, e.one_line())
+        for n in ("vllm_exact", "agreement", "vllm_weights"):
+            rep.add(n, SKIP, "vLLM did not run")
+        return
+    expected = {"eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}[cfg["speculators_model_type"]]
+    result.vllm = {"engine": f"vllm {run.vllm_version}", "dtype": run.dtype, "method": run.speculative_method,
+                   "draft_class": run.draft_class, "speculative_config_override": override, **_figures(run)}
+    if run.speculative_method != expected or not run.num_drafts:
+        rep.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {expected!r}) and proposed {run.num_drafts} drafts",
+                [f"vllm serve {model_ref} did not run the draft as {expected}"])
+    else:
+        rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}: "
+                f"{run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+    diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
+    rep.add("vllm_exact", FAIL if diff else PASS,
+            f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
+            [f"prompt {i}" for i in diff])
+    bad = vllm_weight_mismatches(run, tensors)
+    rep.add("vllm_weights", FAIL if bad else PASS,
+            f"{len(bad)} draft weight(s) inside vLLM differ from the file: not loaded" if bad else f"the {len(run.draft_linear_sums)} linear layers and the norms vLLM holds match the file",
+            bad)
+    if ref_res is None:
+        rep.add("agreement", SKIP, "no reference figures")
+        return
+    vr = _figures(run)["acceptance_rate_per_position"]
+    rr = _figures(ref_res)["acceptance_rate_per_position"]
+    gaps = [abs(a - b) for a, b in zip(vr, rr)]
+    if len(vr) != len(rr) or max(gaps, default=0) > tolerance:
+        detail = [f"position {i + 1}: reference {b:.3f}, vLLM {a:.3f}" for i, (a, b) in enumerate(zip(vr, rr))]
+        # which misreading does vLLM behave like?
+        like = [v for v in result.variants if v["cause"] and abs(v["mean_acceptance_length"] - run.mean_acceptance_length) < 0.1]
+        detail += [f"vLLM's figures look like the reference with {v['reading']} ({v['cause']})" for v in like]
+        rep.add("agreement", FAIL, f"vLLM and the reference disagree by up to {max(gaps, default=1):.3f} per position (tolerance {tolerance})", detail)
+        result.causes += [v["cause"] for v in like]
+    else:
+        rep.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
+
+
+def _write_json(folder: Path, data: dict[str, Any]) -> str:
+    """Write ``validation.json`` atomically (temp file + rename) into ``folder``."""
+    data = {**data, "host": {"python": platform.python_version(), "machine": platform.machine()}}
+    path = folder / VALIDATION_FILE
+    tmp = folder / f".{VALIDATION_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+    return str(path)
+
+
+__all__ = ["BUILTIN_PROMPTS", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]
