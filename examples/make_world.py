@@ -11,16 +11,18 @@ minutes.  The output folder (default ``examples/world``) holds:
                         ``AutoTokenizer`` and by vLLM (standard Llama layout).
 * ``eagle3-safeailab/`` an EAGLE-3 draft head for that verifier, saved exactly
                         in the SafeAILab/EAGLE research layout
-                        (``pytorch_model.bin`` + plain ``config.json``).  Its
-                        weights are random (seeded); its ``d2t``/``t2d`` vocab
-                        map is built from the training corpus the same way
+                        (``pytorch_model.bin`` + plain ``config.json``),
+                        trained against the frozen verifier with specfmt's
+                        EAGLE-3 trainer (training-time test); its ``d2t``/``t2d``
+                        vocab map is built from the training corpus the same way
                         ``eagle/traineagle3/cnets.py::scandata`` does.
 * ``prompts.jsonl``     prompts cut from held-out stdlib files (never trained on).
 * ``README.md``         what is here, sizes, the measured losses.
 
 Usage::
 
-    python examples/make_world.py [--out examples/world] [--steps 700]
+    python examples/make_world.py [--out examples/world] [--steps 700] [--draft-steps 1500]
+    python examples/make_world.py --drafts-only     # keep the verifier, retrain the drafts
 
 The result is deterministic for a given Python version (the stdlib sources,
 and hence the corpus, differ slightly between CPython releases) and the same
@@ -77,6 +79,11 @@ MAX_POS = 2048
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-5
 DRAFT_VOCAB = 1024
+DRAFT_STEPS = 1500
+MANIFEST = "world.json"  # the generator's own figures, so --drafts-only can rewrite the README
+DRAFT_SEQ = 256
+DRAFT_BATCH = 8
+DRAFT_LR = 3e-3
 
 SEQ_LEN = 128
 BATCH = 16
@@ -343,33 +350,60 @@ def build_vocab_map(train_docs: list[list[int]], vocab: int = VOCAB,
     return d2t, t2d, ratio
 
 
-def make_eagle3_draft(d2t: torch.Tensor, t2d: torch.Tensor, out_dir: Path) -> None:
-    """Write a randomly-initialised EAGLE-3 draft in the SafeAILab research layout."""
-    gen = torch.Generator().manual_seed(SEED + 3)
-    H, I, nH, nKV, d = HIDDEN, INTERMEDIATE, N_HEADS, N_KV_HEADS, HIDDEN // N_HEADS
+def draft_config() -> dict:
+    """The specfmt-style EAGLE-3 config the trainer builds the draft from (1 layer, verifier shapes)."""
+    return {
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": {
+            "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": 1, "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV_HEADS,
+            "head_dim": HIDDEN // N_HEADS, "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_THETA,
+            "attention_bias": False, "mlp_bias": False,
+        },
+        "draft_vocab_size": DRAFT_VOCAB,
+        "eagle_aux_hidden_state_layer_ids": [2, N_LAYERS // 2, N_LAYERS - 3],  # the reference default
+        "norm_before_residual": False,  # SafeAILab cnets.py: residual = hidden, then hidden_norm
+    }
 
-    def lin(out_f: int, in_f: int) -> torch.Tensor:
-        return (torch.randn(out_f, in_f, generator=gen) * 0.02).to(torch.float16)
 
-    def ones(n: int) -> torch.Tensor:
-        return torch.ones(n, dtype=torch.float16)
+def make_eagle3_draft(d2t: torch.Tensor, t2d: torch.Tensor, out_dir: Path, verifier_dir: Path,
+                      train_docs: list[list[int]], steps: int) -> dict:
+    """Train an EAGLE-3 draft for the verifier and write it in the SafeAILab research layout.
+
+    Training-time test over 3 steps (``specfmt.train.train_eagle3``), the verifier frozen,
+    batch 8 x 256 tokens of the training corpus, AdamW lr 3e-3 with warmup and cosine decay.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from specfmt.reference import Eagle3Draft
+    from specfmt.train import train_eagle3, windows
+
+    torch.manual_seed(SEED + 3)
+    verifier = AutoModelForCausalLM.from_pretrained(verifier_dir, dtype=torch.float32).eval()
+    draft = Eagle3Draft(draft_config())
+    draft.d2t.copy_(d2t)
+    draft.t2d.copy_(t2d)
+
+    def log(step: int, loss: float, acc: list[float]) -> None:
+        if (step + 1) % 100 == 0 or step == 0:
+            print(f"  draft step {step + 1:4d}/{steps}  loss {loss:.3f}  top-1 agreement per TTT step "
+                  f"{' '.join(f'{a:.2f}' for a in acc)}", flush=True)
+
+    stats = train_eagle3(draft, verifier, windows(train_docs, DRAFT_SEQ, DRAFT_BATCH, SEED + 4), steps=steps,
+                         lr=DRAFT_LR, ttt_steps=3, log=log)
+    print(f"draft: {stats.steps} steps, {stats.tokens:,} tokens in {stats.seconds:.0f}s; "
+          f"top-1 agreement {[round(a, 3) for a in stats.accuracy]}")
 
     # Same key order as the reference Model's state_dict (frozen target model and
     # embed_tokens excluded, as save_16bit_model(exclude_frozen_parameters=True) does).
+    state = draft.state_dict()
+    order = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+             "mlp.up_proj", "mlp.down_proj", "hidden_norm", "input_layernorm", "post_attention_layernorm"]
     sd = collections.OrderedDict()
-    sd["midlayer.self_attn.q_proj.weight"] = lin(nH * d, 2 * H)
-    sd["midlayer.self_attn.k_proj.weight"] = lin(nKV * d, 2 * H)
-    sd["midlayer.self_attn.v_proj.weight"] = lin(nKV * d, 2 * H)
-    sd["midlayer.self_attn.o_proj.weight"] = lin(H, nH * d)
-    sd["midlayer.mlp.gate_proj.weight"] = lin(I, H)
-    sd["midlayer.mlp.up_proj.weight"] = lin(I, H)
-    sd["midlayer.mlp.down_proj.weight"] = lin(H, I)
-    sd["midlayer.hidden_norm.weight"] = ones(H)
-    sd["midlayer.input_layernorm.weight"] = ones(H)
-    sd["midlayer.post_attention_layernorm.weight"] = ones(H)
-    sd["norm.weight"] = ones(H)
-    sd["fc.weight"] = lin(H, 3 * H)
-    sd["lm_head.weight"] = lin(DRAFT_VOCAB, H)
+    for m in order:
+        sd[f"midlayer.{m}.weight"] = state[f"layers.0.{m}.weight"].to(torch.float16).clone()
+    for n in ("norm.weight", "fc.weight", "lm_head.weight"):
+        sd[n] = state[n].to(torch.float16).clone()
     sd["d2t"] = d2t.to(torch.int64).clone()
     sd["t2d"] = t2d.to(torch.bool).clone()
 
@@ -380,13 +414,13 @@ def make_eagle3_draft(d2t: torch.Tensor, t2d: torch.Tensor, out_dir: Path) -> No
         "bos_token_id": BOS_ID,
         "eos_token_id": EOS_ID,
         "hidden_act": "silu",
-        "hidden_size": H,
+        "hidden_size": HIDDEN,
         "initializer_range": 0.02,
-        "intermediate_size": I,
+        "intermediate_size": INTERMEDIATE,
         "max_position_embeddings": MAX_POS,
         "model_type": "llama",
-        "num_attention_heads": nH,
-        "num_key_value_heads": nKV,
+        "num_attention_heads": N_HEADS,
+        "num_key_value_heads": N_KV_HEADS,
         "num_hidden_layers": 1,
         "pad_token_id": PAD_ID,
         "rms_norm_eps": RMS_EPS,
@@ -400,6 +434,25 @@ def make_eagle3_draft(d2t: torch.Tensor, t2d: torch.Tensor, out_dir: Path) -> No
     with open(out_dir / "config.json", "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
+    return {"steps": stats.steps, "tokens": stats.tokens, "seconds": round(stats.seconds), "accuracy": [round(a, 3) for a in stats.accuracy]}
+
+
+def heldout_acceptance(out: Path, prompts: list[dict]) -> dict:
+    """The reference run of the trained draft on the held-out prompts (k=3, 32 tokens each)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from specfmt.acceptance import run_chain
+    from specfmt.reference import Eagle3Draft, eagle3_proposer
+
+    verifier = AutoModelForCausalLM.from_pretrained(out / "verifier", dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(out / "verifier")
+    sd = torch.load(out / "eagle3-safeailab" / "pytorch_model.bin", weights_only=True)
+    draft = Eagle3Draft(draft_config(), {n.replace("midlayer.", "layers.0."): t for n, t in sd.items()}).eval()
+    ids = [tok.encode(p["prompt"]) for p in prompts]
+    res = run_chain(verifier, ids, eagle3_proposer(draft, verifier.get_input_embeddings().weight.detach()), 3, 32)
+    print(f"held-out reference run: mean acceptance length {res.mean_acceptance_length:.3f}, "
+          f"per position {[round(r, 3) for r in res.acceptance_rate_per_position]}")
+    return res.to_json()
 
 
 def dir_size(path: Path) -> int:
@@ -407,7 +460,7 @@ def dir_size(path: Path) -> int:
 
 
 def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: list,
-                 ratio: float, steps: int) -> None:
+                 ratio: float, steps: int, draft: dict) -> None:
     sizes = {name: dir_size(out / name) for name in ("verifier", "eagle3-safeailab")}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     files = [f for f in files if f != "README.md"] + ["README.md"]
@@ -420,7 +473,8 @@ def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: li
 A tiny, fully synthetic speculative-decoding setup that every test and example
 can use offline. Regenerate it with:
 
-    python examples/make_world.py            # --out examples/world --steps {steps}
+    python examples/make_world.py            # --out examples/world --steps {steps} --draft-steps {draft['steps']}
+    python examples/make_world.py --drafts-only   # keep the verifier; retrain the drafts
 
 The script is seeded and CPU-only (2 threads, a few minutes). It is
 deterministic for a given Python version: the corpus is the Python standard
@@ -462,6 +516,8 @@ Files: {', '.join(f'`{f}`' for f in files)}.
   tokens in whole {SEQ_LEN}-token windows of the held-out files).
 * Held-out files (not used for the tokenizer, the verifier, or the draft vocab):
   {', '.join(f'`{n}`' for n in sorted(heldout))}.
+* `--drafts-only` keeps this verifier and rewrites only the drafts; the verifier's
+  figures above are carried over from `{MANIFEST}`.
 
 ### `eagle3-safeailab/`
 
@@ -478,8 +534,15 @@ Saved exactly as SafeAILab's `eagle/traineagle3/main.py` does
 * `config.json`: plain LlamaConfig-style dump with `num_hidden_layers: 1` and
   `draft_vocab_size: {DRAFT_VOCAB}`; no aux-layer ids, so the reference's default
   taps (2, N//2, N-3) = (2, 4, 5) apply for the {N_LAYERS}-layer verifier.
-* The weights are **random** (seeded, std 0.02; norms = 1): this draft has the
-  right format but is not trained, so its acceptance rate is near zero.
+* The weights are **trained** against the frozen verifier with `specfmt.train.train_eagle3`
+  (EAGLE-3 training-time test over 3 steps; {draft['steps']} steps of {DRAFT_BATCH} x {DRAFT_SEQ}
+  training tokens, AdamW lr {DRAFT_LR:g}, {draft['seconds']} s on 2 CPU threads). Top-1
+  agreement with the verifier over the last 50 steps, per TTT step:
+  {', '.join(f'{a:.3f}' for a in draft['accuracy'])}.
+* On the held-out prompts (k = 3, 32 tokens each, `specfmt.reference` run in float32):
+  mean acceptance length **{draft['heldout']['mean_acceptance_length']:.3f}**, acceptance rate per
+  position {', '.join(f'{a:.3f}' for a in draft['heldout']['acceptance_rate_per_position'])}
+  ({draft['heldout']['num_drafts']} drafts).
 * `d2t`/`t2d` are real: built like `cnets.py::scandata` from token counts over
   the training corpus; the top {DRAFT_VOCAB} tokens cover {ratio:.1%} of training
   positions. `d2t[i] = used_tokens[i] - i`, `t2d[t] = t in used_tokens`.
@@ -498,29 +561,44 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "world"),
                     help="output folder (default: examples/world next to this script)")
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="verifier training steps")
+    ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help="EAGLE-3 draft training steps")
+    ap.add_argument("--drafts-only", action="store_true",
+                    help="keep the verifier, tokenizer and prompts in --out; retrain and rewrite the drafts")
     args = ap.parse_args(argv)
 
     t_start = time.time()
     seed_everything()
     out = Path(args.out)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-
     train, heldout = build_corpus()
-    prompts = make_prompts(heldout)
-    with open(out / "prompts.jsonl", "w") as f:
-        for p in prompts:
-            f.write(json.dumps(p) + "\n")
+    if args.drafts_only:
+        from transformers import AutoTokenizer
 
-    tok = train_tokenizer(train, out / "verifier")
+        manifest = json.loads((out / MANIFEST).read_text())
+        tok = AutoTokenizer.from_pretrained(out / "verifier")._tokenizer
+        prompts = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
+        stats = manifest["verifier"]
+        steps = manifest["verifier_steps"]
+        shutil.rmtree(out / "eagle3-safeailab", ignore_errors=True)
+    else:
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        prompts = make_prompts(heldout)
+        with open(out / "prompts.jsonl", "w") as f:
+            for p in prompts:
+                f.write(json.dumps(p) + "\n")
+        tok = train_tokenizer(train, out / "verifier")
     train_docs = encode_docs(tok, train)
-    heldout_docs = encode_docs(tok, heldout)
-
-    stats = train_verifier(train_docs, heldout_docs, args.steps, out / "verifier")
+    if not args.drafts_only:
+        heldout_docs = encode_docs(tok, heldout)
+        stats = train_verifier(train_docs, heldout_docs, args.steps, out / "verifier")
+        stats = {k: v for k, v in stats.items() if k != "embed"}
+        steps = args.steps
     d2t, t2d, ratio = build_vocab_map(train_docs)
-    make_eagle3_draft(d2t, t2d, out / "eagle3-safeailab")
-    write_readme(out, stats, train, heldout, prompts, ratio, args.steps)
+    draft_stats = make_eagle3_draft(d2t, t2d, out / "eagle3-safeailab", out / "verifier", train_docs, args.draft_steps)
+    draft_stats["heldout"] = heldout_acceptance(out, prompts)
+    (out / MANIFEST).write_text(json.dumps({"verifier_steps": steps, "verifier": stats, "draft": draft_stats}, indent=2) + "\n")
+    write_readme(out, stats, train, heldout, prompts, ratio, steps, draft_stats)
 
     print(f"wrote {out} ({dir_size(out) / 1e6:.2f} MB) in {time.time() - t_start:.0f}s")
 

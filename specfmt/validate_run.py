@@ -259,25 +259,32 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
 
 
 def vllm_weight_mismatches(run: Any, tensors: dict[str, "torch.Tensor"], rel: float = 0.02) -> list[str]:
-    """Draft modules whose weights inside vLLM differ from the file's.
+    """Draft weights inside vLLM that are not the file's: different values, or absent from the file.
 
     vLLM's names (``model.layers.0.self_attn.qkv_proj``) are mapped back to the file's
-    (``layers.0.self_attn.{q,k,v}_proj.weight``); merged layers compare the sum over their
-    parts. Linear layers are compared through :attr:`VLLMRun.draft_linear_sums` (read
-    functionally, so repacked CPU weights count), other parameters through their sums.
-    A module is reported when its sum or absolute sum differs by more than ``rel`` of the
-    absolute sum (bf16 serving rounds each weight by up to 2**-8).
+    (``layers.0.self_attn.{q,k,v}_proj.weight``; ``draft_id_to_target_id`` is ``d2t``);
+    merged layers compare the sum over their parts. Linear layers are compared through
+    :attr:`VLLMRun.draft_linear_sums` (read functionally, so repacked CPU weights count),
+    other parameters through their sums. A module is reported when its sum or absolute
+    sum differs by more than ``rel`` of the absolute sum (bf16 serving rounds each weight
+    by up to 2**-8), or when the file has none of its tensors and vLLM did not share it
+    with the verifier (:attr:`VLLMRun.draft_shares`): vLLM then keeps its initial value.
     """
     import torch
 
     parts = {".qkv_proj": (".q_proj", ".k_proj", ".v_proj"), ".gate_up_proj": (".gate_proj", ".up_proj")}
+    shared = {n for n, s in run.draft_shares.items() if s}
 
-    def file_names(vname: str) -> list[str]:
+    def file_names(vname: str, suffix: str = ".weight") -> list[str]:
+        """vLLM parameter or module name -> the file's tensor names (module names get ``suffix``)."""
         n = vname[len("model."):] if vname.startswith("model.") else vname
+        if n == "draft_id_to_target_id":
+            return ["d2t"]
+        stem, last = (n.rsplit(".", 1) + [""])[:2] if suffix == "" else (n, suffix.lstrip("."))
         for merged, split in parts.items():
-            if n.endswith(merged):
-                return [n[: -len(merged)] + s + ".weight" for s in split]
-        return [n + ".weight"]
+            if stem.endswith(merged):
+                return [stem[: -len(merged)] + p + "." + last for p in split]
+        return [f"{stem}.{last}" if last else stem]
 
     def stats(names: list[str]) -> tuple[float, float] | None:
         if not all(n in tensors for n in names):
@@ -285,25 +292,34 @@ def vllm_weight_mismatches(run: Any, tensors: dict[str, "torch.Tensor"], rel: fl
         ts = [tensors[n].to(torch.float64) for n in names]
         return float(sum(t.sum() for t in ts)), float(sum(t.abs().sum() for t in ts))
 
+    def is_shared(names: list[str]) -> bool:
+        return any(n.split(".")[0] in shared or n.startswith(tuple(f"{s}." for s in shared)) for n in names)
+
     bad = []
-    seen = set()
+    seen: set[str] = set()
     for mod, (s, a) in sorted(run.draft_linear_sums.items()):
         names = file_names(mod)
         seen.update(names)
+        if s is None or is_shared(names):
+            continue
         want = stats(names)
-        if want is None or s is None:
+        if want is None:
+            if not any(n in tensors for n in names):
+                bad.append(f"{'+'.join(names)}: not in the file; vLLM keeps its initial value")
             continue
         if abs(s - want[0]) > rel * max(want[1], 1e-6) or abs(a - want[1]) > rel * max(want[1], 1e-6):
             bad.append(f"{'+'.join(names)}: vLLM holds sum {s:.4g} / |sum| {a:.4g}, the file {want[0]:.4g} / {want[1]:.4g}")
     for p, (shape, s) in sorted(run.draft_parameters.items()):
-        if shape == [0] or not p.endswith(("norm.weight", "_norm.weight", "embed_tokens.weight", "lm_head.weight", ".bias")):
+        if shape == [0]:
+            continue  # a repacked linear weight, compared above
+        names = file_names(p, "")
+        if set(names) & seen or is_shared(names):
             continue
-        n = p[len("model."):] if p.startswith("model.") else p
-        if n in seen or n not in tensors or list(tensors[n].shape) != shape:
-            continue
-        want = stats([n])
-        if abs(s - want[0]) > rel * max(want[1], 1e-6):
-            bad.append(f"{n}: vLLM holds sum {s:.4g}, the file {want[0]:.4g}")
+        want = stats(names)
+        if want is None:
+            bad.append(f"{'+'.join(names)}: not in the file; vLLM keeps its initial value")
+        elif abs(s - want[0]) > rel * max(want[1], 1e-6):
+            bad.append(f"{'+'.join(names)}: vLLM holds sum {s:.4g}, the file {want[0]:.4g}")
     return bad
 
 
@@ -367,7 +383,9 @@ def validate_run(
         return result
 
     if runnable.get("schema") != PASS:
-        return skip(run_names, "the config is not schema-valid")
+        skip(run_names, "the config is not schema-valid")
+        result.causes = _static_causes(rep)
+        return result
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     method = cfg["speculators_config"]["proposal_methods"][0]
     k_config = method["speculative_tokens"]
@@ -384,6 +402,9 @@ def validate_run(
     from .acceptance import run_chain
     from .hub import resolve as hub_resolve
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the table is the output; no "Loading weights" bar
     try:
         vfolder = hub_resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
         tokenizer = AutoTokenizer.from_pretrained(str(vfolder))
@@ -404,6 +425,7 @@ def validate_run(
     ref_res = None
     if runnable.get("tensors") != PASS:
         rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
+        rep.add("variants", SKIP, "no reference run")
     else:
         try:
             runs = []
@@ -412,6 +434,7 @@ def validate_run(
                 runs.append((v, r))
         except (RuntimeError, KeyError, IndexError) as e:
             rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
+            rep.add("variants", SKIP, "no reference run")
         else:
             ref_res = runs[0][1]
             result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
@@ -456,9 +479,16 @@ def validate_run(
     return result
 
 
+#: config keys whose absence or error points at a cause (vLLM guesses the first three when absent)
+_KEY_CAUSES = {"norm_before_residual": "norm order", "norm_output": "norm order", "eagle_aux_hidden_state_layer_ids": "tap ids",
+               "draft_vocab_size": "vocab mapping"}
+
+
 def _static_causes(rep: Report) -> list[str]:
     st = {c.name: c for c in rep.checks}
     out = []
+    if st.get("schema") and st["schema"].status == FAIL:
+        out += [cause for d in st["schema"].details for key, cause in _KEY_CAUSES.items() if key in d]
     if st.get("tensors") and st["tensors"].status == FAIL and any(d.startswith("missing") for d in st["tensors"].details):
         out.append("unloaded tensors")
     if st.get("vllm_weights") and st["vllm_weights"].status == FAIL:
@@ -467,7 +497,7 @@ def _static_causes(rep: Report) -> list[str]:
         out.append("vocab mapping")
     if st.get("verifier") and st["verifier"].status == FAIL and "tap" in st["verifier"].summary:
         out.append("tap ids")
-    return out
+    return list(dict.fromkeys(out))
 
 
 def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_config: int, ref_res, tensors, tolerance: float, timeout: float) -> None:

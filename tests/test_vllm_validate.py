@@ -1,0 +1,54 @@
+"""`specfmt validate --run` with vLLM: the shipped example passes with vLLM and the reference
+side by side, and a tensor vLLM leaves at its initial value is found inside vLLM's worker."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import WORLD
+from specfmt.cli import app
+from specfmt.convert import convert
+from specfmt.validate_run import VALIDATION_FILE, validate_run
+from specfmt.vllm_run import vllm_available
+from test_validate_run import TOKENS, broken, few_prompts  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vrun") / "eagle3"
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))
+    return out
+
+
+def test_example_passes_with_vllm_and_reference_side_by_side(example, few_prompts):  # noqa: F811
+    r = CliRunner().invoke(app, ["validate", str(example), "--run", "--prompts", str(few_prompts), "--max-tokens", str(TOKENS),
+                                 "--min-acceptance-length", "1.3"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "reference (float32)" in r.output and "vLLM (bfloat16)" in r.output and "all checks passed" in r.output
+    data = json.loads((example / VALIDATION_FILE).read_text())
+    st = {c["name"]: c["status"] for c in data["checks"]}
+    assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
+    ref, vl = data["reference"], data["vllm"]
+    assert vl["method"] == "eagle3" and vl["draft_class"] == "Eagle3LlamaForCausalLM" and vl["engine"].startswith("vllm ")
+    assert vl["num_drafts"] > 0 and vl["num_draft_tokens"] == 3 * vl["num_drafts"]
+    gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+    assert len(gaps) == 3 and max(gaps) <= 0.1
+    assert vl["mean_acceptance_length"] > 1.3 and ref["mean_acceptance_length"] > 1.3  # trained: well above 1
+
+
+def test_tensor_missing_from_the_file_is_found_at_its_initial_value_inside_vllm(example, few_prompts, tmp_path):  # noqa: F811
+    """vLLM loads the draft without a word; the static check and the probe of vLLM's worker both name the tensor."""
+    folder = broken(example, tmp_path, tensors=lambda t: t.pop("layers.0.post_attention_layernorm.weight"))
+    res = validate_run(folder, prompts=str(few_prompts), max_tokens=TOKENS)
+    st = {c.name: c for c in res.report.checks}
+    assert st["vllm"].status == "pass", st["vllm"].summary  # vLLM serves it, silently
+    assert st["vllm_weights"].status == "fail"
+    assert st["vllm_weights"].details == ["layers.0.post_attention_layernorm.weight: not in the file; vLLM keeps its initial value"]
+    assert st["tensors"].status == "fail" and st["reference"].status == "fail"
+    assert res.causes == ["unloaded tensors"] and not res.report.ok
