@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on the shipped example world: inspect the research checkpoint,
-# convert it, validate it, then serve it with plain `vllm serve OUT` (no
-# speculative flags) and ask for a few tokens.
+# convert it, validate it (statically, then by running it), then serve it with
+# plain `vllm serve OUT` (no speculative flags) and ask for a few tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -12,6 +12,9 @@ WORLD=examples/world
 specfmt inspect "$WORLD/eagle3-safeailab"
 specfmt convert --from eagle3 "$WORLD/eagle3-safeailab" -o "$OUT" --verifier "$WORLD/verifier" --force
 specfmt validate "$OUT"
+# Run the draft two ways -- the reference forward pass and `vllm serve`'s engine -- on the
+# held-out prompts, and compare acceptance per position; writes $OUT/validation.json.
+specfmt validate "$OUT" --run --prompts "$WORLD/prompts.jsonl" --min-acceptance-length 1.8
 
 # Resource flags only. On vLLM's CPU build --gpu-memory-utilization is the share of
 # CPU memory for the KV cache; the default 0.92 does not fit a small machine.
