@@ -409,10 +409,11 @@ def validate_run(
         vfolder = hub_resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
         tokenizer = AutoTokenizer.from_pretrained(str(vfolder))
         model = AutoModelForCausalLM.from_pretrained(str(vfolder), dtype=torch.float32).eval()
-    except SpecfmtError as e:
-        return skip(run_names, f"the verifier cannot be loaded: {e.one_line()}")
-    except (OSError, ValueError) as e:
-        return skip(run_names, f"the verifier cannot be loaded with transformers: {str(e).splitlines()[0]}")
+    except (SpecfmtError, OSError, ValueError) as e:
+        why = e.one_line() if isinstance(e, SpecfmtError) else str(e).splitlines()[0]
+        rep.add("reference", FAIL, f"not run: the verifier {vref} cannot be loaded with transformers: {why}",
+                ["pass --verifier with a folder or Hub id that holds the verifier's weights and tokenizer"])
+        return skip(run_names[1:], "no verifier")
     result.prompts = load_prompts(prompts, tokenizer)
     longest = max(map(len, result.prompts.ids)) + max_tokens + k + 1
     max_pos = getattr(model.config, "max_position_embeddings", None) or 4096

@@ -327,3 +327,9 @@ def test_eagle1_and_medusa_reference_runs(kind, tmp_path, few_prompts):
     ref = res.reference
     assert len(ref["acceptance_rate_per_position"]) == 2 and ref["num_draft_tokens"] == 2 * ref["num_drafts"]
     assert res.variants == []  # no misreadings are tried for these algorithms
+
+
+def test_run_without_a_reachable_verifier_fails(example, tmp_path):
+    res = validate_run(example, verifier=str(tmp_path / "gone"), use_vllm=False, write=False)
+    st = status(res)
+    assert st["reference"] == "fail" and not res.report.ok
