@@ -254,6 +254,8 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
     """Train the tiny Llama verifier on the token stream and save it."""
     from transformers import LlamaForCausalLM
 
+    from specfmt.train import warmup_cosine
+
     torch.manual_seed(SEED)
     cfg = verifier_config()
     model = LlamaForCausalLM(cfg).float()
@@ -279,10 +281,7 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
     warmup = max(1, steps // 20)
 
     def lr_at(step: int) -> float:  # linear warmup, cosine decay to 10%
-        if step < warmup:
-            return LR * (step + 1) / warmup
-        t = (step - warmup) / max(1, steps - warmup)
-        return LR * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * t)))
+        return warmup_cosine(step, steps, warmup, LR)
 
     gen = torch.Generator().manual_seed(SEED)
     hi = stream.numel() - (SEQ_LEN + 1)

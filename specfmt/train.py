@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -71,7 +71,6 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         counted positions whose top draft id is the verifier's top token, and of counted positions.
     """
     import torch
-    import torch.nn.functional as F
 
     L = ids.shape[1] - 1  # position t reads ids[t+1]; its target is the verifier's logits at t+1
     e = embed[ids[:, 1:]]
@@ -103,6 +102,15 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
             past[i].append((k, v))
         hidden = torch.cat([torch.zeros_like(feedback[:, :1]), feedback[:, :-1]], dim=1)
     return loss, correct, counted
+
+
+def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
+    """Learning rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps to
+    ``peak``, then cosine decay to 10 % of ``peak``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
 def windows(docs: list[list[int]], length: int, batch: int, seed: int) -> Iterator["torch.Tensor"]:
@@ -150,12 +158,6 @@ def train_eagle3(
     draft.train()
     opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
 
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return lr * (step + 1) / warmup
-        p = (step - warmup) / max(1, steps - warmup)
-        return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
-
     stats = TrainStats()
     recent: list[tuple[float, list[int], list[int]]] = []
     t0 = time.perf_counter()
@@ -166,7 +168,7 @@ def train_eagle3(
             aux = torch.cat([out.hidden_states[j] for j in draft.taps], dim=-1)
         loss, correct, counted = eagle3_ttt_loss(draft, embed, ids, aux, out.logits, ttt_steps)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = warmup_cosine(step, steps, warmup, lr)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), 0.5)
@@ -183,4 +185,4 @@ def train_eagle3(
     return stats
 
 
-__all__ = ["TrainStats", "eagle3_ttt_loss", "train_eagle3", "ttt_mask", "windows"]
+__all__ = ["TrainStats", "eagle3_ttt_loss", "train_eagle3", "ttt_mask", "warmup_cosine", "windows"]

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .errors import InputError, SpecfmtError
-from .validate import FAIL, PASS, SKIP, WARN, Report
+from .validate import FAIL, PASS, SKIP, Report
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -293,7 +293,7 @@ def vllm_weight_mismatches(run: Any, tensors: dict[str, "torch.Tensor"], rel: fl
         return float(sum(t.sum() for t in ts)), float(sum(t.abs().sum() for t in ts))
 
     def is_shared(names: list[str]) -> bool:
-        return any(n.split(".")[0] in shared or n.startswith(tuple(f"{s}." for s in shared)) for n in names)
+        return any(n.split(".")[0] in shared for n in names)
 
     bad = []
     seen: set[str] = set()
@@ -400,13 +400,12 @@ def validate_run(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .acceptance import run_chain
-    from .hub import resolve as hub_resolve
 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the table is the output; no "Loading weights" bar
     try:
-        vfolder = hub_resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
+        vfolder = resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
         tokenizer = AutoTokenizer.from_pretrained(str(vfolder))
         model = AutoModelForCausalLM.from_pretrained(str(vfolder), dtype=torch.float32).eval()
     except (SpecfmtError, OSError, ValueError) as e:
@@ -460,7 +459,7 @@ def validate_run(
     if not use_vllm:
         skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
     else:
-        _vllm_checks(result, cfg, res_folder.name_or_path if not Path(str(folder)).exists() else str(Path(folder).resolve()),
+        _vllm_checks(result, cfg, res_folder.name_or_path,
                      vref, k, k_config, ref_res, tensors, tolerance, timeout)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
