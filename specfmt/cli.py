@@ -262,6 +262,15 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
         out.print(f"next: {d.convert_hint}")
 
 
+def _add_train() -> None:
+    from .cli_train import train_app
+
+    app.add_typer(train_app, name="train")
+
+
+_add_train()
+
+
 def main() -> None:
     """Console entry point: usage errors exit 2 (click); user errors print one line and exit 2."""
     try:

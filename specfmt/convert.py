@@ -203,6 +203,7 @@ def convert(
     dry_run: bool = False,
     revision: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    allow_missing: frozenset[str] = frozenset(),
 ) -> ConvertResult:
     """Convert the research checkpoint ``src_ref`` into the specfmt format at ``out``.
 
@@ -218,6 +219,8 @@ def convert(
         dry_run: plan and check only; write nothing.
         revision: Hub revision of the source.
         progress: called as ``progress(bytes_done, bytes_total)`` while writing.
+        allow_missing: tensor names the output may lack (the trainer's fill-ins compute
+            them next, :mod:`specfmt.draft`); empty for a servable conversion.
 
     Raises:
         InputError, HubError: inputs cannot be read.
@@ -243,7 +246,7 @@ def convert(
     src_cfg = read_json(src_res.folder / CONFIG_FILE)
     with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
         plan = converter.plan(Source(src_res, src_cfg, reader, verifier_ref), verifier, opts)
-        _check_plan(plan)
+        _check_plan(plan, allow_missing)
         files_read = [CONFIG_FILE, *reader.files]
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
         config = dict(plan.config)
@@ -267,10 +270,12 @@ def convert(
     return ConvertResult(plan, config, out_path, written)
 
 
-def _check_plan(plan) -> None:
-    """The plan's config is schema-valid and its tensors are exactly what that config implies."""
+def _check_plan(plan, allow_missing: frozenset[str] = frozenset()) -> None:
+    """The plan's config is schema-valid and its tensors are exactly what that config implies
+    (``allow_missing`` aside)."""
     validate_config(plan.config, where="planned config.json")
     problems = inventory_problems(plan.config, plan.output_shapes())
+    problems["missing"] = [m for m in problems["missing"] if m.split(" ")[0] not in allow_missing]
     parts = [f"not part of the {plan.source_format} layout: {', '.join(plan.unknown)}"] if plan.unknown else []
     for key, label in (("missing", "missing"), ("unexpected", "unexpected"), ("shape", "wrong shape"), ("dtype", "wrong dtype")):
         if problems[key]:

@@ -156,7 +156,7 @@ def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> 
     return propose
 
 
-__all__ = ["Eagle3Draft", "eagle1_forward", "eagle1_proposer", "eagle3_proposer", "medusa_proposer"]
+__all__ = ["Eagle1Draft", "Eagle3Draft", "MedusaHeads", "eagle1_forward", "eagle1_proposer", "eagle3_proposer", "medusa_proposer"]
 
 
 # --------------------------------------------------------------------------- EAGLE-3
@@ -205,20 +205,50 @@ def _new_module():
             return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
 
     class Layer(nn.Module):
-        def __init__(self, tlc: dict[str, Any], first: bool):
+        def __init__(self, tlc: dict[str, Any], first: bool, input_norm: bool = True):
             super().__init__()
-            H, eps = tlc["hidden_size"], tlc["rms_norm_eps"]
+            H, eps = tlc["hidden_size"], tlc.get("rms_norm_eps", 1e-6)
             nH, nKV = tlc["num_attention_heads"], tlc.get("num_key_value_heads") or tlc["num_attention_heads"]
             hd = tlc.get("head_dim") or H // nH
             self.first = first
             self.self_attn = Attention(2 * H if first else H, H, nH, nKV, hd, bool(tlc.get("attention_bias")))
             self.mlp = MLP(H, tlc["intermediate_size"], bool(tlc.get("mlp_bias")))
-            self.input_layernorm = RMSNorm(H, eps)
+            self.input_layernorm = RMSNorm(H, eps) if input_norm else nn.Identity()
             if first:
                 self.hidden_norm = RMSNorm(H, eps)
             self.post_attention_layernorm = RMSNorm(H, eps)
 
-    class Eagle3Draft(nn.Module):
+    class Decoder(nn.Module):
+        """Rotary embedding and attention shared by the EAGLE drafts (transformers' Llama conventions)."""
+
+        def _init_rope(self, tlc: dict[str, Any]) -> None:
+            H = tlc["hidden_size"]
+            hd = tlc.get("head_dim") or H // tlc["num_attention_heads"]
+            theta = float((tlc.get("rope_parameters") or {}).get("rope_theta", tlc.get("rope_theta", 10000.0)))
+            self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)), persistent=False)
+
+        def _rope(self, x, positions):
+            # x [B, n, T, hd]; rotate_half convention of transformers' Llama
+            freqs = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
+            emb = torch.cat([freqs, freqs], dim=-1)
+            cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+            half = x.shape[-1] // 2
+            rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+            return x * cos + rot * sin
+
+        def _attend(self, attn, x, positions, past, mask):
+            B, T, _ = x.shape
+            q = attn.q_proj(x).view(B, T, attn.nH, attn.hd).transpose(1, 2)
+            k = attn.k_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
+            v = attn.v_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
+            q, k = self._rope(q, positions), self._rope(k, positions)
+            keys = torch.cat([p[0] for p in past] + [k], dim=2)
+            vals = torch.cat([p[1] for p in past] + [v], dim=2)
+            rep = attn.nH // attn.nKV
+            o = nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
+            return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), (k, v)
+
+    class Eagle3Draft(Decoder):
         """See :class:`specfmt.reference.Eagle3Draft`."""
 
         def __init__(self, cfg: dict[str, Any]):
@@ -246,9 +276,7 @@ def _new_module():
                 self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
                 self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
             self.embed_tokens = None
-            hd = tlc.get("head_dim") or H // tlc["num_attention_heads"]
-            theta = float((tlc.get("rope_parameters") or {}).get("rope_theta", tlc.get("rope_theta", 10000.0)))
-            self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd)), persistent=False)
+            self._init_rope(tlc)
 
         # -- pieces ---------------------------------------------------------
         def combine(self, aux: "torch.Tensor") -> "torch.Tensor":
@@ -264,27 +292,6 @@ def _new_module():
             """[Vd] verifier id of each draft id: ``i + d2t[i]`` (EAGLE-3 ``cnets.py``; vLLM ``compute_logits``)."""
             base = torch.arange(self.lm_head.out_features, device=self.lm_head.weight.device)
             return base + self.d2t if hasattr(self, "d2t") else base
-
-        def _rope(self, x, positions):
-            # x [B, n, T, hd]; rotate_half convention of transformers' Llama
-            freqs = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]
-            emb = torch.cat([freqs, freqs], dim=-1)
-            cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
-            half = x.shape[-1] // 2
-            rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-            return x * cos + rot * sin
-
-        def _attend(self, attn, x, positions, past, mask):
-            B, T, _ = x.shape
-            q = attn.q_proj(x).view(B, T, attn.nH, attn.hd).transpose(1, 2)
-            k = attn.k_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
-            v = attn.v_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
-            q, k = self._rope(q, positions), self._rope(k, positions)
-            keys = torch.cat([p[0] for p in past] + [k], dim=2)
-            vals = torch.cat([p[1] for p in past] + [v], dim=2)
-            rep = attn.nH // attn.nKV
-            o = nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
-            return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), (k, v)
 
         def forward(self, embeds, hidden, positions, past=None, mask=None):
             """One draft pass.
@@ -329,10 +336,82 @@ def _new_module():
             normed = self.norm(x)
             return self.lm_head(normed), (normed if self.norm_output else x), kv
 
-    return Eagle3Draft
+    class Eagle1Draft(Decoder):
+        """See :func:`specfmt.reference.Eagle1Draft`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            self.cfg = cfg
+            H = cfg["hidden_size"]
+            self.fc = nn.Linear(2 * H, H, bias=False)
+            self.layers = nn.ModuleList([Layer(cfg, False, input_norm=i > 0) for i in range(cfg["num_hidden_layers"])])
+            self.embed_tokens = None
+            self._init_rope(cfg)
+
+        def forward(self, embeds, hidden, positions, past=None, mask=None):
+            """[B, T, H] embeddings and verifier (or fed-back) features -> ``(features [B, T, H], kv)``."""
+            if mask is None and not past:
+                T = embeds.shape[1]
+                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
+            past = past or [[] for _ in self.layers]
+            x = self.fc(torch.cat([embeds, hidden], dim=-1))
+            kv = []
+            for i, layer in enumerate(self.layers):
+                a, new = self._attend(layer.self_attn, layer.input_layernorm(x), positions, past[i], mask)
+                kv.append(new)
+                x = x + a
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            return x, kv
+
+    class MedusaHeads(nn.Module):
+        """See :func:`specfmt.reference.MedusaHeads`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            self.cfg = cfg
+            H, V, K, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_heads"], cfg["num_hidden_layers"]
+            bias = bool(cfg["medusa_fc_bias"])
+            self.blocks = nn.ModuleList()
+            for _ in range(K):
+                block = nn.Module()
+                block.layers = nn.ModuleList([nn.Linear(H, H, bias=bias) for _ in range(L)])
+                self.blocks.append(block)
+            if cfg["original_lm_head"]:
+                self.lm_head = nn.Linear(H, V, bias=False)
+            else:
+                self.lm_heads = nn.ModuleList([nn.Linear(H, V, bias=False) for _ in range(K)])
+
+        def head(self, i: int, h):
+            """Head i on [..., H] verifier features -> [..., V] logits of the token i+2 places ahead."""
+            x = h
+            for lin in self.blocks[i].layers:
+                x = x + nn.functional.silu(lin(x))
+            return (self.lm_head if hasattr(self, "lm_head") else self.lm_heads[i])(x)
+
+        def forward(self, h):
+            """[..., H] -> [K, ..., V]: every head's logits."""
+            return torch.stack([self.head(i, h) for i in range(len(self.blocks))])
+
+    return {"eagle3": Eagle3Draft, "eagle": Eagle1Draft, "medusa": MedusaHeads}
 
 
-_EAGLE3 = None
+_MODULES: dict[str, Any] = {}
+
+
+def _module_class(algorithm: str):
+    if not _MODULES:
+        _MODULES.update(_new_module())
+    return _MODULES[algorithm]
+
+
+def _load(model, tensors: dict[str, "torch.Tensor"] | None):
+    """Load ``tensors`` (strict; ``embed_tokens.weight`` kept aside as ``model.embed_tokens``)."""
+    if tensors is not None:
+        own = model.state_dict()
+        state = {n: t.to(own[n].dtype) if n in own else t for n, t in tensors.items() if n != "embed_tokens.weight"}
+        model.load_state_dict(state, strict=True)
+        model.embed_tokens = tensors.get("embed_tokens.weight")
+    return model
 
 
 def Eagle3Draft(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
@@ -356,15 +435,43 @@ def Eagle3Draft(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None =
         KeyError / RuntimeError: ``tensors`` lack a tensor the config implies or have a
             different shape (``load_state_dict(strict=True)``).
     """
-    global _EAGLE3
-    if _EAGLE3 is None:
-        _EAGLE3 = _new_module()
-    model = _EAGLE3(cfg)
-    if tensors is not None:
-        state = {n: t for n, t in tensors.items() if n != "embed_tokens.weight"}
-        model.load_state_dict({n: t.to(model.state_dict()[n].dtype) if n in model.state_dict() else t for n, t in state.items()}, strict=True)
-        model.embed_tokens = tensors.get("embed_tokens.weight")
-    return model
+    return _load(_module_class("eagle3")(cfg), tensors)
+
+
+def Eagle1Draft(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """The EAGLE-1/2 (and HASS) draft as a trainable ``torch.nn.Module`` with specfmt tensor names.
+
+    The forward pass of :func:`eagle1_forward` (``cnets1.py``; vLLM ``llama_eagle.py``) over a
+    batch: ``x = fc(cat([embed, h], -1))``, then Llama layers, layer 0 without its input norm.
+    ``forward(embeds [B, T, H], hidden [B, T, H], positions [T], past=None, mask=None)``
+    returns ``(features [B, T, H], kv)``; logits are the verifier's ``lm_head(features)``.
+
+    Args:
+        cfg: a specfmt eagle ``config.json`` (the decoder's Llama fields at the top level).
+        tensors: the checkpoint's tensors (specfmt names; no ``fc.bias``), or None for a
+            random initialisation.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` do not fit the config.
+    """
+    return _load(_module_class("eagle")(cfg), tensors)
+
+
+def MedusaHeads(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """K Medusa heads (``medusa_model.py`` ``ResBlock``; vLLM ``medusa.py``) as a trainable module.
+
+    Head i maps the verifier's last hidden state h [..., H] through L blocks
+    ``x + SiLU(W x + b)`` and its head [V, H] (``lm_heads.{i}``, or the shared ``lm_head``
+    with ``original_lm_head``) to the logits of the token i+2 places after the one h predicts.
+
+    Args:
+        cfg: a specfmt medusa ``config.json``.
+        tensors: ``blocks.{i}.layers.{j}.*`` and the heads, or None for a random initialisation.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` do not fit the config.
+    """
+    return _load(_module_class("medusa")(cfg), tensors)
 
 
 def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Tensor | None" = None) -> "Proposer":

@@ -1,4 +1,4 @@
-"""Training drafts against a frozen verifier.
+"""Training drafts against a frozen verifier: EAGLE-3, EAGLE-1 and Medusa.
 
 EAGLE-3 with training-time test (Li et al., "EAGLE-3: Scaling up Inference Acceleration of
 Large Language Models via Training-Time Test", 2025; SafeAILab ``eagle/traineagle3/cnets.py``):
@@ -12,14 +12,37 @@ The loss at each step is the cross-entropy against the verifier's next-token dis
 restricted to the draft vocabulary (``target[..., t2d]``, softmax), counted where the
 verifier's top token is in the draft vocabulary (``cnets.py``). Step losses are summed
 with weights ``0.8**s`` as the reference does.
+
+EAGLE-1 (Li et al., "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty",
+2024; ``eagle/train/main.py``): position t reads the embedding of token t+1 and the verifier's
+last hidden state at t (with uniform noise, the paper's data augmentation); the loss is
+``SmoothL1(f_t, h_{t+1}) + 0.1 · CE(lm_head(f_t), p_{t+1})`` with the verifier's head and
+next-token distribution p.
+
+Medusa (Cai et al., "Medusa: Simple LLM Inference Acceleration Framework with Multiple
+Decoding Heads", 2024; ``medusa/train/train_legacy.py``): head i at position t reads the
+verifier's last hidden state h_t and learns the verifier's distribution at t+i+1 (the token
+i+2 places after the one h_t predicts; self-distillation, as Medusa-2 ``--self-distill``),
+weighted ``0.8**i``.
+
+:func:`fit` runs any of them: AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %,
+gradients clipped at 0.5, batches from :class:`specfmt.train_data.Windows` (a function of
+the step, so ``--resume`` continues bit for bit), the verifier's features computed on the
+fly or read from a :class:`specfmt.train_data.FeatureCache`, and several processes through
+``torch.distributed`` (``torchrun``; the objective is wrapped in
+``DistributedDataParallel``).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import InputError, SpecfmtError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -34,8 +57,10 @@ class TrainStats:
         tokens: positions trained on (batch x window per step, all steps).
         seconds: wall time.
         loss: mean loss of the last 50 steps.
-        accuracy: per TTT step, the share of counted positions where the draft's top id
-            equals the verifier's top token (last 50 steps): a running acceptance estimate.
+        accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the
+            share of counted positions where the draft's top token equals the verifier's
+            (last 50 steps, all ranks).
+        resumed_from: the step a resumed run started at (0: from the start).
     """
 
     steps: int = 0
@@ -43,6 +68,16 @@ class TrainStats:
     seconds: float = 0.0
     loss: float = float("nan")
     accuracy: list[float] = field(default_factory=list)
+    resumed_from: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def estimated_acceptance_length(self) -> float:
+        """``1 + a1 + a1·a2 + ...`` from the per-position top-1 agreement: a rough running estimate."""
+        return acceptance_estimate(self.accuracy)
 
 
 def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
@@ -113,76 +148,291 @@ def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def windows(docs: list[list[int]], length: int, batch: int, seed: int) -> Iterator["torch.Tensor"]:
-    """Endless [batch, length] windows drawn uniformly from the concatenated documents (seeded)."""
-    import torch
-
-    stream = torch.tensor([t for d in docs for t in d])
-    if stream.numel() <= length:
-        raise ValueError(f"the training text has {stream.numel()} tokens; a window needs more than {length}")
-    g = torch.Generator().manual_seed(seed)
-    while True:
-        starts = torch.randint(0, stream.numel() - length, (batch,), generator=g)
-        yield torch.stack([stream[i:i + length] for i in starts.tolist()])
+def acceptance_estimate(accuracy: list[float]) -> float:
+    """``1 + a1 + a1·a2 + ...``: the mean acceptance length if position j were accepted with
+    probability a_j once every earlier one was (a rough guide, not a measurement)."""
+    total, run = 1.0, 1.0
+    for a in accuracy:
+        run *= a
+        total += run
+    return total
 
 
-def train_eagle3(
-    draft,
-    verifier,
-    batches: Iterator["torch.Tensor"],
-    *,
-    steps: int,
-    lr: float = 1e-3,
-    warmup: int = 50,
-    ttt_steps: int = 3,
-    embed: "torch.Tensor | None" = None,
-    log: Callable[[int, float, list[float]], None] | None = None,
-) -> TrainStats:
-    """Train an EAGLE-3 draft with the verifier frozen (AdamW, linear warmup, cosine decay to 10 %).
+def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor", last: "torch.Tensor", noise: float = 0.0,
+                generator: "torch.Generator | None" = None):
+    """EAGLE-1 loss of one batch: ``SmoothL1(f_t, h_{t+1}) + 0.1 · CE(head(f_t), softmax(head(h_{t+1})))``.
 
     Args:
-        draft: an :func:`specfmt.reference.Eagle3Draft`; trained in place.
-        verifier: a transformers causal LM; run without gradients.
-        batches: [B, T] token windows.
-        steps: optimizer steps.
-        embed: [V, H] the embedding the draft reads (default: the verifier's input embedding).
-        log: called as ``log(step, loss, accuracy_per_ttt_step)`` after every step.
+        draft: an :func:`specfmt.reference.Eagle1Draft` (train mode).
+        embed: [V, H] the (frozen) embedding the draft reads.
+        head: the verifier's ``lm_head`` (frozen): [..., H] -> [..., V].
+        ids: [B, T] token ids.
+        last: [B, T, H] the verifier's last hidden state (after its final norm).
+        noise: half-width of the uniform noise added to the input features (EAGLE's
+            augmentation against its own feature errors at inference); 0 for none.
+        generator: the noise's random generator (seeded per step by :func:`fit`).
 
     Returns:
-        :class:`TrainStats`.
+        ``(loss, [correct], [counted])``.
     """
     import torch
+    import torch.nn.functional as F
 
-    embed = (embed if embed is not None else verifier.get_input_embeddings().weight).detach()
-    verifier.eval()
-    draft.train()
-    opt = torch.optim.AdamW([p for p in draft.parameters() if p.requires_grad], lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    L = ids.shape[1] - 1
+    h = last[:, :-1]
+    if noise:
+        h = h + (torch.rand(h.shape, generator=generator, device="cpu").to(h.device, h.dtype) * 2 - 1) * noise
+    f, _ = draft(embed[ids[:, 1:]], h, torch.arange(L, device=ids.device))
+    target = last[:, 1:]
+    with torch.no_grad():
+        p = head(target).float().softmax(-1)
+    logits = head(f).float()
+    loss = F.smooth_l1_loss(f.float(), target.float()) + 0.1 * -(p * logits.log_softmax(-1)).sum(-1).mean()
+    correct = int((logits.argmax(-1) == p.argmax(-1)).sum())
+    return loss, [correct], [p.shape[0] * p.shape[1]]
+
+
+def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list[int]):
+    """Medusa loss of one batch: head i at position t against the verifier's distribution at t+i+1, weight ``0.8**i``.
+
+    Args:
+        heads: a :func:`specfmt.reference.MedusaHeads` (train mode).
+        last: [B, T, H] the verifier's last hidden state.
+        logits: [B, T, V] the verifier's logits (``lm_head(last)``).
+        train: the heads to train; the others are run without gradients, for the figures.
+
+    Returns:
+        ``(loss, correct per head, counted per head)``.
+    """
+    import contextlib
+
+    import torch
+
+    K = len(heads.blocks)
+    loss = torch.zeros((), device=last.device)
+    correct, counted = [0] * K, [0] * K
+    for i in range(K):
+        n = last.shape[1] - (i + 1)
+        if n <= 0:
+            continue
+        p = logits[:, i + 1:].float().softmax(-1)
+        with contextlib.nullcontext() if i in train else torch.no_grad():
+            out = heads.head(i, last[:, :n]).float()
+        if i in train:
+            loss = loss + (0.8 ** i) * -(p * out.log_softmax(-1)).sum(-1).mean()
+        correct[i] = int((out.argmax(-1) == p.argmax(-1)).sum())
+        counted[i] = p.shape[0] * p.shape[1]
+    return loss, correct, counted
+
+
+@dataclass
+class TrainOptions:
+    """Hyper-parameters of :func:`fit` (the ``specfmt train`` flags).
+
+    Attributes:
+        steps: optimizer steps.
+        batch_size: windows per step and process (B).
+        seq_len: tokens per window (T).
+        lr: peak learning rate.
+        warmup: warmup steps (None: 5 % of ``steps``, at least 1).
+        ttt_steps: EAGLE-3 drafting steps unrolled in training-time test.
+        noise: EAGLE-1 input feature noise (uniform half-width).
+        seed: seeds the windows, the noise and a new draft's initialisation.
+        save_every: steps between saved training states (0: only at the end or on Ctrl-C).
+    """
+
+    steps: int = 500
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup: int | None = None
+    ttt_steps: int = 3
+    noise: float = 0.0
+    seed: int = 0
+    save_every: int = 100
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, self.steps // 20)
+
+
+class TrainInterrupted(SpecfmtError):
+    """Training stopped by the user (Ctrl-C); the state was saved for ``--resume``."""
+
+    exit_code = 130
+
+
+STATE_FILE = "state.pt"
+
+
+def _objective(algorithm: str, draft, embed, head, opts: TrainOptions, medusa_train: list[int]):
+    """The loss of one batch as an ``nn.Module`` (what ``DistributedDataParallel`` wraps)."""
+    import torch
+    from torch import nn
+
+    class Objective(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.draft = draft
+            self._frozen = (embed, head)  # a tuple: not registered, never synchronised or trained
+
+        def forward(self, ids, aux, last, step: int):
+            embed, head = self._frozen
+            if algorithm == "eagle3":
+                with torch.no_grad():
+                    logits = head(last)
+                return eagle3_ttt_loss(self.draft, embed, ids, aux, logits, opts.ttt_steps)
+            if algorithm == "eagle":
+                g = torch.Generator().manual_seed(opts.seed * 7919 + step)
+                return eagle1_loss(self.draft, embed, head, ids, last, opts.noise, g)
+            with torch.no_grad():
+                logits = head(last)
+            return medusa_loss(self.draft, last, logits, medusa_train)
+
+    return Objective()
+
+
+def fit(
+    algorithm: str,
+    draft,
+    verifier,
+    windows,
+    opts: TrainOptions,
+    *,
+    embed: "torch.Tensor | None" = None,
+    cache=None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
+    fingerprint: dict[str, Any] | None = None,
+    medusa_train: list[int] | None = None,
+    log: Callable[[int, float, list[float]], None] | None = None,
+) -> TrainStats:
+    """Train ``draft`` in place against the frozen ``verifier``.
+
+    Args:
+        algorithm: ``eagle3``, ``eagle`` or ``medusa``.
+        draft: the module (:mod:`specfmt.reference`), on the verifier's device; only its
+            parameters with ``requires_grad`` are trained.
+        verifier: a transformers causal LM, eval mode, no gradients.
+        windows: :class:`specfmt.train_data.Windows` (this process's rank and world size).
+        opts: :class:`TrainOptions`.
+        embed: [V, H] the embedding the draft reads (default: the verifier's).
+        cache: a complete :class:`specfmt.train_data.FeatureCache` for ``windows`` (which
+            must then be fixed), or None to run the verifier every step.
+        state_dir: where the training state (weights, optimizer, step) is saved every
+            ``opts.save_every`` steps and on Ctrl-C; None: never.
+        resume: continue from the state in ``state_dir``.
+        fingerprint: what the run is (options, data, verifier); a resumed state must match.
+        medusa_train: Medusa heads to train (default: all).
+        log: called on the main process as ``log(step, loss, accuracy_per_position)`` after
+            every step.
+
+    Returns:
+        :class:`TrainStats` (figures summed over processes).
+
+    Raises:
+        InputError: ``resume`` without a saved state, or a state of another run.
+        TrainInterrupted: Ctrl-C; the state of the last finished step was saved.
+    """
+    import torch
+    import torch.distributed as dist
+
+    from .train_data import verifier_features
+
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    device = next(draft.parameters()).device
+    head = verifier.get_output_embeddings()
+    embed = (embed if embed is not None else verifier.get_input_embeddings().weight).detach().to(device)
+    taps = list(getattr(draft, "taps", [])) if algorithm == "eagle3" else []
+    K = len(draft.blocks) if algorithm == "medusa" else 0
+    medusa_train = list(range(K)) if medusa_train is None else medusa_train
+    positions = opts.ttt_steps if algorithm == "eagle3" else K if algorithm == "medusa" else 1
+    obj = _objective(algorithm, draft, embed, head, opts, medusa_train)
+    model = obj
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(obj, device_ids=[device.index] if device.type == "cuda" else None)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    state_path = Path(state_dir) / STATE_FILE if state_dir else None
+    fingerprint = fingerprint or {}
 
     stats = TrainStats()
     recent: list[tuple[float, list[int], list[int]]] = []
+    start = 0
+    if resume:
+        if state_path is None or not state_path.is_file():
+            raise InputError(f"--resume: no saved training state at {state_path}", hint="run without --resume to start from step 0")
+        state = torch.load(state_path, map_location=device, weights_only=True)
+        if state.get("fingerprint") != fingerprint:
+            old = state.get("fingerprint") or {}
+            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+            raise InputError(f"the saved state at {state_path} is of another run (differs in: {', '.join(diff)})",
+                             hint="resume with the same options, or start over without --resume")
+        draft.load_state_dict(state["draft"])
+        opt.load_state_dict(state["optimizer"])
+        start = stats.resumed_from = int(state["step"])
+        recent = [(float(a), list(b), list(c)) for a, b, c in state["recent"]]
+
+    def save(step: int) -> None:
+        if state_path is None or rank != 0:
+            return
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"step": step, "draft": draft.state_dict(), "optimizer": opt.state_dict(), "recent": recent,
+                    "fingerprint": fingerprint}, tmp)
+        os.replace(tmp, state_path)
+
+    verifier.eval()
+    draft.train()
     t0 = time.perf_counter()
-    for step in range(steps):
-        ids = next(batches)
-        with torch.no_grad():
-            out = verifier(input_ids=ids, output_hidden_states=True, use_cache=False)
-            aux = torch.cat([out.hidden_states[j] for j in draft.taps], dim=-1)
-        loss, correct, counted = eagle3_ttt_loss(draft, embed, ids, aux, out.logits, ttt_steps)
-        for g in opt.param_groups:
-            g["lr"] = warmup_cosine(step, steps, warmup, lr)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(draft.parameters(), 0.5)
-        opt.step()
-        recent = (recent + [(loss.item(), correct, counted)])[-50:]
-        stats.steps += 1
-        stats.tokens += ids.numel()
-        if log:
-            log(step, recent[-1][0], [c / max(n, 1) for c, n in zip(correct, counted)])
+    done = start
+    try:
+        for step in range(start, opts.steps):
+            ids = windows.ids(step).to(device)
+            if cache is not None:
+                aux, last = cache.get([i for _, i in windows.indices(step)])
+                aux, last = (aux.to(device) if aux is not None else None), last.to(device)
+            else:
+                aux, last = verifier_features(verifier, ids, taps)
+            for g in opt.param_groups:
+                g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
+            loss, correct, counted = model(ids, aux, last, step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+            figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
+            if distributed:
+                dist.all_reduce(figures)
+                figures[0] /= dist.get_world_size()
+            c = [int(x) for x in figures[1:1 + positions]]
+            n = [int(x) for x in figures[1 + positions:]]
+            recent = (recent + [(float(figures[0]), c, n)])[-50:]
+            stats.steps += 1
+            stats.tokens += ids.numel() * (dist.get_world_size() if distributed else 1)
+            done = step + 1
+            if log and rank == 0:
+                log(step, recent[-1][0], [a / max(b, 1) for a, b in zip(c, n)])
+            if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
+                save(done)
+    except KeyboardInterrupt:
+        save(done)
+        raise TrainInterrupted(f"interrupted after step {done} of {opts.steps}",
+                               hint=f"the state is saved in {state_dir}; continue with the same command and --resume" if state_path else None) from None
+    save(done)
     stats.seconds = time.perf_counter() - t0
-    stats.loss = sum(r[0] for r in recent) / len(recent)
-    stats.accuracy = [sum(r[1][s] for r in recent) / max(1, sum(r[2][s] for r in recent)) for s in range(ttt_steps)]
+    if recent:
+        stats.loss = sum(r[0] for r in recent) / len(recent)
+        stats.accuracy = [sum(r[1][s] for r in recent) / max(1, sum(r[2][s] for r in recent)) for s in range(positions)]
     draft.eval()
     return stats
 
 
-__all__ = ["TrainStats", "eagle3_ttt_loss", "train_eagle3", "ttt_mask", "warmup_cosine", "windows"]
+def options_dict(opts: TrainOptions) -> dict[str, Any]:
+    return asdict(opts)
+
+
+__all__ = ["STATE_FILE", "TrainInterrupted", "TrainOptions", "TrainStats", "acceptance_estimate", "eagle1_loss", "eagle3_ttt_loss",
+           "fit", "medusa_loss", "options_dict", "ttt_mask", "warmup_cosine"]

@@ -1,0 +1,156 @@
+"""``specfmt train``: the command-line layer over :mod:`specfmt.trainer`.
+
+``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source);
+``specfmt train fill SRC`` fills a draft's gaps without training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .cli import _checks_table, _figures_table, _parse_layers, err, out
+
+train_app = typer.Typer(
+    help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
+    no_args_is_help=True,
+)
+
+_SUMMARY = {
+    "eagle3": "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier.",
+    "eagle": "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier.",
+    "medusa": "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads.",
+}
+
+
+def _report(result, *, dry_run: bool) -> None:
+    if result.out is None:
+        return
+    for note in result.notes:
+        err.print(f"note: {note}")
+    for name, how in result.filled.items():
+        out.print(f"filled {name}: {how}", markup=False, highlight=False)
+    s = result.stats
+    if s is not None:
+        acc = " / ".join(f"{a:.3f}" for a in s.accuracy)
+        out.print(f"trained {len(result.trained)} tensors: {s.steps} steps"
+                  + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")
+                  + f", {s.tokens:,} tokens in {s.seconds:.0f} s ({s.tokens_per_second:,.0f} tokens/s); "
+                  f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}")
+    out.print(f"wrote {result.out}" + (" (initialised, not trained)" if dry_run else ""))
+    v = result.validation
+    if v is not None:
+        out.print(_checks_table(v.report, f"validation of {result.out} (reference run, no vLLM)"))
+        if v.reference:
+            out.print(_figures_table(v))
+        out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
+    out.print(f"serve it with: vllm serve {result.out}")
+
+
+def _run(req, opts) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from .train import acceptance_estimate
+    from .trainer import train_draft
+
+    progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not err.is_terminal)
+    task = None
+    lines = [0]
+
+    def log(step: int, loss: float, acc: list[float]) -> None:
+        nonlocal task
+        figures = f"loss {loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in acc)}  ~τ {acceptance_estimate(acc):.2f}"
+        if task is None:
+            task = progress.add_task("training", total=opts.steps, completed=step, figures="")
+        progress.update(task, completed=step + 1, figures=figures)
+        if not err.is_terminal and ((step + 1) % max(1, opts.steps // 10) == 0 or step + 1 == opts.steps):
+            lines[0] += 1
+            err.print(f"step {step + 1}/{opts.steps}  {figures}", markup=False, highlight=False)
+
+    with progress:
+        result = train_draft(req, opts, log=log, status=lambda msg: err.print(msg, markup=False, highlight=False))
+    _report(result, dry_run=req.dry_run)
+    if result.validation is not None and not result.validation.report.ok:
+        raise typer.Exit(1)
+
+
+def _make_command(algorithm: str):
+    def command(
+        output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end)."),
+        verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen."),
+        data: Optional[list[Path]] = typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\"."),
+        init: Optional[str] = typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft)."),
+        source_format: str = typer.Option("auto", "--from", help="Format of --init (eagle3, eagle, hass, medusa, speculators, specfmt, auto)."),
+        steps: int = typer.Option(500, "--steps", help="Optimizer steps."),
+        batch_size: int = typer.Option(8, "--batch-size", help="Windows per step (per process)."),
+        seq_len: int = typer.Option(256, "--seq-len", help="Tokens per window."),
+        lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW; warmup, then cosine decay to 10 %)."),
+        warmup: Optional[int] = typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps)."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights."),
+        ttt_steps: int = typer.Option(3, "--ttt-steps", help="EAGLE-3: drafting steps unrolled in training-time test."),
+        noise: float = typer.Option(0.0, "--noise", help="EAGLE-1: uniform noise half-width on the input features."),
+        draft_vocab: Optional[int] = typer.Option(None, "--draft-vocab", help="EAGLE-3, new draft: draft vocabulary size Vd, the most frequent tokens of --data (default: the verifier's V)."),
+        aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3, new draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3)."),
+        layers: int = typer.Option(1, "--layers", help="EAGLE, new draft: decoder layers."),
+        heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: heads K of a new set (default 3), or the total after adding heads to --init."),
+        head_layers: int = typer.Option(1, "--head-layers", help="Medusa, new set: residual blocks per head."),
+        train_all: bool = typer.Option(False, "--train-all", help="Medusa with --init and --heads: train the existing heads too (default: only the new ones)."),
+        embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into the draft (embed_tokens.weight)."),
+        speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config (default: 3; Medusa: K)."),
+        device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available). Several GPUs: run under torchrun."),
+        cache: Optional[Path] = typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options)."),
+        save_every: int = typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C)."),
+        dtype: str = typer.Option("float32", "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16."),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it."),
+        validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
+        prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in)."),
+        force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    ) -> None:
+        from .train import TrainOptions
+        from .trainer import TrainRequest
+
+        req = TrainRequest(out=str(output), verifier=verifier, algorithm=algorithm, data=[str(d) for d in data or []], init=init,
+                           source_format=source_format, dry_run=dry_run, draft_vocab=draft_vocab, taps=_parse_layers(aux_layers),
+                           layers=layers, heads=heads, head_layers=head_layers, train_all=train_all, embed=embed,
+                           speculative_tokens=speculative_tokens, device=device, cache=str(cache) if cache else None, resume=resume,
+                           dtype=dtype, force=force, validate=validate, prompts=str(prompts) if prompts else None)
+        opts = TrainOptions(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, ttt_steps=ttt_steps, noise=noise,
+                            seed=seed, save_every=save_every)
+        _run(req, opts)
+
+    command.__doc__ = _SUMMARY[algorithm]
+    return command
+
+
+for _algo in ("eagle3", "eagle", "medusa"):
+    train_app.command(name=_algo)(_make_command(_algo))
+
+
+@train_app.command()
+def fill(
+    src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),
+    verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id."),
+    source_format: str = typer.Option("auto", "--from", help="Format of SRC (eagle3, eagle, hass, medusa, speculators, specfmt, auto)."),
+    data: Optional[list[Path]] = typer.Option(None, "--data", help="Corpus for d2t/t2d token frequencies (text or jsonl), repeatable."),
+    vocab_map: Optional[bool] = typer.Option(None, "--vocab-map/--no-vocab-map", help="EAGLE-3: build d2t/t2d from --data (default: when the draft lacks them)."),
+    embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into embed_tokens.weight (EAGLE-3 with H = H_t, EAGLE-1)."),
+    lm_heads: bool = typer.Option(False, "--lm-heads", help="Medusa: give heads that share the verifier's lm_head their own copies (lm_heads.{i})."),
+    heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: add heads up to this many (new heads: zero blocks, the verifier's lm_head); train them next."),
+    speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config."),
+    dtype: str = typer.Option("float32", "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16."),
+    validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+) -> None:
+    """Fill in what a draft lacks, without training: d2t/t2d from corpus frequencies, embed_tokens and lm_heads copied from the verifier, new Medusa heads."""
+    from .train import TrainOptions
+    from .trainer import TrainRequest
+
+    req = TrainRequest(out=str(output), verifier=verifier, data=[str(d) for d in data or []], init=src, source_format=source_format,
+                       fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, heads=heads,
+                       speculative_tokens=speculative_tokens, dtype=dtype, force=force, validate=validate)
+    _run(req, TrainOptions(steps=0))

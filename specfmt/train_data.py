@@ -1,0 +1,318 @@
+"""Training data for the trainer: documents, token windows, verifier features and their cache.
+
+* :func:`read_documents` reads plain text files (one document each), jsonl with ``text``,
+  and chat jsonl with ``messages`` rendered with the verifier's chat template.
+* :class:`Windows` cuts the concatenated token stream into fixed-length windows and deals
+  them out as batches: a seeded permutation per epoch, a function of the step number alone,
+  so a resumed run sees exactly the batches an uninterrupted one would.
+* :func:`verifier_features` runs the frozen verifier; :class:`FeatureCache` keeps its
+  outputs in safetensors shards for repeated epochs (offline training, as SpecForge's
+  ``prepare_hidden_states``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+TEXT_SUFFIXES = (".txt", ".md", ".py", ".text")
+
+
+@dataclass
+class Documents:
+    """Tokenized training documents.
+
+    Attributes:
+        ids: one list of token ids per document (the tokenizer's BOS when it adds one,
+            the text, then EOS).
+        files: sha256 of every data file read, by path (provenance).
+        chat: some documents were rendered with the chat template.
+    """
+
+    ids: list[list[int]]
+    files: dict[str, str]
+    chat: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.ids))
+
+
+def read_documents(paths: list[str], tokenizer: Any) -> Documents:
+    """Read and tokenize training data.
+
+    Args:
+        paths: files; ``.jsonl`` files hold one JSON object per line with ``text`` (a
+            string) or ``messages`` (chat turns ``{"role", "content"}``); any other file is
+            one plain-text document (UTF-8).
+        tokenizer: the verifier's transformers tokenizer.
+
+    Raises:
+        InputError: a file is missing or not UTF-8, a line is not JSON or has neither
+            field (``file:line``), chat data when the tokenizer has no chat template, or no
+            documents at all.
+    """
+    from .checkpoint import sha256_file
+
+    eos = getattr(tokenizer, "eos_token_id", None)
+
+    def encode(text: str, special: bool = True) -> list[int]:
+        ids = list(tokenizer.encode(text, add_special_tokens=special))
+        return ids + [eos] if eos is not None and (not ids or ids[-1] != eos) else ids
+
+    docs: list[list[int]] = []
+    files: dict[str, str] = {}
+    chat = False
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
+        files[str(path)] = sha256_file(p)
+        if p.suffix != ".jsonl":
+            if text.strip():
+                docs.append(encode(text.replace("\r\n", "\n")))
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise InputError(f"line is not JSON ({e.msg})", where=where) from None
+            if isinstance(obj, dict) and isinstance(obj.get("text"), str):
+                docs.append(encode(obj["text"]))
+            elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+                if not getattr(tokenizer, "chat_template", None):
+                    raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=where,
+                                     hint="give the text as {\"text\": ...}")
+                try:
+                    rendered = tokenizer.apply_chat_template(obj["messages"], tokenize=False)
+                except Exception as e:  # jinja errors: a malformed turn
+                    raise InputError(f"the chat template cannot render these messages: {str(e).splitlines()[0]}", where=where) from None
+                docs.append(encode(rendered, special=False))
+                chat = True
+            else:
+                raise InputError("each line needs a \"text\" string or a \"messages\" list", where=where)
+    if not docs:
+        raise InputError("no training documents in " + ", ".join(paths))
+    return Documents(docs, files, chat)
+
+
+def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
+    """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
+
+    Tokens are counted at every position but each document's first (the reference's loss
+    mask zeroes it); the ``draft_vocab`` most frequent ids, sorted ascending, are the draft
+    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``.
+
+    Returns:
+        ``(d2t [Vd] int64, t2d [V] bool, coverage)``: coverage is the share of counted
+        positions whose token is in the draft vocabulary.
+
+    Raises:
+        InputError: the data has fewer distinct tokens than ``draft_vocab``.
+    """
+    import collections
+
+    import torch
+
+    counts: collections.Counter = collections.Counter()
+    for d in docs:
+        counts.update(d[1:])
+    top = counts.most_common(draft_vocab)
+    if len(top) < draft_vocab:
+        raise InputError(f"the training data has {len(top)} distinct tokens, fewer than the draft vocabulary of {draft_vocab}",
+                         hint="give more data or a smaller --draft-vocab")
+    used = sorted(t for t, _ in top)
+    if used[-1] >= vocab_size:
+        raise InputError(f"token id {used[-1]} is outside the verifier's vocabulary of {vocab_size}")
+    d2t = torch.tensor([t - i for i, t in enumerate(used)], dtype=torch.int64)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d, sum(c for _, c in top) / max(1, sum(counts.values()))
+
+
+class Windows:
+    """Fixed-length token windows over the concatenated documents, dealt as batches.
+
+    Window i of epoch e starts at ``offset(e) + i·T``; the offset is 0 when ``fixed``
+    (a feature cache needs the same windows every epoch), else drawn per epoch from
+    ``[0, T)`` so unfixed epochs see new boundaries. Each epoch visits the n windows in a
+    permutation seeded by ``(seed, e)``. Batch b of step s on rank r takes the flat window
+    numbers ``((s·W + r)·B + b)`` across epochs: a pure function of the step, so a resumed
+    run repeats nothing and skips nothing, and W ranks never share a window within a step.
+
+    Raises:
+        InputError: the stream is shorter than two windows.
+    """
+
+    def __init__(self, docs: list[list[int]], seq_len: int, batch: int, seed: int, *, fixed: bool = False, world: int = 1, rank: int = 0):
+        import torch
+
+        self.stream = torch.tensor([t for d in docs for t in d], dtype=torch.long)
+        self.seq_len, self.batch, self.seed, self.fixed, self.world, self.rank = seq_len, batch, seed, fixed, world, rank
+        self.n = (self.stream.numel() - seq_len) // seq_len
+        if self.n < 1:
+            raise InputError(f"the training data has {self.stream.numel()} tokens; --seq-len {seq_len} needs at least {2 * seq_len}",
+                             hint="give more data or a smaller --seq-len")
+        self._perms: dict[int, tuple[Any, int]] = {}
+
+    def _epoch(self, e: int):
+        if e not in self._perms:
+            import torch
+
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + e)
+            offset = 0 if self.fixed else int(torch.randint(0, self.seq_len, (1,), generator=g))
+            self._perms = {e: (torch.randperm(self.n, generator=g), offset)}
+        return self._perms[e]
+
+    def indices(self, step: int) -> list[tuple[int, int]]:
+        """``(epoch, window)`` of each batch row at ``step`` on this rank."""
+        first = (step * self.world + self.rank) * self.batch
+        out = []
+        for g in range(first, first + self.batch):
+            e, i = divmod(g, self.n)
+            out.append((e, int(self._epoch(e)[0][i])))
+        return out
+
+    def window(self, epoch: int, i: int) -> "torch.Tensor":
+        offset = self._epoch(epoch)[1]
+        start = offset + i * self.seq_len
+        return self.stream[start:start + self.seq_len]
+
+    def ids(self, step: int) -> "torch.Tensor":
+        """[B, T] the token ids of ``step``'s batch on this rank."""
+        import torch
+
+        return torch.stack([self.window(e, i) for e, i in self.indices(step)])
+
+    def digest(self) -> str:
+        """sha256 of the token stream and window shape (what a feature cache is valid for)."""
+        h = hashlib.sha256(self.stream.numpy().tobytes())
+        h.update(f"{self.seq_len}".encode())
+        return h.hexdigest()
+
+
+def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tuple["torch.Tensor | None", "torch.Tensor"]:
+    """The frozen verifier's features of a batch.
+
+    Args:
+        verifier: a transformers causal LM (eval mode).
+        ids: [B, T] token ids.
+        taps: EAGLE-3 tap layer ids l (``hidden_states[l]``, the residual stream entering
+            layer l, as vLLM's ``aux_hidden_states``); empty for none.
+
+    Returns:
+        ``(aux [B, T, n·H] or None, last [B, T, H])``: the taps, concatenated, and the last
+        hidden state after the final norm (what the verifier's ``lm_head`` reads; EAGLE-1
+        and Medusa read it too).
+    """
+    import torch
+
+    with torch.no_grad():
+        out = verifier.get_decoder()(input_ids=ids, output_hidden_states=bool(taps), use_cache=False)
+        aux = torch.cat([out.hidden_states[j] for j in taps], dim=-1) if taps else None
+        return aux, out.last_hidden_state
+
+
+class FeatureCache:
+    """Verifier features of every window of a fixed :class:`Windows`, in safetensors shards.
+
+    ``DIR/manifest.json`` records what the cache is valid for (verifier, data digest,
+    window length, taps, dtype); ``DIR/shard-NNNNN.safetensors`` holds ``last`` [n, T, H]
+    and, with taps, ``aux`` [n, T, k·H] for windows ``NNNNN·S ... NNNNN·S + n - 1``.
+
+    Raises:
+        InputError: ``DIR`` holds a cache built for something else.
+    """
+
+    SHARD = 64
+
+    def __init__(self, folder: str | Path, key: dict[str, Any]):
+        self.folder = Path(folder)
+        self.key = key
+        self._open: dict[int, Any] = {}
+        manifest = self.folder / "manifest.json"
+        if manifest.is_file():
+            try:
+                got = json.loads(manifest.read_text())
+            except ValueError:
+                got = None
+            if not isinstance(got, dict) or got.get("key") != key:
+                diff = sorted(k for k in key if not isinstance(got, dict) or (got.get("key") or {}).get(k) != key[k])
+                raise InputError(f"the feature cache {self.folder} was built for other inputs (differs in: {', '.join(diff) or 'format'})",
+                                 hint="pass another --cache folder, or delete this one")
+        elif self.folder.exists() and any(self.folder.iterdir()):
+            raise InputError(f"--cache {self.folder} is a non-empty folder without a specfmt manifest.json", hint="give an empty or new folder")
+
+    @property
+    def complete(self) -> bool:
+        m = self.folder / "manifest.json"
+        return m.is_file() and json.loads(m.read_text()).get("complete") is True
+
+    def build(self, windows: Windows, verifier: Any, taps: list[int], device: Any, progress: Callable[[int, int], None] | None = None,
+              rank: int = 0, world: int = 1) -> None:
+        """Compute the features of every window (shard k on rank k mod W) and write the shards."""
+        import torch
+        from safetensors.torch import save_file
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        shards = (windows.n + self.SHARD - 1) // self.SHARD
+        for k in range(rank, shards, world):
+            path = self.folder / f"shard-{k:05d}.safetensors"
+            if path.is_file():
+                continue
+            idx = range(k * self.SHARD, min(windows.n, (k + 1) * self.SHARD))
+            ids = torch.stack([windows.window(0, i) for i in idx])
+            parts: dict[str, list] = {"last": [], "aux": []}
+            for b in range(0, len(idx), 8):
+                aux, last = verifier_features(verifier, ids[b:b + 8].to(device), taps)
+                parts["last"].append(last.cpu())
+                if aux is not None:
+                    parts["aux"].append(aux.cpu())
+            tensors = {n: torch.cat(v).contiguous() for n, v in parts.items() if v}
+            tmp = path.with_suffix(".tmp")
+            save_file(tensors, str(tmp))
+            os.replace(tmp, path)
+            if progress:
+                progress(min(windows.n, (k + 1) * self.SHARD), windows.n)
+        if rank == 0:
+            self.mark_complete()
+
+    def mark_complete(self) -> None:
+        tmp = self.folder / "manifest.json.tmp"
+        tmp.write_text(json.dumps({"key": self.key, "complete": True}, indent=2) + "\n")
+        os.replace(tmp, self.folder / "manifest.json")
+
+    def get(self, windows: list[int]) -> tuple["torch.Tensor | None", "torch.Tensor"]:
+        """``(aux or None, last)`` of the given window numbers, stacked [B, T, ...]."""
+        import torch
+        from safetensors import safe_open
+
+        aux, last = [], []
+        for i in windows:
+            k, j = divmod(i, self.SHARD)
+            if k not in self._open:
+                self._open[k] = safe_open(str(self.folder / f"shard-{k:05d}.safetensors"), framework="pt")
+            f = self._open[k]
+            last.append(f.get_slice("last")[j:j + 1])
+            if "aux" in f.keys():
+                aux.append(f.get_slice("aux")[j:j + 1])
+        return (torch.cat(aux) if aux else None), torch.cat(last)
+
+
+__all__ = ["Documents", "FeatureCache", "Windows", "read_documents", "verifier_features", "vocab_map"]

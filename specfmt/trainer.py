@@ -1,0 +1,411 @@
+"""``specfmt train``: build a draft (new, or read from any source), fill its gaps, train it, write it, check it.
+
+The pipeline behind the CLI, one request at a time:
+
+1. the draft: read with :func:`specfmt.draft.load_draft` (``--init``), or a new config for
+   the verifier (:func:`specfmt.draft.new_config`) initialised as the references do;
+2. fill-ins (:mod:`specfmt.fill`): ``d2t``/``t2d`` from the data, embeddings and heads
+   copied from the verifier, Medusa heads added;
+3. training (:func:`specfmt.train.fit`) unless ``steps`` is 0 or it is a dry run, with the
+   state saved next to OUT (``OUT.train-state/``) for ``--resume``;
+4. the draft written atomically in the specfmt format (:func:`specfmt.draft.save_draft`);
+5. a short validation run: the static checks and the reference run of
+   :func:`specfmt.validate_run.validate_run` (no vLLM), its figures written to
+   ``validation.json``.
+
+Under ``torchrun`` every process trains on its own windows through
+``DistributedDataParallel``; process 0 alone writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from .errors import InputError, OutputExistsError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .draft import Draft
+    from .train import TrainOptions, TrainStats
+    from .validate_run import RunResult
+
+
+@dataclass
+class TrainRequest:
+    """What ``specfmt train`` was asked to do.
+
+    Attributes:
+        algorithm: ``eagle3``, ``eagle`` or ``medusa``; None takes the ``init`` draft's.
+        out: output folder.
+        verifier: folder or Hub id.
+        data: training data files (:func:`specfmt.train_data.read_documents`).
+        init: a draft to start from (specfmt folder or research checkpoint); None: new.
+        source_format: ``--from`` of ``init``.
+        steps_only_fill: fill the gaps and write, no training (``specfmt train fill``).
+        dry_run: write the initialised draft, no training.
+        draft_vocab / taps / layers: a new EAGLE-3 / EAGLE draft's shape.
+        heads / head_layers: Medusa heads K (new, or the total after adding) and blocks L.
+        train_all: Medusa: train the heads ``init`` had too (default: only new heads,
+            or all when none are new).
+        embed: copy the verifier's embedding into the draft (``embed_tokens.weight``).
+        lm_heads: Medusa: give shared-head drafts per-head ``lm_heads``.
+        vocab_map: build ``d2t``/``t2d`` (default: when the draft needs and lacks them).
+        speculative_tokens: k written into the config (default: the draft's, else 3 / K).
+        device: ``cpu``, ``cuda``, ``cuda:N`` or None (CUDA when available).
+        cache: feature cache folder, or None.
+        resume: continue a saved state.
+        dtype: floating dtype of the written tensors.
+        force: replace a non-empty OUT.
+        validate: run the short validation at the end.
+        prompts: validation prompts file (None: the built-in prompts).
+    """
+
+    out: str
+    verifier: str
+    algorithm: str | None = None
+    data: list[str] = field(default_factory=list)
+    init: str | None = None
+    source_format: str = "auto"
+    fill_only: bool = False
+    dry_run: bool = False
+    draft_vocab: int | None = None
+    taps: list[int] | None = None
+    layers: int = 1
+    heads: int | None = None
+    head_layers: int = 1
+    train_all: bool = False
+    embed: bool = False
+    lm_heads: bool = False
+    vocab_map: bool | None = None
+    speculative_tokens: int | None = None
+    device: str | None = None
+    cache: str | None = None
+    resume: bool = False
+    dtype: str = "float32"
+    force: bool = False
+    validate: bool = True
+    prompts: str | None = None
+
+
+@dataclass
+class TrainResult:
+    """What a training request produced (process 0; other processes get ``out`` None)."""
+
+    out: Path | None
+    draft: "Draft"
+    filled: dict[str, str]
+    trained: list[str]
+    stats: "TrainStats | None"
+    validation: "RunResult | None" = None
+    notes: list[str] = field(default_factory=list)
+
+
+def state_dir(out: str | Path) -> Path:
+    """Where the training state of OUT is kept between runs (``OUT.train-state``)."""
+    p = Path(out).expanduser().resolve()
+    return p.parent / f"{p.name}.train-state"
+
+
+def _digest(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _init_distributed(device: str | None):
+    """Join the ``torchrun`` process group when there is one; returns ``(rank, world, device)``."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if world > 1:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        if device.startswith("cuda"):
+            device = f"cuda:{local}"
+            torch.cuda.set_device(local)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        return dist.get_rank(), world, torch.device(device)
+    return 0, 1, torch.device(device)
+
+
+def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict[str, str]]:
+    """A new draft for the verifier, initialised as the reference trainers do."""
+    import torch
+
+    from .draft import Draft, new_config
+    from .fill import fill_eagle3_head, verifier_tensor
+    from .reference import Eagle1Draft, Eagle3Draft
+
+    algo = req.algorithm
+    cfg = new_config(algo, req.verifier, draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3,
+                     head_layers=req.head_layers, speculative_tokens=req.speculative_tokens, dtype=req.dtype)
+    filled: dict[str, str] = {}
+    draft = Draft(cfg, {})
+    if algo == "medusa":
+        K, L, H = cfg["num_heads"], cfg["num_hidden_layers"], cfg["hidden_size"]
+        head = verifier_tensor(req.verifier, "head", tied=_tied(req.verifier))
+        for i in range(K):
+            for j in range(L):
+                draft.tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H)
+                draft.tensors[f"blocks.{i}.layers.{j}.bias"] = torch.zeros(H)
+            draft.tensors[f"lm_heads.{i}.weight"] = head.clone().float()
+            filled[f"lm_heads.{i}.weight"] = "the verifier's lm_head, copied (Medusa's initialisation); blocks zero"
+        return draft, filled
+    module = (Eagle3Draft if algo == "eagle3" else Eagle1Draft)(cfg)
+    draft.tensors = {n: t.detach().clone() for n, t in module.state_dict().items()}
+    if algo == "eagle3":
+        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+        if Vd < V:
+            if docs is None:
+                raise InputError(f"a draft vocabulary of {Vd} < {V} is built from the training data", hint="pass --data")
+            draft.tensors.pop("d2t"), draft.tensors.pop("t2d")
+            from .fill import fill_vocab_map
+
+            filled.update(fill_vocab_map(draft, docs.ids))
+        filled.update(fill_eagle3_head(draft, req.verifier))
+    else:
+        draft.tensors["embed_tokens.weight"] = verifier_tensor(req.verifier, "embed").float()
+        filled["embed_tokens.weight"] = "the verifier's input embedding, copied (EAGLE-1 shares and freezes it)"
+    notes.append(f"new {algo} draft for {req.verifier}")
+    return draft, filled
+
+
+def _tied(verifier: str) -> bool:
+    from .draft import verifier_config
+
+    return verifier_config(verifier)[0].tie_word_embeddings
+
+
+def _fill(req: TrainRequest, draft: "Draft", docs) -> dict[str, str]:
+    """The fill-ins a draft read from ``--init`` gets."""
+    from .fill import fill_embed, fill_medusa_lm_heads, fill_vocab_map
+
+    filled: dict[str, str] = {}
+    cfg = draft.config
+    if draft.algorithm == "eagle3":
+        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+        needs = Vd < V and "d2t" not in draft.tensors
+        if req.vocab_map or (req.vocab_map is None and needs):
+            if docs is None:
+                raise InputError("the draft has no d2t/t2d (draft vocabulary map); they are built from token frequencies over a corpus",
+                                 hint="pass --data FILE")
+            filled.update(fill_vocab_map(draft, docs.ids))
+    elif req.vocab_map:
+        raise InputError(f"--vocab-map: a {draft.algorithm} draft has no draft vocabulary map")
+    if req.embed:
+        filled.update(fill_embed(draft, req.verifier))
+    if draft.algorithm == "medusa":
+        grow = req.heads is not None and req.heads > cfg["num_heads"]
+        if req.lm_heads or grow or (cfg["original_lm_head"] and not req.fill_only):
+            filled.update(fill_medusa_lm_heads(draft, req.verifier, req.heads))
+            if grow:
+                cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens or cfg["num_heads"]
+        elif req.heads is not None and req.heads < cfg["num_heads"]:
+            raise InputError(f"--heads {req.heads}: the draft already has {cfg['num_heads']} heads", hint="heads are only added, never removed")
+    elif req.heads is not None or req.lm_heads:
+        raise InputError(f"--heads / --lm-heads apply to Medusa drafts, not {draft.algorithm}")
+    if req.speculative_tokens is not None:
+        if draft.algorithm == "medusa" and req.speculative_tokens > cfg["num_heads"]:
+            raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {cfg['num_heads']} Medusa heads")
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
+    return filled
+
+
+def _module(draft: "Draft", device):
+    import torch
+
+    from .reference import Eagle1Draft, Eagle3Draft, MedusaHeads
+
+    build = {"eagle3": Eagle3Draft, "eagle": Eagle1Draft, "medusa": MedusaHeads}[draft.algorithm]
+    tensors = {n: t.float() if t.is_floating_point() else t for n, t in draft.tensors.items()}
+    module = build(draft.config, tensors).to(device, torch.float32)
+    if module.embed_tokens is not None:
+        module.embed_tokens = module.embed_tokens.float().to(device)
+    return module
+
+
+def check_request(req: TrainRequest) -> None:
+    """Option checks that need no file (they fail before anything is read).
+
+    Raises:
+        InputError: options that contradict each other or the algorithm.
+    """
+    if req.algorithm not in (None, "eagle3", "eagle", "medusa"):
+        raise InputError(f"unknown algorithm {req.algorithm!r}", hint="train eagle3, eagle or medusa")
+    if req.algorithm is None and req.init is None:
+        raise InputError("no algorithm and no --init draft to take it from")
+    if req.dtype not in ("float16", "bfloat16", "float32"):
+        raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
+    if req.algorithm != "eagle3" and (req.draft_vocab is not None or req.taps is not None):
+        if req.algorithm is not None:
+            raise InputError("--draft-vocab and --aux-layers apply to EAGLE-3 drafts")
+    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1):
+        raise InputError("--draft-vocab, --aux-layers and --layers shape a new draft; an --init draft keeps its own")
+    if req.cache and req.fill_only:
+        raise InputError("--cache has no use without training")
+    if req.resume and (req.dry_run or req.fill_only):
+        raise InputError("--resume continues training; it does not go with --dry-run")
+
+
+def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, float, list[float]], None] | None = None,
+                status: Callable[[str], None] | None = None) -> TrainResult:
+    """Run a :class:`TrainRequest`.
+
+    Args:
+        req: what to do.
+        opts: training hyper-parameters.
+        log: per-step callback (process 0), as for :func:`specfmt.train.fit`.
+        status: called with one-line phase messages ("reading data", ...).
+
+    Returns:
+        :class:`TrainResult`.
+
+    Raises:
+        InputError, HubError, ConversionError: bad inputs; nothing is written.
+        OutputExistsError: OUT is not empty and ``force`` is not set.
+        TrainInterrupted: Ctrl-C during training (the state is saved).
+    """
+    import torch
+
+    from .draft import load_draft
+    from .hub import resolve
+    from .train import fit
+    from .train_data import FeatureCache, Windows, read_documents
+
+    say = status or (lambda msg: None)
+    check_request(req)
+    out = Path(req.out).expanduser().resolve()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not req.force:
+        raise OutputExistsError(f"output folder {out} exists and is not empty", hint="pass --force to replace it")
+    if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
+        raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
+    if opts.ttt_steps < 1:
+        raise InputError("--ttt-steps must be at least 1")
+    rank, world, device = _init_distributed(req.device)
+    torch.manual_seed(opts.seed)
+    vres = resolve(req.verifier, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier")
+    req.verifier = vres.name_or_path
+    training = not (req.fill_only or req.dry_run) and opts.steps > 0
+    docs = None
+    if req.data:
+        from transformers import AutoTokenizer
+
+        say("reading the training data")
+        tokenizer = AutoTokenizer.from_pretrained(str(vres.folder))
+        docs = read_documents(req.data, tokenizer)
+    elif training:
+        raise InputError("training needs data", hint="pass --data FILE (text, or jsonl with \"text\" or \"messages\")")
+
+    notes: list[str] = []
+    if req.init is not None:
+        say(f"reading the draft {req.init}")
+        draft = load_draft(req.init, source_format=req.source_format, verifier=req.verifier)
+        notes += draft.notes
+        if req.algorithm is not None and draft.algorithm != req.algorithm:
+            raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
+        req.algorithm = draft.algorithm
+        prior_heads = draft.config.get("num_heads", 0)
+        filled = _fill(req, draft, docs)
+        if draft.config.get("dtype") != req.dtype and "dtype" in draft.config:
+            draft.config["dtype"] = req.dtype
+        draft.config["transformer_layer_config"]["dtype"] = req.dtype
+    else:
+        if req.fill_only:
+            raise InputError("nothing to fill: no --init draft")
+        if req.heads is not None and req.algorithm != "medusa":
+            raise InputError("--heads applies to Medusa drafts")
+        draft, filled = _new_draft(req, docs, notes)
+        prior_heads = 0
+
+    module = _module(draft, device)
+    trainable: list[str] = []
+    medusa_train = None
+    if draft.algorithm == "medusa":
+        K = draft.config["num_heads"]
+        medusa_train = list(range(K)) if (req.train_all or prior_heads in (0, K)) else list(range(prior_heads, K))
+        for i, block in enumerate(module.blocks):
+            block.requires_grad_(i in medusa_train)
+            module.lm_heads[i].requires_grad_(i in medusa_train)
+    trainable = [n for n, p in module.named_parameters() if p.requires_grad]
+
+    stats = None
+    sdir = state_dir(out)
+    if training:
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        say(f"loading the verifier {req.verifier} on {device}")
+        verifier = AutoModelForCausalLM.from_pretrained(str(vres.folder), dtype=torch.float32).to(device).eval()
+        verifier.requires_grad_(False)
+        windows = Windows(docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=world, rank=rank)
+        taps = list(draft.config.get("eagle_aux_hidden_state_layer_ids") or []) if draft.algorithm == "eagle3" else []
+        cache = None
+        if req.cache:
+            key = {"verifier": req.verifier, "verifier_config": _digest(json.loads((vres.folder / "config.json").read_text())),
+                   "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": "float32"}
+            cache = FeatureCache(req.cache, key)
+            if not cache.complete:
+                say(f"computing the verifier's features of {windows.n} windows into {req.cache}")
+                cache.build(windows, verifier, taps, device, rank=rank, world=world)
+                if world > 1:
+                    import torch.distributed as dist
+
+                    dist.barrier()
+        fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": docs.files,
+                       "draft": _digest(draft.config), "world": world,
+                       "options": {k: v for k, v in vars(opts).items() if k != "save_every"}}
+        embed = module.embed_tokens if draft.algorithm == "eagle" else None
+        say(f"training {len(trainable)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
+            + (f" on {world} processes" if world > 1 else ""))
+        stats = fit(draft.algorithm, module, verifier, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
+                    fingerprint=fingerprint, medusa_train=medusa_train, log=log)
+        del verifier
+
+    tensors = {n: t.detach().cpu() for n, t in module.state_dict().items()}
+    if module.embed_tokens is not None:
+        tensors["embed_tokens.weight"] = module.embed_tokens.detach().cpu()
+    for name in ("d2t", "t2d"):
+        if name in draft.tensors:
+            tensors[name] = draft.tensors[name]
+    draft.tensors = tensors
+    result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes)
+    if rank != 0:
+        return result
+    from .draft import save_draft
+
+    provenance = {
+        "algorithm": draft.algorithm,
+        "init": req.init,
+        "filled": filled,
+        "trained": result.trained,
+        "steps": stats.steps + stats.resumed_from if stats else 0,
+        "options": vars(opts) if training else None,
+        "data": docs.files if docs else {},
+        "tokens": stats.tokens if stats else 0,
+        "seconds": round(stats.seconds, 1) if stats else 0,
+        "top1_agreement": [round(a, 4) for a in stats.accuracy] if stats else None,
+        "processes": world,
+        "dry_run": req.dry_run,
+    }
+    if req.init is None:
+        draft.source = {"format": "specfmt-train", "layout": "new draft", "name_or_path": req.verifier, "revision": None,
+                        "files": {Path(f).name: h for f, h in (docs.files if docs else {}).items()}}
+    result.out = save_draft(out, draft, train=provenance, force=req.force)
+    if sdir.exists():
+        shutil.rmtree(sdir, ignore_errors=True)
+    if req.validate:
+        say("validating: static checks and the reference run (no vLLM)")
+        from .validate_run import validate_run
+
+        result.validation = validate_run(result.out, verifier=str(vres.folder), prompts=req.prompts, use_vllm=False)
+    return result
+
+
+__all__ = ["TrainRequest", "TrainResult", "check_request", "state_dir", "train_draft"]
