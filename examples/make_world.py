@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the specfmt "example world": a tiny verifier LM plus an EAGLE-3 draft.
+"""Build the specfmt "example world": a tiny verifier LM plus EAGLE-3, EAGLE-1 and Medusa drafts.
 
 Everything is generated from text that exists on every machine (the Python
 standard library's own source files), with fixed seeds, on CPU, in a few
@@ -9,13 +9,16 @@ minutes.  The output folder (default ``examples/world``) holds:
                         safetensors) with its own byte-level BPE tokenizer,
                         loadable with ``AutoModelForCausalLM`` /
                         ``AutoTokenizer`` and by vLLM (standard Llama layout).
-* ``eagle3-safeailab/`` an EAGLE-3 draft head for that verifier, saved exactly
-                        in the SafeAILab/EAGLE research layout
-                        (``pytorch_model.bin`` + plain ``config.json``),
-                        trained against the frozen verifier with specfmt's
-                        EAGLE-3 trainer (training-time test); its ``d2t``/``t2d``
-                        vocab map is built from the training corpus the same way
-                        ``eagle/traineagle3/cnets.py::scandata`` does.
+* ``eagle3-safeailab/`` an EAGLE-3 draft for that verifier in the SafeAILab/EAGLE
+                        research layout (``pytorch_model.bin`` + plain ``config.json``);
+                        its ``d2t``/``t2d`` come from the training corpus as
+                        ``eagle/traineagle3/cnets.py::scandata`` builds them.
+* ``eagle-safeailab/``  an EAGLE-1 draft in the SafeAILab layout (LLaMA3 repositories).
+* ``medusa-legacy/``    three Medusa heads in the Medusa legacy-trainer layout.
+
+                        All three are trained against the frozen verifier with
+                        specfmt's trainer (``specfmt.trainer.train_draft``, what
+                        ``specfmt train`` runs).
 * ``prompts.jsonl``     prompts cut from held-out stdlib files (never trained on).
 * ``README.md``         what is here, sizes, the measured losses.
 
@@ -79,7 +82,13 @@ MAX_POS = 2048
 ROPE_THETA = 10000.0
 RMS_EPS = 1e-5
 DRAFT_VOCAB = 1024
-DRAFT_STEPS = 1500
+DRAFT_STEPS = 1500     # EAGLE-3
+EAGLE1_STEPS = 1000
+MEDUSA_STEPS = 600
+MEDUSA_HEADS = 3
+EAGLE1_NOISE = 0.1     # EAGLE-1 feature noise (uniform half-width), the paper's augmentation
+#: algorithm -> (folder, ``specfmt convert --from``)
+DRAFT_DIRS = {"eagle3": ("eagle3-safeailab", "eagle3"), "eagle": ("eagle-safeailab", "eagle"), "medusa": ("medusa-legacy", "medusa")}
 MANIFEST = "world.json"  # the generator's own figures, so --drafts-only can rewrite the README
 DRAFT_SEQ = 256
 DRAFT_BATCH = 8
@@ -323,135 +332,127 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
             "embed": model.get_input_embeddings().weight.detach().clone()}
 
 
-def build_vocab_map(train_docs: list[list[int]], vocab: int = VOCAB,
-                    draft_vocab: int = DRAFT_VOCAB) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """d2t / t2d exactly as SafeAILab eagle/traineagle3/cnets.py::scandata builds them.
+def train_draft(algorithm: str, out: Path, verifier_dir: Path, data: list[Path], steps: int, **kw) -> tuple[dict, dict]:
+    """Train a new draft with ``specfmt.trainer.train_draft`` (the ``specfmt train`` pipeline) into a specfmt folder."""
+    from specfmt.train import TrainOptions
+    from specfmt.trainer import TrainRequest, train_draft as run
 
-    Token frequencies are counted (Counter, in corpus order) over every trained-on
-    position, i.e. each document's ids after its leading <|bos|> (the reference's
-    loss_mask zeroes position 0); the draft_vocab most common ids, sorted
-    ascending, are ``used_tokens``.
-    """
-    token_dict = collections.Counter()
-    for doc in train_docs:
-        token_dict.update(doc[1:])
-    total_frequency = sum(token_dict.values())
-    top_n = token_dict.most_common(draft_vocab)
-    ratio = sum(freq for _, freq in top_n) / total_frequency
-    used_tokens = sorted(key for key, _ in top_n)
-    assert len(used_tokens) == draft_vocab, "corpus has fewer distinct tokens than the draft vocab"
-    d2t = torch.tensor([used_tokens[i] - i for i in range(len(used_tokens))], dtype=torch.int64)
-    used = set(used_tokens)
-    t2d = torch.tensor([i in used for i in range(vocab)], dtype=torch.bool)
-    assert int(t2d.sum()) == draft_vocab
-    assert torch.equal(torch.arange(draft_vocab) + d2t, t2d.nonzero().squeeze())
-    print(f"draft vocab: top {draft_vocab} tokens cover {ratio:.2%} of training positions")
-    return d2t, t2d, ratio
-
-
-def draft_config() -> dict:
-    """The specfmt-style EAGLE-3 config the trainer builds the draft from (1 layer, verifier shapes)."""
-    return {
-        "speculators_model_type": "eagle3",
-        "transformer_layer_config": {
-            "vocab_size": VOCAB, "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": 1, "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV_HEADS,
-            "head_dim": HIDDEN // N_HEADS, "rms_norm_eps": RMS_EPS, "rope_theta": ROPE_THETA,
-            "attention_bias": False, "mlp_bias": False,
-        },
-        "draft_vocab_size": DRAFT_VOCAB,
-        "eagle_aux_hidden_state_layer_ids": [2, N_LAYERS // 2, N_LAYERS - 3],  # the reference default
-        "norm_before_residual": False,  # SafeAILab cnets.py: residual = hidden, then hidden_norm
-    }
-
-
-def make_eagle3_draft(d2t: torch.Tensor, t2d: torch.Tensor, out_dir: Path, verifier_dir: Path,
-                      train_docs: list[list[int]], steps: int) -> dict:
-    """Train an EAGLE-3 draft for the verifier and write it in the SafeAILab research layout.
-
-    Training-time test over 3 steps (``specfmt.train.train_eagle3``), the verifier frozen,
-    batch 8 x 256 tokens of the training corpus, AdamW lr 3e-3 with warmup and cosine decay.
-    """
-    from transformers import AutoModelForCausalLM
-
-    from specfmt.reference import Eagle3Draft
-    from specfmt.train import train_eagle3, windows
-
-    torch.manual_seed(SEED + 3)
-    verifier = AutoModelForCausalLM.from_pretrained(verifier_dir, dtype=torch.float32).eval()
-    draft = Eagle3Draft(draft_config())
-    draft.d2t.copy_(d2t)
-    draft.t2d.copy_(t2d)
+    opts = TrainOptions(steps=steps, batch_size=DRAFT_BATCH, seq_len=DRAFT_SEQ, lr=DRAFT_LR, seed=SEED + 3,
+                        save_every=0, ttt_steps=3, noise=kw.pop("noise", 0.0))
+    req = TrainRequest(out=str(out), verifier=str(verifier_dir), algorithm=algorithm, data=[str(d) for d in data],
+                       device="cpu", validate=False, force=True, **kw)
 
     def log(step: int, loss: float, acc: list[float]) -> None:
         if (step + 1) % 100 == 0 or step == 0:
-            print(f"  draft step {step + 1:4d}/{steps}  loss {loss:.3f}  top-1 agreement per TTT step "
+            print(f"  {algorithm} step {step + 1:4d}/{steps}  loss {loss:.3f}  top-1 agreement per position "
                   f"{' '.join(f'{a:.2f}' for a in acc)}", flush=True)
 
-    stats = train_eagle3(draft, verifier, windows(train_docs, DRAFT_SEQ, DRAFT_BATCH, SEED + 4), steps=steps,
-                         lr=DRAFT_LR, ttt_steps=3, log=log)
-    print(f"draft: {stats.steps} steps, {stats.tokens:,} tokens in {stats.seconds:.0f}s; "
-          f"top-1 agreement {[round(a, 3) for a in stats.accuracy]}")
+    res = run(req, opts, log=log, status=lambda m: print(f"  {m}"))
+    s = res.stats
+    print(f"{algorithm}: {s.steps} steps, {s.tokens:,} tokens in {s.seconds:.0f}s; top-1 agreement {[round(a, 3) for a in s.accuracy]}")
+    for name, how in res.filled.items():
+        if name in ("d2t",):
+            print(f"  {name}: {how}")
+    stats = {"steps": s.steps, "tokens": s.tokens, "seconds": round(s.seconds), "accuracy": [round(a, 3) for a in s.accuracy]}
+    return stats, {n: t for n, t in res.draft.tensors.items()}
 
-    # Same key order as the reference Model's state_dict (frozen target model and
-    # embed_tokens excluded, as save_16bit_model(exclude_frozen_parameters=True) does).
-    state = draft.state_dict()
+
+def llama_dump(layers: int, **extra) -> dict:
+    """A plain LlamaConfig-style config.json of a draft decoder (what the EAGLE repositories ship)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "hidden_act": "silu",
+        "hidden_size": HIDDEN, "initializer_range": 0.02, "intermediate_size": INTERMEDIATE, "max_position_embeddings": MAX_POS,
+        "model_type": "llama", "num_attention_heads": N_HEADS, "num_key_value_heads": N_KV_HEADS, "num_hidden_layers": layers,
+        "pad_token_id": PAD_ID, "rms_norm_eps": RMS_EPS, "tie_word_embeddings": False, "torch_dtype": "float16",
+        "transformers_version": "4.28.1", "use_cache": True, "vocab_size": VOCAB, **extra,
+    }
+
+
+def write_json(path: Path, obj: dict) -> None:
+    path.write_text(json.dumps(obj, indent=2) + "\n")
+
+
+def save_eagle3(t: dict, out_dir: Path) -> None:
+    """The SafeAILab EAGLE-3 layout (``save_16bit_model(..., exclude_frozen_parameters=True)``)."""
     order = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
              "mlp.up_proj", "mlp.down_proj", "hidden_norm", "input_layernorm", "post_attention_layernorm"]
     sd = collections.OrderedDict()
     for m in order:
-        sd[f"midlayer.{m}.weight"] = state[f"layers.0.{m}.weight"].to(torch.float16).clone()
+        sd[f"midlayer.{m}.weight"] = t[f"layers.0.{m}.weight"].to(torch.float16).clone()
     for n in ("norm.weight", "fc.weight", "lm_head.weight"):
-        sd[n] = state[n].to(torch.float16).clone()
-    sd["d2t"] = d2t.to(torch.int64).clone()
-    sd["t2d"] = t2d.to(torch.bool).clone()
-
+        sd[n] = t[n].to(torch.float16).clone()
+    sd["d2t"] = t["d2t"].to(torch.int64).clone()
+    sd["t2d"] = t["t2d"].to(torch.bool).clone()
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.save(dict(sd), out_dir / "pytorch_model.bin")
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "hidden_act": "silu",
-        "hidden_size": HIDDEN,
-        "initializer_range": 0.02,
-        "intermediate_size": INTERMEDIATE,
-        "max_position_embeddings": MAX_POS,
-        "model_type": "llama",
-        "num_attention_heads": N_HEADS,
-        "num_key_value_heads": N_KV_HEADS,
-        "num_hidden_layers": 1,
-        "pad_token_id": PAD_ID,
-        "rms_norm_eps": RMS_EPS,
-        "tie_word_embeddings": False,
-        "torch_dtype": "float16",
-        "transformers_version": "4.28.1",
-        "use_cache": True,
-        "vocab_size": VOCAB,
-        "draft_vocab_size": DRAFT_VOCAB,
-    }
-    with open(out_dir / "config.json", "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
-    return {"steps": stats.steps, "tokens": stats.tokens, "seconds": round(stats.seconds), "accuracy": [round(a, 3) for a in stats.accuracy]}
+    write_json(out_dir / "config.json", llama_dump(1, draft_vocab_size=DRAFT_VOCAB))
 
 
-def heldout_acceptance(out: Path, prompts: list[dict]) -> dict:
-    """The reference run of the trained draft on the held-out prompts (k=3, 32 tokens each)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def save_eagle1(t: dict, out_dir: Path) -> None:
+    """The SafeAILab EAGLE-1 layout of the LLaMA3 repositories: ``pytorch_model.bin`` with ``fc.weight``
+    (no bias, config ``bias: false``), ``layers.0.*`` without ``input_layernorm``, and the
+    copy of the verifier's ``embed_tokens.weight``."""
+    sd = collections.OrderedDict((n, v.to(torch.float16).clone()) for n, v in sorted(t.items()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(sd), out_dir / "pytorch_model.bin")
+    write_json(out_dir / "config.json", llama_dump(1, bias=False, rope_theta=ROPE_THETA))
 
-    from specfmt.acceptance import run_chain
-    from specfmt.reference import Eagle3Draft, eagle3_proposer
 
-    verifier = AutoModelForCausalLM.from_pretrained(out / "verifier", dtype=torch.float32).eval()
-    tok = AutoTokenizer.from_pretrained(out / "verifier")
-    sd = torch.load(out / "eagle3-safeailab" / "pytorch_model.bin", weights_only=True)
-    draft = Eagle3Draft(draft_config(), {n.replace("midlayer.", "layers.0."): t for n, t in sd.items()}).eval()
-    ids = [tok.encode(p["prompt"]) for p in prompts]
-    res = run_chain(verifier, ids, eagle3_proposer(draft, verifier.get_input_embeddings().weight.detach()), 3, 32)
-    print(f"held-out reference run: mean acceptance length {res.mean_acceptance_length:.3f}, "
-          f"per position {[round(r, 3) for r in res.acceptance_rate_per_position]}")
-    return res.to_json()
+def save_medusa(t: dict, out_dir: Path, heads: int, layers: int) -> None:
+    """The Medusa legacy-trainer layout (``train_legacy.py``): ``medusa_lm_head.safetensors`` with
+    ``{i}.{j}.linear.{weight,bias}`` (ResBlocks) and ``{i}.{L}.weight`` (the head's own lm_head)."""
+    from safetensors.torch import save_file
+
+    sd = {}
+    for i in range(heads):
+        for j in range(layers):
+            sd[f"{i}.{j}.linear.weight"] = t[f"blocks.{i}.layers.{j}.weight"]
+            sd[f"{i}.{j}.linear.bias"] = t[f"blocks.{i}.layers.{j}.bias"]
+        sd[f"{i}.{layers}.weight"] = t[f"lm_heads.{i}.weight"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file({n: v.to(torch.float16).contiguous() for n, v in sd.items()}, str(out_dir / "medusa_lm_head.safetensors"), metadata={"format": "pt"})
+    write_json(out_dir / "config.json", {"base_model_name_or_path": "../verifier", "medusa_num_heads": heads,
+                                         "medusa_num_layers": layers, "transformers_version": "4.31.0"})
+
+
+def heldout_acceptance(out: Path, name: str, fmt: str) -> dict:
+    """Convert a research-layout draft with ``specfmt convert`` and measure it on the held-out prompts
+    (``validate_run``: reference run in float32, k = 3, 32 tokens per prompt, no vLLM)."""
+    import tempfile
+
+    from specfmt.convert import convert
+    from specfmt.validate_run import validate_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = convert(fmt, str(out / name), Path(tmp) / "draft", str(out / "verifier"))
+        run = validate_run(res.out, prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
+    assert run.report.ok, [c for c in run.report.checks if c.status == "fail"]
+    ref = run.reference
+    print(f"held-out reference run of {name}: mean acceptance length {ref['mean_acceptance_length']:.3f}, "
+          f"per position {ref['acceptance_rate_per_position']}")
+    keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_rate_per_position", "mean_acceptance_length")
+    return {"k": 3, "prompts": len(run.prompts.ids), "tokens": run.max_tokens * len(run.prompts.ids), **{k: ref[k] for k in keys}}
+
+
+def make_drafts(out: Path, train_paths: list[Path], steps: dict[str, int]) -> dict:
+    """Train the three drafts with the specfmt trainer and save them in their research layouts."""
+    import tempfile
+
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        stats, t = train_draft("eagle3", tmp / "eagle3", out / "verifier", train_paths, steps["eagle3"], draft_vocab=DRAFT_VOCAB)
+        save_eagle3(t, out / "eagle3-safeailab")
+        figures["eagle3"] = stats
+        stats, t = train_draft("eagle", tmp / "eagle", out / "verifier", train_paths, steps["eagle"], noise=EAGLE1_NOISE)
+        save_eagle1(t, out / "eagle-safeailab")
+        figures["eagle"] = stats
+        stats, t = train_draft("medusa", tmp / "medusa", out / "verifier", train_paths, steps["medusa"], heads=MEDUSA_HEADS)
+        save_medusa(t, out / "medusa-legacy", MEDUSA_HEADS, 1)
+        figures["medusa"] = stats
+    for algo, (name, fmt) in DRAFT_DIRS.items():
+        figures[algo]["heldout"] = heldout_acceptance(out, name, fmt)
+    return figures
 
 
 def dir_size(path: Path) -> int:
@@ -459,23 +460,37 @@ def dir_size(path: Path) -> int:
 
 
 def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: list,
-                 ratio: float, steps: int, draft: dict) -> None:
-    sizes = {name: dir_size(out / name) for name in ("verifier", "eagle3-safeailab")}
+                 ratio: float, steps: int, drafts: dict) -> None:
+    names = ["verifier"] + [d for d, _ in DRAFT_DIRS.values()]
+    sizes = {name: dir_size(out / name) for name in names}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     files = [f for f in files if f != "README.md"] + ["README.md"]
     per_file_counts = " / ".join(str(N_PROMPTS // len(heldout) + (1 if i < N_PROMPTS % len(heldout) else 0))
                                  for i in range(len(heldout)))
     mb = lambda n: f"{n / 1e6:.2f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"  # noqa: E731
     py = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    e3, e1, md = drafts["eagle3"], drafts["eagle"], drafts["medusa"]
+
+    def figures(d: dict) -> str:
+        h = d["heldout"]
+        return (f"{d['steps']} steps of {DRAFT_BATCH} x {DRAFT_SEQ} training tokens, AdamW lr {DRAFT_LR:g}, {d['seconds']} s on "
+                f"2 CPU threads; top-1 agreement with the verifier over the last 50 steps, per position: "
+                f"{', '.join(f'{a:.3f}' for a in d['accuracy'])}. On the held-out prompts (converted with "
+                f"`specfmt convert`, reference run in float32, k = 3, 32 tokens each): mean acceptance length "
+                f"**{h['mean_acceptance_length']:.3f}**, acceptance rate per position "
+                f"{', '.join(f'{a:.3f}' for a in h['acceptance_rate_per_position'])} ({h['num_drafts']} drafts)")
+
     text = f"""# specfmt example world
 
 A tiny, fully synthetic speculative-decoding setup that every test and example
-can use offline. Regenerate it with:
+can use offline: a verifier, three drafts trained for it with `specfmt train`'s
+trainer and saved in their research layouts (the converters' inputs), and
+held-out prompts. Regenerate it with:
 
-    python examples/make_world.py            # --out examples/world --steps {steps} --draft-steps {draft['steps']}
+    python examples/make_world.py            # --out examples/world --steps {steps} --draft-steps {e3['steps']}
     python examples/make_world.py --drafts-only   # keep the verifier; retrain the drafts
 
-The script is seeded and CPU-only (2 threads, a few minutes). It is
+The script is seeded and CPU-only (2 threads, about 20 minutes). It is
 deterministic for a given Python version: the corpus is the Python standard
 library's own source, which changes a little between CPython releases. This
 copy was generated with Python {py}, torch {torch.__version__}.
@@ -486,6 +501,8 @@ copy was generated with Python {py}, torch {torch.__version__}.
 |---|---|---|
 | `verifier/` | Llama-architecture causal LM + byte-level BPE tokenizer | {mb(sizes['verifier'])} |
 | `eagle3-safeailab/` | EAGLE-3 draft in the SafeAILab/EAGLE research layout | {mb(sizes['eagle3-safeailab'])} |
+| `eagle-safeailab/` | EAGLE-1 draft in the SafeAILab/EAGLE (LLaMA3 repositories) layout | {mb(sizes['eagle-safeailab'])} |
+| `medusa-legacy/` | 3 Medusa heads in the Medusa legacy-trainer layout | {mb(sizes['medusa-legacy'])} |
 | `prompts.jsonl` | {len(prompts)} prompts cut from held-out stdlib files | {mb((out / 'prompts.jsonl').stat().st_size)} |
 
 Files: {', '.join(f'`{f}`' for f in files)}.
@@ -513,19 +530,24 @@ Files: {', '.join(f'`{f}`' for f in files)}.
   average of the last 50 steps {stats['last_avg']:.3f}), held-out
   **{stats['heldout_loss']:.3f}** (the {min((stats['heldout_tokens'] - 1) // SEQ_LEN, EVAL_CHUNKS) * SEQ_LEN:,}
   tokens in whole {SEQ_LEN}-token windows of the held-out files).
-* Held-out files (not used for the tokenizer, the verifier, or the draft vocab):
+* Held-out files (not used for the tokenizer, the verifier, or the drafts):
   {', '.join(f'`{n}`' for n in sorted(heldout))}.
 * `--drafts-only` keeps this verifier and rewrites only the drafts; the verifier's
   figures above are carried over from `{MANIFEST}`.
 
-### `eagle3-safeailab/`
+### The drafts
 
-Saved exactly as SafeAILab's `eagle/traineagle3/main.py` does
-(`save_16bit_model(..., exclude_frozen_parameters=True)`):
+All three are new drafts trained against the frozen verifier by
+`specfmt.trainer.train_draft` (what `specfmt train eagle3|eagle|medusa` runs) on
+the training files as `--data`, then saved in their research layouts, float16,
+exactly as the research trainers save them.
 
-* `pytorch_model.bin`: `torch.save` of a flat state dict, no key prefix,
-  float16 weights: `midlayer.self_attn.{{q,k,v,o}}_proj.weight`
-  (q/k/v take 2H = {2 * HIDDEN} inputs), `midlayer.mlp.{{gate,up,down}}_proj.weight`,
+#### `eagle3-safeailab/`
+
+* `pytorch_model.bin`: `torch.save` of a flat state dict, no key prefix
+  (`save_16bit_model(..., exclude_frozen_parameters=True)`):
+  `midlayer.self_attn.{{q,k,v,o}}_proj.weight` (q/k/v take 2H = {2 * HIDDEN} inputs),
+  `midlayer.mlp.{{gate,up,down}}_proj.weight`,
   `midlayer.{{hidden_norm,input_layernorm,post_attention_layernorm}}.weight`,
   `fc.weight` [{HIDDEN}, {3 * HIDDEN}], `norm.weight`, `lm_head.weight`
   [{DRAFT_VOCAB}, {HIDDEN}], plus `d2t` (int64 [{DRAFT_VOCAB}]) and `t2d` (bool
@@ -533,18 +555,25 @@ Saved exactly as SafeAILab's `eagle/traineagle3/main.py` does
 * `config.json`: plain LlamaConfig-style dump with `num_hidden_layers: 1` and
   `draft_vocab_size: {DRAFT_VOCAB}`; no aux-layer ids, so the reference's default
   taps (2, N//2, N-3) = (2, 4, 5) apply for the {N_LAYERS}-layer verifier.
-* The weights are **trained** against the frozen verifier with `specfmt.train.train_eagle3`
-  (EAGLE-3 training-time test over 3 steps; {draft['steps']} steps of {DRAFT_BATCH} x {DRAFT_SEQ}
-  training tokens, AdamW lr {DRAFT_LR:g}, {draft['seconds']} s on 2 CPU threads). Top-1
-  agreement with the verifier over the last 50 steps, per TTT step:
-  {', '.join(f'{a:.3f}' for a in draft['accuracy'])}.
-* On the held-out prompts (k = 3, 32 tokens each, `specfmt.reference` run in float32):
-  mean acceptance length **{draft['heldout']['mean_acceptance_length']:.3f}**, acceptance rate per
-  position {', '.join(f'{a:.3f}' for a in draft['heldout']['acceptance_rate_per_position'])}
-  ({draft['heldout']['num_drafts']} drafts).
-* `d2t`/`t2d` are real: built like `cnets.py::scandata` from token counts over
-  the training corpus; the top {DRAFT_VOCAB} tokens cover {ratio:.1%} of training
-  positions. `d2t[i] = used_tokens[i] - i`, `t2d[t] = t in used_tokens`.
+* Training-time test over 3 steps: {figures(e3)}.
+* `d2t`/`t2d` come from token counts over the training corpus, as
+  `cnets.py::scandata` builds them; the top {DRAFT_VOCAB} tokens cover {ratio:.1%} of
+  training positions. `d2t[i] = used_tokens[i] - i`, `t2d[t] = t in used_tokens`.
+
+#### `eagle-safeailab/`
+
+* `pytorch_model.bin`: `fc.weight` [{HIDDEN}, {2 * HIDDEN}] (no bias; `config.json`
+  says `"bias": false`, as the LLaMA3 EAGLE repositories do), `layers.0.*` without
+  `input_layernorm`, and `embed_tokens.weight` [{VOCAB}, {HIDDEN}] (the verifier's, frozen).
+* Feature regression plus 0.1 x token loss, input feature noise U(-{EAGLE1_NOISE:g}, {EAGLE1_NOISE:g}): {figures(e1)}.
+
+#### `medusa-legacy/`
+
+* `medusa_lm_head.safetensors`: {MEDUSA_HEADS} heads of one ResBlock,
+  `{{i}}.0.linear.{{weight,bias}}` and `{{i}}.1.weight` (each head's own lm_head,
+  initialised from the verifier's); `config.json` with `medusa_num_heads` /
+  `medusa_num_layers`.
+* Self-distillation (head i learns the verifier's distribution i+1 positions on): {figures(md)}.
 
 ### `prompts.jsonl`
 
@@ -561,6 +590,8 @@ def main(argv: list[str] | None = None) -> None:
                     help="output folder (default: examples/world next to this script)")
     ap.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="verifier training steps")
     ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help="EAGLE-3 draft training steps")
+    ap.add_argument("--eagle1-steps", type=int, default=EAGLE1_STEPS, help="EAGLE-1 draft training steps")
+    ap.add_argument("--medusa-steps", type=int, default=MEDUSA_STEPS, help="Medusa heads training steps")
     ap.add_argument("--drafts-only", action="store_true",
                     help="keep the verifier, tokenizer and prompts in --out; retrain and rewrite the drafts")
     args = ap.parse_args(argv)
@@ -577,7 +608,6 @@ def main(argv: list[str] | None = None) -> None:
         prompts = [json.loads(line) for line in (out / "prompts.jsonl").read_text().splitlines()]
         stats = manifest["verifier"]
         steps = manifest["verifier_steps"]
-        shutil.rmtree(out / "eagle3-safeailab", ignore_errors=True)
     else:
         if out.exists():
             shutil.rmtree(out)
@@ -593,10 +623,15 @@ def main(argv: list[str] | None = None) -> None:
         stats = train_verifier(train_docs, heldout_docs, args.steps, out / "verifier")
         stats = {k: v for k, v in stats.items() if k != "embed"}
         steps = args.steps
-    d2t, t2d, ratio = build_vocab_map(train_docs)
-    draft_stats = make_eagle3_draft(d2t, t2d, out / "eagle3-safeailab", out / "verifier", train_docs, args.draft_steps)
-    draft_stats["heldout"] = heldout_acceptance(out, prompts)
-    (out / MANIFEST).write_text(json.dumps({"verifier_steps": steps, "verifier": stats, "draft": draft_stats}, indent=2) + "\n")
+    from specfmt.train_data import vocab_map
+
+    ratio = vocab_map(train_docs, VOCAB, DRAFT_VOCAB)[2]
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    train_paths = [stdlib / n for n in sorted(train)]
+    for name, _ in DRAFT_DIRS.values():
+        shutil.rmtree(out / name, ignore_errors=True)
+    draft_stats = make_drafts(out, train_paths, {"eagle3": args.draft_steps, "eagle": args.eagle1_steps, "medusa": args.medusa_steps})
+    (out / MANIFEST).write_text(json.dumps({"verifier_steps": steps, "verifier": stats, "drafts": draft_stats}, indent=2) + "\n")
     write_readme(out, stats, train, heldout, prompts, ratio, steps, draft_stats)
 
     print(f"wrote {out} ({dir_size(out) / 1e6:.2f} MB) in {time.time() - t_start:.0f}s")

@@ -66,7 +66,7 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     eos = getattr(tokenizer, "eos_token_id", None)
 
     def encode(text: str, special: bool = True) -> list[int]:
-        ids = list(tokenizer.encode(text, add_special_tokens=special))
+        ids = list(tokenizer.encode(text, add_special_tokens=special, verbose=False))  # documents are longer than a window
         return ids + [eos] if eos is not None and (not ids or ids[-1] != eos) else ids
 
     docs: list[list[int]] = []
