@@ -104,7 +104,7 @@ def _make_command(algorithm: str):
         cache: Optional[Path] = typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch."),
         resume: bool = typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options)."),
         save_every: int = typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C)."),
-        dtype: str = typer.Option("float32", "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16."),
+        dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32)."),
         dry_run: bool = typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it."),
         validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
         prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in)."),
@@ -142,7 +142,7 @@ def fill(
     lm_heads: bool = typer.Option(False, "--lm-heads", help="Medusa: give heads that share the verifier's lm_head their own copies (lm_heads.{i})."),
     heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: add heads up to this many (new heads: zero blocks, the verifier's lm_head); train them next."),
     speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config."),
-    dtype: str = typer.Option("float32", "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the source's)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
 ) -> None:

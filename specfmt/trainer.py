@@ -59,7 +59,7 @@ class TrainRequest:
         device: ``cpu``, ``cuda``, ``cuda:N`` or None (CUDA when available).
         cache: feature cache folder, or None.
         resume: continue a saved state.
-        dtype: floating dtype of the written tensors.
+        dtype: floating dtype of the written tensors (None: the ``init`` draft's, else float32).
         force: replace a non-empty OUT.
         validate: run the short validation at the end.
         prompts: validation prompts file (None: the built-in prompts).
@@ -86,7 +86,7 @@ class TrainRequest:
     device: str | None = None
     cache: str | None = None
     resume: bool = False
-    dtype: str = "float32"
+    dtype: str | None = None
     force: bool = False
     validate: bool = True
     prompts: str | None = None
@@ -144,7 +144,7 @@ def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict
 
     algo = req.algorithm
     cfg = new_config(algo, req.verifier, draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3,
-                     head_layers=req.head_layers, speculative_tokens=req.speculative_tokens, dtype=req.dtype)
+                     head_layers=req.head_layers, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32")
     filled: dict[str, str] = {}
     draft = Draft(cfg, {})
     if algo == "medusa":
@@ -240,11 +240,10 @@ def check_request(req: TrainRequest) -> None:
         raise InputError(f"unknown algorithm {req.algorithm!r}", hint="train eagle3, eagle or medusa")
     if req.algorithm is None and req.init is None:
         raise InputError("no algorithm and no --init draft to take it from")
-    if req.dtype not in ("float16", "bfloat16", "float32"):
+    if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
     if req.algorithm != "eagle3" and (req.draft_vocab is not None or req.taps is not None):
-        if req.algorithm is not None:
-            raise InputError("--draft-vocab and --aux-layers apply to EAGLE-3 drafts")
+        raise InputError("--draft-vocab and --aux-layers apply to new EAGLE-3 drafts")
     if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1):
         raise InputError("--draft-vocab, --aux-layers and --layers shape a new draft; an --init draft keeps its own")
     if req.cache and req.fill_only:
@@ -312,9 +311,10 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         req.algorithm = draft.algorithm
         prior_heads = draft.config.get("num_heads", 0)
         filled = _fill(req, draft, docs)
-        if draft.config.get("dtype") != req.dtype and "dtype" in draft.config:
-            draft.config["dtype"] = req.dtype
-        draft.config["transformer_layer_config"]["dtype"] = req.dtype
+        if req.dtype is not None:
+            for block in (draft.config, draft.config["transformer_layer_config"]):
+                if "dtype" in block:
+                    block["dtype"] = req.dtype
     else:
         if req.fill_only:
             raise InputError("nothing to fill: no --init draft")
