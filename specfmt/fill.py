@@ -83,7 +83,7 @@ def fill_embed(draft: "Draft", verifier: str) -> dict[str, str]:
     if draft.algorithm == "eagle3" and (cfg.get("target_hidden_size") or H) != H:
         raise InputError(f"the draft is {H} wide and the verifier {cfg['target_hidden_size']}: the verifier's embedding cannot be copied",
                          hint="such a draft's embedding is trained with it")
-    embed = verifier_tensor(cfg["speculators_config"]["verifier"]["name_or_path"], "embed")
+    embed = verifier_tensor(verifier, "embed")
     if tuple(embed.shape) != (cfg["transformer_layer_config"]["vocab_size"], H):
         raise InputError(f"the verifier's embedding is {list(embed.shape)}, the draft needs [{cfg['transformer_layer_config']['vocab_size']}, {H}]")
     draft.tensors["embed_tokens.weight"] = embed
@@ -117,7 +117,7 @@ def fill_medusa_lm_heads(draft: "Draft", verifier: str, heads: int | None = None
     base = None
     for i in range(K, heads):
         if base is None:
-            base = verifier_tensor(cfg["speculators_config"]["verifier"]["name_or_path"], "head", tied=_tied(cfg))
+            base = verifier_tensor(verifier, "head", tied=verifier_is_tied(verifier))
         dtype = next(t.dtype for n, t in draft.tensors.items() if n.startswith("blocks."))
         for j in range(L):
             draft.tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H, dtype=dtype)
@@ -141,7 +141,7 @@ def fill_eagle3_head(draft: "Draft", verifier: str) -> dict[str, str]:
     """
     cfg = draft.config
     H = cfg["transformer_layer_config"]["hidden_size"]
-    head = verifier_tensor(verifier, "head", tied=_tied(cfg))
+    head = verifier_tensor(verifier, "head", tied=verifier_is_tied(verifier))
     if head.shape[1] != H:
         raise InputError(f"the verifier's lm_head is {head.shape[1]} wide, the draft {H}: it cannot start from it")
     rows = draft.tensors["t2d"].nonzero().squeeze(1) if "t2d" in draft.tensors else slice(None)
@@ -149,10 +149,11 @@ def fill_eagle3_head(draft: "Draft", verifier: str) -> dict[str, str]:
     return {"lm_head.weight": "the verifier's lm_head rows of the draft vocabulary (t2d), as a starting point"}
 
 
-def _tied(cfg: dict) -> bool:
+def verifier_is_tied(verifier: str) -> bool:
+    """The verifier's ``lm_head`` is its input embedding (``tie_word_embeddings``)."""
     from .draft import verifier_config
 
-    return verifier_config(cfg["speculators_config"]["verifier"]["name_or_path"])[0].tie_word_embeddings
+    return verifier_config(verifier)[0].tie_word_embeddings
 
 
-__all__ = ["fill_eagle3_head", "fill_embed", "fill_medusa_lm_heads", "fill_vocab_map", "verifier_tensor"]
+__all__ = ["fill_eagle3_head", "fill_embed", "fill_medusa_lm_heads", "fill_vocab_map", "verifier_is_tied", "verifier_tensor"]

@@ -139,7 +139,7 @@ def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict
     import torch
 
     from .draft import Draft, new_config
-    from .fill import fill_eagle3_head, verifier_tensor
+    from .fill import verifier_is_tied, fill_eagle3_head, verifier_tensor
     from .reference import Eagle1Draft, Eagle3Draft
 
     algo = req.algorithm
@@ -149,7 +149,7 @@ def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict
     draft = Draft(cfg, {})
     if algo == "medusa":
         K, L, H = cfg["num_heads"], cfg["num_hidden_layers"], cfg["hidden_size"]
-        head = verifier_tensor(req.verifier, "head", tied=_tied(req.verifier))
+        head = verifier_tensor(req.verifier, "head", tied=verifier_is_tied(req.verifier))
         for i in range(K):
             for j in range(L):
                 draft.tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H)
@@ -174,12 +174,6 @@ def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict
         filled["embed_tokens.weight"] = "the verifier's input embedding, copied (EAGLE-1 shares and freezes it)"
     notes.append(f"new {algo} draft for {req.verifier}")
     return draft, filled
-
-
-def _tied(verifier: str) -> bool:
-    from .draft import verifier_config
-
-    return verifier_config(verifier)[0].tie_word_embeddings
 
 
 def _fill(req: TrainRequest, draft: "Draft", docs) -> dict[str, str]:
