@@ -299,6 +299,24 @@ class CheckpointReader:
         self.close()
 
 
+def install_folder(tmp: Path, out: Path) -> None:
+    """Move a finished temporary folder to ``out`` (same parent), replacing what is there.
+
+    ``out`` is swapped by renames: it is the old folder or the new one at every moment,
+    never a half-written one. The folder is made world-readable (``mkdtemp`` gives 0700).
+    """
+    import shutil
+
+    os.chmod(tmp, 0o755)
+    if out.exists():
+        old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
 class SafetensorsStreamWriter:
     """Write one safetensors file tensor by tensor, holding one tensor in memory.
 

@@ -58,7 +58,6 @@ def _run(req, opts) -> None:
     progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
                         TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not err.is_terminal)
     task = None
-    lines = [0]
 
     def log(step: int, loss: float, acc: list[float]) -> None:
         nonlocal task
@@ -67,7 +66,6 @@ def _run(req, opts) -> None:
             task = progress.add_task("training", total=opts.steps, completed=step, figures="")
         progress.update(task, completed=step + 1, figures=figures)
         if not err.is_terminal and ((step + 1) % max(1, opts.steps // 10) == 0 or step + 1 == opts.steps):
-            lines[0] += 1
             err.print(f"step {step + 1}/{opts.steps}  {figures}", markup=False, highlight=False)
 
     with progress:

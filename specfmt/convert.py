@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import ST_DTYPES, CheckpointReader, SafetensorsStreamWriter, TensorInfo, sha256_file
+from .checkpoint import ST_DTYPES, CheckpointReader, SafetensorsStreamWriter, TensorInfo, install_folder, sha256_file
 from .checks import inventory_problems, nonfinite_count, vocab_map_problems
 from .errors import ConversionError, InputError, OutputExistsError
 from .format import CONFIG_FILE, WEIGHTS_FILE, VerifierInfo, provenance_block, read_json, validate_config
@@ -338,14 +338,7 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
                 raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _verify_written(tmp, layout)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        install_folder(tmp, out)
         return total
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

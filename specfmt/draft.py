@@ -201,7 +201,7 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
     import torch
     from safetensors.torch import save_file
 
-    from .checkpoint import TORCH_TO_ST
+    from .checkpoint import TORCH_TO_ST, install_folder
     from .checks import inventory_problems, nonfinite_count, vocab_map_problems
     from .format import provenance_block
 
@@ -233,14 +233,7 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
     try:
         save_file(dict(sorted(tensors.items())), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / CONFIG_FILE).write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)
+        install_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -218,6 +218,23 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def jsonl_objects(path: str | Path, text: str | None = None):
+    """Yield ``(where, obj)`` for every non-blank line of a jsonl file, ``where`` = ``path:line``.
+
+    Raises:
+        InputError: a line is not JSON (named ``path:line``).
+    """
+    text = Path(path).read_text(encoding="utf-8") if text is None else text
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            yield where, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise InputError(f"line is not JSON ({e.msg})", where=where) from None
+
+
 @dataclass(frozen=True)
 class VerifierInfo:
     """What a draft needs to know of its verifier (from the verifier's config.json).

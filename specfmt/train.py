@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -404,8 +404,10 @@ def fit(
             torch.nn.utils.clip_grad_norm_(params, 0.5)
             opt.step()
             figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
-            if distributed:
+            if distributed:  # NCCL reduces device tensors only
+                figures = figures.to(device)
                 dist.all_reduce(figures)
+                figures = figures.cpu()
                 figures[0] /= dist.get_world_size()
             c = [int(x) for x in figures[1:1 + positions]]
             n = [int(x) for x in figures[1 + positions:]]
@@ -430,9 +432,5 @@ def fit(
     return stats
 
 
-def options_dict(opts: TrainOptions) -> dict[str, Any]:
-    return asdict(opts)
-
-
 __all__ = ["STATE_FILE", "TrainInterrupted", "TrainOptions", "TrainStats", "acceptance_estimate", "eagle1_loss", "eagle3_ttt_loss",
-           "fit", "medusa_loss", "options_dict", "ttt_mask", "warmup_cosine"]
+           "fit", "medusa_loss", "ttt_mask", "warmup_cosine"]

@@ -62,6 +62,7 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
             documents at all.
     """
     from .checkpoint import sha256_file
+    from .format import jsonl_objects
 
     eos = getattr(tokenizer, "eos_token_id", None)
 
@@ -85,14 +86,7 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
             if text.strip():
                 docs.append(encode(text.replace("\r\n", "\n")))
             continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise InputError(f"line is not JSON ({e.msg})", where=where) from None
+        for where, obj in jsonl_objects(path, text):
             if isinstance(obj, dict) and isinstance(obj.get("text"), str):
                 docs.append(encode(obj["text"]))
             elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
@@ -266,7 +260,11 @@ class FeatureCache:
 
     def build(self, windows: Windows, verifier: Any, taps: list[int], device: Any, progress: Callable[[int, int], None] | None = None,
               rank: int = 0, world: int = 1) -> None:
-        """Compute the features of every window (shard k on rank k mod W) and write the shards."""
+        """Compute the features of every window (shard k on rank k mod W) and write the shards.
+
+        With one process the cache is then marked complete; with several, the caller marks
+        it (:meth:`mark_complete`, on one process) once every process has finished.
+        """
         import torch
         from safetensors.torch import save_file
 
@@ -290,7 +288,7 @@ class FeatureCache:
             os.replace(tmp, path)
             if progress:
                 progress(min(windows.n, (k + 1) * self.SHARD), windows.n)
-        if rank == 0:
+        if world == 1:
             self.mark_complete()
 
     def mark_complete(self) -> None:

@@ -345,6 +345,10 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
             key = {"verifier": req.verifier, "verifier_config": _digest(json.loads((vres.folder / "config.json").read_text())),
                    "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": "float32"}
             cache = FeatureCache(req.cache, key)
+            if world > 1:  # every process has read the folder before any writes to it
+                import torch.distributed as dist
+
+                dist.barrier()
             if not cache.complete:
                 say(f"computing the verifier's features of {windows.n} windows into {req.cache}")
                 cache.build(windows, verifier, taps, device, rank=rank, world=world)
@@ -352,6 +356,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
                     import torch.distributed as dist
 
                     dist.barrier()
+                    if rank == 0:
+                        cache.mark_complete()
         fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": docs.files,
                        "draft": _digest(draft.config), "world": world,
                        "options": {k: v for k, v in vars(opts).items() if k != "save_every"}}

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .errors import InputError, SpecfmtError
+from .format import jsonl_objects
 from .validate import FAIL, PASS, SKIP, Report
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,14 +144,7 @@ def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
     if not p.is_file():
         raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
     texts, ids, chat = [], [], False
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputError(f"line is not JSON ({e.msg})", where=where) from None
+    for where, obj in jsonl_objects(path):
         if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
             texts.append(obj["prompt"])
             ids.append(tokenizer.encode(obj["prompt"]))
