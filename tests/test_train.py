@@ -193,7 +193,7 @@ def test_training_new_medusa_heads_leaves_the_existing_heads_untouched(tmp_path,
     assert torch.equal(out["blocks.0.layers.0.weight"], src["0.0.linear.weight"])
     assert torch.equal(out["lm_heads.1.weight"], src["1.1.weight"])
     assert out["blocks.2.layers.0.weight"].any()  # trained away from its zero start
-    assert res.stats.accuracy[0] > 0 or res.stats.accuracy[2] >= 0  # figures for every head
+    assert len(res.stats.accuracy) == 3  # figures for every head, the frozen ones too
 
 
 # --------------------------------------------------------------------------- training
@@ -248,7 +248,8 @@ def test_same_seed_same_draft_and_resume_continues_bit_for_bit(tmp_path, verifie
 
 def test_dry_run_writes_an_initialised_draft_that_validates(tmp_path, verifier, corpus):
     res = _cli("eagle3", "-o", tmp_path / "out", "--verifier", verifier, "--data", corpus, "--draft-vocab", "1024", "--dry-run", "--no-validate")
-    assert res.exit_code == 0, res.output and "initialised, not trained" in res.output
+    assert res.exit_code == 0, res.output
+    assert "initialised, not trained" in res.output
     t = load_file(str(tmp_path / "out" / "model.safetensors"))
     head = _verifier_tensor(verifier, "lm_head.weight")
     assert torch.equal(t["lm_head.weight"], head[t["t2d"]])  # the verifier's rows of the draft vocabulary
