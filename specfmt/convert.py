@@ -167,17 +167,25 @@ def open_verifier_tensor(ref: str, names: list[str], revision: str | None = None
     return reader, hit
 
 
-def _check_out(out: Path, src_folder: Path, force: bool) -> None:
+def check_output(out: Path, force: bool, sources: tuple[Path, ...] = ()) -> None:
+    """OUT may be written: not a file, empty unless ``force``, and apart from every input folder.
+
+    Raises:
+        OutputExistsError: OUT is a file, or a non-empty folder without ``force``.
+        InputError: OUT is, contains or lies inside one of ``sources``.
+    """
     if out.exists() and not out.is_dir():
         raise OutputExistsError("the output path exists and is a file", where=str(out), hint="choose a folder path for -o")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise OutputExistsError("the output folder is not empty", where=str(out), hint="choose another -o or pass --force to replace it")
-    src, o = src_folder.resolve(), out.resolve()
-    if o == src or src in o.parents or o in src.parents:
-        raise InputError("the output folder overlaps the source folder", where=str(out), hint="write the output elsewhere; the source is never modified")
+    o = out.resolve()
+    for src_folder in sources:
+        src = src_folder.resolve()
+        if o == src or src in o.parents or o in src.parents:
+            raise InputError("the output folder overlaps the source folder", where=str(out), hint="write the output elsewhere; the source is never modified")
 
 
-def _cleanup_stale(out: Path) -> None:
+def cleanup_stale(out: Path) -> None:
     """Remove temporary folders of earlier runs on the same OUT that were killed."""
     for p in out.parent.glob(f".{out.name}.specfmt-*"):
         try:
@@ -241,7 +249,7 @@ def convert(
     if not dry_run:
         if out_path is None:
             raise InputError("no output folder given", hint="pass -o OUT")
-        _check_out(out_path, src_res.folder, force)
+        check_output(out_path, force, (src_res.folder,))
     verifier = load_verifier(verifier_ref)
     src_cfg = read_json(src_res.folder / CONFIG_FILE)
     with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
@@ -288,7 +296,7 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
     import torch
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    _cleanup_stale(out)
+    cleanup_stale(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.specfmt-{os.getpid()}-", dir=out.parent))
     try:
         moves = plan.written

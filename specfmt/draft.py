@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError, OutputExistsError
+from .errors import InputError
 from .format import CONFIG_FILE, WEIGHTS_FILE, read_json, validate_config
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -205,9 +205,10 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
     from .checks import inventory_problems, nonfinite_count, vocab_map_problems
     from .format import provenance_block
 
+    from .convert import check_output, cleanup_stale
+
     out = Path(out).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise OutputExistsError(f"output folder {out} exists and is not empty", hint="pass --force to replace it")
+    check_output(out, force)
     cfg = json.loads(json.dumps(draft.config))
     dtype = getattr(torch, cfg.get("dtype") or cfg["transformer_layer_config"].get("dtype") or "float32")
     tensors = {n: (t.detach().to("cpu", dtype) if t.is_floating_point() else t.detach().cpu()).contiguous() for n, t in draft.tensors.items()}
@@ -229,6 +230,7 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
     if bad:
         raise RuntimeError("the trained draft is not what its config implies: " + "; ".join(bad))
     out.parent.mkdir(parents=True, exist_ok=True)
+    cleanup_stale(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.specfmt-{os.getpid()}-", dir=out.parent))
     try:
         save_file(dict(sorted(tensors.items())), str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})

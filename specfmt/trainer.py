@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import InputError, OutputExistsError
+from .errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .draft import Draft
@@ -266,6 +266,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     """
     import torch
 
+    from .convert import check_output
     from .draft import load_draft
     from .hub import resolve
     from .train import fit
@@ -274,8 +275,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     say = status or (lambda msg: None)
     check_request(req)
     out = Path(req.out).expanduser().resolve()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not req.force:
-        raise OutputExistsError(f"output folder {out} exists and is not empty", hint="pass --force to replace it")
+    init_folder = Path(req.init).expanduser() if req.init is not None and Path(req.init).expanduser().is_dir() else None
+    check_output(out, req.force, (init_folder,) if init_folder else ())
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
     if opts.ttt_steps < 1:
@@ -318,7 +319,6 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         prior_heads = 0
 
     module = _module(draft, device)
-    trainable: list[str] = []
     medusa_train = None
     if draft.algorithm == "medusa":
         K = draft.config["num_heads"]
@@ -331,6 +331,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     stats = None
     sdir = state_dir(out)
     if training:
+        import torch.distributed as dist
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
@@ -346,22 +347,18 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
                    "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": "float32"}
             cache = FeatureCache(req.cache, key)
             if world > 1:  # every process has read the folder before any writes to it
-                import torch.distributed as dist
-
                 dist.barrier()
             if not cache.complete:
                 say(f"computing the verifier's features of {windows.n} windows into {req.cache}")
                 cache.build(windows, verifier, taps, device, rank=rank, world=world)
                 if world > 1:
-                    import torch.distributed as dist
-
                     dist.barrier()
                     if rank == 0:
                         cache.mark_complete()
         fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": docs.files,
                        "draft": _digest(draft.config), "world": world,
                        "options": {k: v for k, v in vars(opts).items() if k != "save_every"}}
-        embed = module.embed_tokens if draft.algorithm == "eagle" else None
+        embed = module.embed_tokens  # the draft's own (EAGLE-1; EAGLE-3 with H != H_t), else the verifier's
         say(f"training {len(trainable)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
             + (f" on {world} processes" if world > 1 else ""))
         stats = fit(draft.algorithm, module, verifier, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
@@ -371,10 +368,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     tensors = {n: t.detach().cpu() for n, t in module.state_dict().items()}
     if module.embed_tokens is not None:
         tensors["embed_tokens.weight"] = module.embed_tokens.detach().cpu()
-    for name in ("d2t", "t2d"):
-        if name in draft.tensors:
-            tensors[name] = draft.tensors[name]
-    draft.tensors = tensors
+    draft.tensors = tensors  # d2t/t2d are the module's buffers
     result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes)
     if rank != 0:
         return result
