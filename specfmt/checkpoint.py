@@ -63,6 +63,16 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
+def weight_file_digests(folder: Path) -> dict[str, str]:
+    """sha256 (hex) of ``config.json`` and every safetensors weight file and index in ``folder``, by name.
+
+    ``validation.json`` stores these so that ``specfmt push`` can tell whether the figures in it
+    were measured on the files being published.
+    """
+    names = [p.name for p in sorted(folder.iterdir()) if p.is_file() and (p.name == "config.json" or p.name.endswith((".safetensors", ".safetensors.index.json")))]
+    return {n: sha256_file(folder / n) for n in names}
+
+
 def kind_of(dtype_code: str) -> str:
     """``"float"``, ``"int64"``, ``"bool"`` or the lower-cased code, for matching a :class:`TensorSpec`."""
     if dtype_code in FLOAT_CODES:

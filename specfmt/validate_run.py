@@ -545,8 +545,11 @@ def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_co
 
 
 def _write_json(folder: Path, data: dict[str, Any]) -> str:
-    """Write ``validation.json`` atomically (temp file + rename) into ``folder``."""
-    data = {**data, "host": {"python": platform.python_version(), "machine": platform.machine()}}
+    """Write ``validation.json`` atomically (temp file + rename) into ``folder``, with the sha256 of
+    the files measured (``files``: config.json and the weights), so a later reader can tell stale figures."""
+    from .checkpoint import weight_file_digests
+
+    data = {**data, "host": {"python": platform.python_version(), "machine": platform.machine()}, "files": weight_file_digests(folder)}
     path = folder / VALIDATION_FILE
     tmp = folder / f".{VALIDATION_FILE}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(data, indent=2) + "\n")
