@@ -630,7 +630,7 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
             asked; 5xx or a dropped connection after the retries. Nothing is committed then.
     """
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     api = HfApi(token=_token())
     repo_id = plan.repo_id
@@ -659,13 +659,17 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
     elif plan.private and not info.private:
         raise HubError(f"{repo_id} exists and is public; --private would publish this draft publicly", hint="make the repo private on the Hub first, or drop --private")
     branch = plan.revision or "main"
-    if plan.revision and not plan.revision.startswith("refs/"):
-        refs = call("reading the branches", api.list_repo_refs, repo_id)
-        if branch not in {b.name for b in refs.branches}:
-            call("creating the branch", api.create_branch, repo_id, branch=branch)
-            result.created_branch = True
-            log(f"created branch {branch}")
-    head = call("reading the branch", api.repo_info, repo_id, revision=branch).sha
+    try:
+        head = api.repo_info(repo_id, revision=branch).sha
+    except RevisionNotFoundError:
+        if branch.startswith("refs/"):
+            raise HubError(f"{branch} does not exist in {repo_id}", hint="check --revision (a pull request's ref is refs/pr/N)") from None
+        call("creating the branch", api.create_branch, repo_id, branch=branch)
+        result.created_branch = True
+        log(f"created branch {branch} from main")
+        head = call("reading the branch", api.repo_info, repo_id, revision=branch).sha
+    except Exception as e:
+        raise hub_failure(e, repo_id, "reading the branch") from None
     result.deleted = stale_files(plan, call("listing the repo's files", api.list_repo_files, repo_id, revision=branch))
     for p in result.deleted:
         log(f"deleting {p} (a weight file this folder does not have)")
