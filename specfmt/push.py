@@ -306,11 +306,12 @@ def plan_push(
     if validate:
         from .validate import validate_static
 
-        rep = validate_static(folder, verifier)
+        rep = validate_static(folder, verifier_id)  # None: the config's verifier, checked when reachable
         checks = [(c.name, c.status, c.summary) for c in rep.checks]
         if not rep.ok:
             failed = [c for c in rep.checks if c.status == "fail"]
-            raise InputError("the checkpoint fails static validation: " + "; ".join(f"{c.name}: {c.summary}" for c in failed),
+            raise InputError("the checkpoint fails static validation: " + "; ".join(
+                f"{c.name}: {c.summary}" + (f" ({'; '.join(c.details[:3])}{' ...' if len(c.details) > 3 else ''})" if c.details else "") for c in failed),
                              where=str(folder), hint=f"see `specfmt validate {folder}`; push with --no-validate to upload it anyway")
     else:
         notes.append("--no-validate: the checkpoint was not validated before upload")
@@ -528,13 +529,14 @@ def _transient(exc: BaseException) -> bool:
     return _is_transport(exc) or (status is not None and (status >= 500 or status == 429))
 
 
-def hub_failure(exc: BaseException, repo_id: str, stage: str, attempts: int = 1) -> HubError:
+def hub_failure(exc: BaseException, repo_id: str, stage: str, attempts: int = 1, outcome: str = "no commit was made") -> HubError:
     """One clear line for a failed Hub call (what, status, how to fix); the token never appears.
 
     Args:
         exc: what huggingface_hub (or httpx below it) raised.
         stage: what was being done ("creating the repo", "uploading", ...).
         attempts: how many times it was tried.
+        outcome: what the failure left on the Hub, for 5xx answers and dropped connections.
     """
     from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -555,9 +557,9 @@ def hub_failure(exc: BaseException, repo_id: str, stage: str, attempts: int = 1)
         return HubError(f"{repo_id} does not exist, or the token cannot see it (404) while {stage}",
                         hint="check --repo-id and that the token may read the repo (`hf auth whoami`)")
     if status is not None and status >= 500:
-        return HubError(f"the Hub failed with {status}{_server_message(exc)} while {stage}{tried}; no commit was made", hint=again)
+        return HubError(f"the Hub failed with {status}{_server_message(exc)} while {stage}{tried}; {outcome}", hint=again)
     if _is_transport(exc):
-        return HubError(f"the connection to the Hub dropped while {stage}{tried} ({type(exc).__name__}); no commit was made", hint=again)
+        return HubError(f"the connection to the Hub dropped while {stage}{tried} ({type(exc).__name__}); {outcome}", hint=again)
     if status is not None:
         return HubError(f"the Hub answered {status}{_server_message(exc)} while {stage}", hint="check --repo-id and --revision")
     return HubError(f"{stage} failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
@@ -595,6 +597,15 @@ def preview_remote(plan: PushPlan) -> list[str]:
         return lines + [f"files: not checked ({hub_failure(e, plan.repo_id, 'listing the files').message})"]
     lines += [f"delete: {p} (a weight file this folder does not have)" for p in stale_files(plan, remote)]
     return lines
+
+
+def _outcome(api, repo_id: str, branch: str, head: str) -> str:
+    """After a failed commit, look whether the branch moved: a dropped answer may hide a commit that landed."""
+    try:
+        now = api.repo_info(repo_id, revision=branch).sha
+    except Exception:
+        return f"could not check whether a commit landed on {branch}"
+    return f"no commit was made ({branch} is still at {head[:8]})" if now == head else f"{branch} moved to {now[:8]} meanwhile: check the repo"
 
 
 def _token() -> str:
@@ -684,7 +695,7 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
             cause = _cause(e)
             retry = _transient(cause) and not (plan.create_pr and _is_transport(cause)) and attempts < COMMIT_ATTEMPTS
             if not retry:
-                raise hub_failure(e, repo_id, "uploading the commit", attempts) from None
+                raise hub_failure(e, repo_id, "uploading the commit", attempts, _outcome(api, repo_id, branch, head)) from None
             wait = RETRY_WAITS[min(attempts - 1, len(RETRY_WAITS) - 1)]
             log(f"the Hub failed ({_status(cause) or type(cause).__name__}); retrying in {wait:.0f} s")
             time.sleep(wait)
