@@ -332,3 +332,21 @@ def test_hub_ids_work_offline_from_the_cache(hub, env, draft, tmp_path):
         # something never cached fails with one line, not a traceback
         line = one_error_line(run_cli(e, "inspect", "me/never-pushed"))
         assert "not in the local Hugging Face cache" in line or "could not fetch" in line, line
+
+
+@pytest.mark.parametrize("fmt,src,row", [("medusa", "medusa-legacy", "| Medusa heads | 3, 1 residual block(s) each |"),
+                                         ("eagle", "eagle-safeailab", "| decoder layers | 1 (hidden size 128, 4 attention heads) |")])
+def test_cards_of_eagle1_and_medusa_drafts(tmp_path, fmt, src, row):
+    """The plan alone (no network with validate=False): the card parses and describes the draft."""
+    from huggingface_hub import ModelCard
+
+    from specfmt.convert import convert
+    from specfmt.push import plan_push
+
+    convert(fmt, str(WORLD / src), tmp_path / "out", str(WORLD / "verifier"))
+    plan = plan_push(tmp_path / "out", "me/x", verifier_id=VERIFIER_ID, validate=False)
+    card = ModelCard(plan.card)
+    assert card.data.base_model == VERIFIER_ID and fmt in card.data.tags
+    assert row in card.text and f"(`--from {fmt}`" in card.text
+    assert json.loads(next(f.content for f in plan.files if f.path_in_repo == "config.json"))["speculators_config"]["verifier"]["name_or_path"] == VERIFIER_ID
+    assert plan.notes[0].startswith("--no-validate")
