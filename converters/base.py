@@ -391,6 +391,12 @@ class RenamedReader:
     def get(self, name: str) -> Any:
         return self._reader.get(self.new_to_old[name])
 
+    def raw(self, name: str) -> Any:
+        return self._reader.raw(self.new_to_old[name])
+
+    def array(self, name: str) -> Any:
+        return self._reader.array(self.new_to_old[name])
+
     def __getattr__(self, attr: str) -> Any:  # files, ignored, format, folder
         return getattr(self._reader, attr)
 

@@ -147,7 +147,7 @@ class EagleConverter(Converter):
             b_move.dst = None
             if cfg.get("bias") is False:
                 notes.append('config says "bias": false but the weights hold fc.bias (EAGLE issue #100: training always saves it); the tensor decides')
-            if not bool(src.reader.get("fc.bias").count_nonzero()):
+            if not bool(src.reader.get("fc.bias").count_nonzero()):  # torch: the fold that follows needs it anyway
                 b_move.action, b_move.reason = "drop", "all zeros: adds nothing"
             else:
                 fold = True

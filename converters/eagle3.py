@@ -170,7 +170,7 @@ class Eagle3Converter(Converter):
             # vLLM builds no vocabulary map for a full-vocabulary draft and rejects d2t
             # ("no module or parameter named 'draft_id_to_target_id'"); all-zero offsets
             # are the identity, so dropping them is exact. Anything else is refused.
-            if bool(src.reader.get("d2t").count_nonzero()):
+            if src.reader.array("d2t").any():
                 raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
             for m in moves:
                 if m.src in ("d2t", "t2d"):

@@ -24,7 +24,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
 
 from .errors import InputError
 
@@ -50,6 +50,8 @@ TORCH_TO_ST = {name: code for code, (name, _) in ST_DTYPES.items()}
 FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
+#: bytes moved per read/write when a tensor is copied as it is (a multiple of every element size)
+COPY_CHUNK = 16 << 20
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 
@@ -140,7 +142,9 @@ class CheckpointReader:
         ignore = dict(ignore or {})
         self.format = ""
         self._infos: dict[str, TensorInfo] = {}
-        self._pickles: dict[str, dict[str, Any]] = {}
+        self._pickles: dict[str, dict[str, Any]] = {}  # legacy pickles, loaded by torch
+        self._zrefs: dict[str, Any] = {}  # tensor -> torchzip.TensorRef (zip pickles, read without torch)
+        self._st_begin: dict[str, int] = {}  # tensor -> absolute byte offset in its safetensors file
         st = sorted(p.name for p in self.folder.glob("*.safetensors"))
         pk = sorted(
             p.name
@@ -237,7 +241,7 @@ class CheckpointReader:
             if not isinstance(header, dict):
                 raise ValueError("header is not a JSON object")
             data_len = size - 8 - n
-            infos = []
+            infos, begins = [], {}
             for key, meta in header.items():
                 if key == "__metadata__":
                     continue
@@ -248,17 +252,32 @@ class CheckpointReader:
                 if not (0 <= begin <= end <= data_len) or end - begin != info.nbytes:
                     raise ValueError(f"tensor {key!r} declares bytes {begin}..{end} but the file holds {data_len} data bytes")
                 infos.append(info)
+                begins[key] = 8 + n + begin
         except (ValueError, KeyError, TypeError, json.JSONDecodeError, UnicodeDecodeError) as e:
             raise InputError(f"not a valid safetensors file: {e}", where=str(path), hint="the file is truncated or corrupt; download it again") from None
         for info in infos:
             self._add(info)
+        self._st_begin.update(begins)
 
     def _read_pickle(self, name: str) -> None:
+        """A zip ``torch.save`` state dict is indexed without torch (:mod:`specfmt.torchzip`: no
+        code in the file runs, no data is read); anything else goes to ``torch.load(weights_only=True)``."""
+        from .torchzip import NotPlain, read_index
+
+        path = self.folder / name
+        try:
+            refs = read_index(path)
+        except NotPlain:
+            refs = None
+        if refs is not None:
+            for key, ref in refs.items():
+                self._add(TensorInfo(key, ref.shape, ref.dtype, name))
+                self._zrefs[key] = ref
+            return
         import pickle
 
         import torch
 
-        path = self.folder / name
         try:
             try:
                 sd = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -289,11 +308,59 @@ class CheckpointReader:
         """Every tensor, by name, from headers only."""
         return dict(self._infos)
 
+    def raw(self, name: str) -> tuple[Path, int] | None:
+        """Where a tensor's bytes lie, as they would be written (little-endian, C order):
+        ``(file, byte offset)``, ``nbytes`` long; None when they are not one plain range
+        (a non-contiguous view in a pickle, a legacy pickle)."""
+        info = self._infos[name]
+        if name in self._st_begin:
+            return self.folder / info.file, self._st_begin[name]
+        ref = self._zrefs.get(name)
+        if ref is not None and ref.contiguous:
+            return self.folder / info.file, ref.offset
+        return None
+
+    def read_bytes(self, name: str) -> bytes:
+        """A tensor's bytes (C order) for a tensor with a :meth:`raw` range."""
+        where = self.raw(name)
+        if where is None:
+            raise ValueError(f"{name} has no plain byte range")  # a caller bug
+        n = self._infos[name].nbytes
+        with open(where[0], "rb") as f:
+            f.seek(where[1])
+            data = f.read(n)
+        if len(data) != n:
+            raise InputError(f"tensor {name} runs past the end of the file", where=str(where[0]), hint="the file is truncated; download it again")
+        return data
+
+    def array(self, name: str):
+        """A small integer or bool tensor as a numpy array (the vocabulary map), without torch when possible."""
+        import numpy as np
+
+        info = self._infos[name]
+        np_dtype = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}.get(info.dtype)
+        if np_dtype is None or self.raw(name) is None:
+            t = self.get(name)
+            return t.numpy() if np_dtype else t.float().numpy()
+        return np.frombuffer(self.read_bytes(name), dtype=np_dtype).reshape(info.shape)
+
     def get(self, name: str) -> "torch.Tensor":
-        """Load one tensor (a fresh CPU tensor for safetensors, a memory-mapped view for pickles)."""
+        """Load one tensor as a fresh CPU tensor (a zip pickle's non-contiguous view keeps its strides)."""
         info = self._infos[name]
         if info.file in self._pickles:
             return self._pickles[info.file][name]
+        ref = self._zrefs.get(name)
+        if ref is not None:
+            import torch
+
+            dtype = getattr(torch, ST_DTYPES[ref.dtype][0])
+            if ref.contiguous:
+                data = bytearray(self.read_bytes(name))
+                return torch.frombuffer(data, dtype=dtype).reshape(ref.shape) if data else torch.empty(ref.shape, dtype=dtype)
+            with open(self.folder / info.file, "rb") as f:  # the whole storage, then the view
+                f.seek(ref.offset - ref.storage_offset * ST_DTYPES[ref.dtype][1])
+                storage = torch.frombuffer(bytearray(f.read(ref.storage_nbytes)), dtype=dtype)
+            return torch.as_strided(storage, ref.shape, ref.stride, ref.storage_offset).clone()
         from safetensors import safe_open
 
         with safe_open(str(self.folder / info.file), framework="pt") as f:
@@ -356,6 +423,7 @@ class SafetensorsStreamWriter:
         self._f.write(struct.pack("<Q", len(raw)))
         self._f.write(raw)
         self._next = 0
+        self._buf: memoryview | None = None
 
     def write(self, name: str, tensor) -> None:
         """Append one tensor's bytes (little-endian, C order)."""
@@ -368,6 +436,37 @@ class SafetensorsStreamWriter:
 
             self._f.write(memoryview(t.view(torch.uint8).numpy()))
         self._next += 1
+
+    def copy(self, name: str, src: Path, offset: int, nbytes: int, check: Callable[[memoryview], int] | None = None) -> int:
+        """Append one tensor's bytes copied from ``src`` at ``offset``, in chunks of :data:`COPY_CHUNK`
+        (the tensor is never whole in memory). ``check`` sees each chunk; the sum of what it
+        returns (NaN/Inf found) is returned.
+
+        Raises:
+            InputError: ``src`` ends before ``nbytes`` (a truncated file).
+        """
+        exp_name, exp_dtype, exp_shape = self._layout[self._next]
+        n = ST_DTYPES[exp_dtype][1]
+        for s in exp_shape:
+            n *= s
+        if name != exp_name or n != nbytes:
+            raise ValueError(f"writer expected {exp_name} ({n} bytes), got {name} ({nbytes} bytes)")
+        if self._buf is None:
+            self._buf = memoryview(bytearray(COPY_CHUNK))
+        bad, left = 0, nbytes
+        with open(src, "rb", buffering=0) as f:
+            f.seek(offset)
+            while left:
+                got = f.readinto(self._buf[: min(COPY_CHUNK, left)])
+                if not got:
+                    raise InputError(f"tensor {name} runs past the end of the file", where=str(src), hint="the file is truncated; download it again")
+                chunk = self._buf[:got]
+                if check is not None:
+                    bad += check(chunk)
+                self._f.write(chunk)
+                left -= got
+        self._next += 1
+        return bad
 
     def close(self) -> None:
         if self._next != len(self._layout):

@@ -56,7 +56,7 @@ def float_dtype_problems(cfg: dict, infos: dict[str, TensorInfo]) -> list[str]:
     return problems
 
 
-def vocab_map_problems(d2t: "torch.Tensor", t2d: "torch.Tensor", vocab_size: int, draft_vocab_size: int) -> list[str]:
+def vocab_map_problems(d2t, t2d, vocab_size: int, draft_vocab_size: int) -> list[str]:
     """Consistency of an EAGLE-3 draft vocabulary map.
 
     ``d2t`` [Vd] int64 holds offsets (``target_id = draft_id + d2t[draft_id]``), ``t2d`` [V]
@@ -66,13 +66,17 @@ def vocab_map_problems(d2t: "torch.Tensor", t2d: "torch.Tensor", vocab_size: int
     * ``t2d.sum() == Vd``;
     * ``arange(Vd) + d2t`` is strictly increasing, in ``[0, V)``, and equals the
       positions where ``t2d`` is true.
-    """
-    import torch
 
+    Args:
+        d2t, t2d: numpy arrays or CPU torch tensors.
+    """
+    import numpy as np
+
+    d2t, t2d = np.asarray(d2t), np.asarray(t2d)
     problems = []
-    if d2t.dtype != torch.int64:
+    if d2t.dtype != np.int64:
         problems.append(f"d2t has dtype {d2t.dtype}, expected int64 offsets")
-    if t2d.dtype != torch.bool:
+    if t2d.dtype != np.bool_:
         problems.append(f"t2d has dtype {t2d.dtype}, expected bool")
     if problems:
         return problems
@@ -81,15 +85,81 @@ def vocab_map_problems(d2t: "torch.Tensor", t2d: "torch.Tensor", vocab_size: int
     n = int(t2d.sum())
     if n != draft_vocab_size:
         problems.append(f"t2d marks {n} target ids, but the draft vocabulary has {draft_vocab_size}")
-    target = torch.arange(draft_vocab_size, dtype=torch.int64) + d2t
+    with np.errstate(over="ignore"):
+        target = np.arange(draft_vocab_size, dtype=np.int64) + d2t
     if draft_vocab_size > 1 and not bool((target[1:] > target[:-1]).all()):
         problems.append("arange(Vd) + d2t is not strictly increasing (are these absolute ids instead of offsets?)")
-    if bool((target < 0).any()) or bool((target >= vocab_size).any()):
-        bad = int(((target < 0) | (target >= vocab_size)).sum())
-        problems.append(f"{bad} draft ids map outside the verifier vocabulary [0, {vocab_size})")
-    if not problems and not torch.equal(target, t2d.nonzero().flatten()):
+    outside = (target < 0) | (target >= vocab_size)
+    if outside.any():
+        problems.append(f"{int(outside.sum())} draft ids map outside the verifier vocabulary [0, {vocab_size})")
+    if not problems and not np.array_equal(target, np.flatnonzero(t2d)):
         problems.append("arange(Vd) + d2t differs from the positions marked in t2d")
     return problems
+
+
+#: dtype code -> (unsigned view, mask, threshold): a value is NaN or ±Inf iff ``bits & mask >= threshold``
+#: (all exponent bits set; IEEE 754 binary16/32/64, bfloat16, float8 e5m2; e4m3fn has no Inf and
+#: its only NaN is S.1111.111)
+NONFINITE_BITS = {
+    "F16": ("<u2", 0x7FFF, 0x7C00),
+    "BF16": ("<u2", 0x7FFF, 0x7F80),
+    "F32": ("<u4", 0x7FFF_FFFF, 0x7F80_0000),
+    "F64": ("<u8", 0x7FFF_FFFF_FFFF_FFFF, 0x7FF0_0000_0000_0000),
+    "F8_E5M2": ("u1", 0x7F, 0x7C),
+    "F8_E4M3": ("u1", 0x7F, 0x7F),
+}
+
+
+class NonfiniteCounter:
+    """Counts NaN/Inf in raw little-endian bytes of one dtype, chunk by chunk, with numpy bit
+    tests (no float conversion, one reused scratch buffer): the check a byte-for-byte copy runs.
+
+    Args:
+        dtype: safetensors dtype code; non-floating codes count nothing.
+    """
+
+    def __init__(self, dtype: str):
+        self.spec = NONFINITE_BITS.get(dtype)
+        self._scratch = None
+
+    def __call__(self, chunk) -> int:
+        if self.spec is None or not len(chunk):
+            return 0
+        import numpy as np
+
+        view, mask, threshold = self.spec
+        bits = np.frombuffer(chunk, dtype=view)
+        if self._scratch is None or self._scratch.size < bits.size:
+            self._scratch = np.empty(bits.size, dtype=bits.dtype)
+        masked = np.bitwise_and(bits, bits.dtype.type(mask), out=self._scratch[: bits.size])
+        if masked.max() < threshold:
+            return 0
+        return int(np.count_nonzero(masked >= threshold))
+
+
+def nonfinite_in(reader, name: str) -> int:
+    """NaN/Inf count of one tensor of a :class:`specfmt.checkpoint.CheckpointReader`, read in
+    chunks from its byte range when it has one (never whole in memory), else through torch."""
+    from .checkpoint import COPY_CHUNK
+
+    info = reader.infos[name]
+    where = reader.raw(name)
+    if where is None:
+        return nonfinite_count(reader.get(name))
+    counter = NonfiniteCounter(info.dtype)
+    if counter.spec is None:
+        return 0
+    bad, left = 0, info.nbytes
+    buf = memoryview(bytearray(min(COPY_CHUNK, max(left, 1))))
+    with open(where[0], "rb", buffering=0) as f:
+        f.seek(where[1])
+        while left:
+            got = f.readinto(buf[: min(len(buf), left)])
+            if not got:
+                break  # a truncated file is the weights check's finding
+            bad += counter(buf[:got])
+            left -= got
+    return bad
 
 
 def nonfinite_count(t: "torch.Tensor") -> int:

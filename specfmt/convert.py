@@ -256,6 +256,7 @@ def convert(
         plan = converter.plan(Source(src_res, src_cfg, reader, verifier_ref), verifier, opts)
         _check_plan(plan, allow_missing)
         files_read = [CONFIG_FILE, *reader.files]
+        digests = _Digests(src_res.folder, files_read)  # hashed on a second thread while the tensors are copied
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
         config = dict(plan.config)
         config["specfmt"] = provenance_block(
@@ -263,7 +264,7 @@ def convert(
             layout=plan.layout,
             name_or_path=src_res.name_or_path,
             revision=src_res.revision,
-            files={f: sha256_file(src_res.folder / f) for f in files_read},
+            files={f: "0" * 64 for f in files_read},  # the digests' shape, for validation; filled in below
             renamed={m.src: m.dst for m in plan.moves if m.action == "rename"},
             kept=[m.src for m in plan.moves if m.action == "keep"],
             dropped={m.src: m.reason for m in plan.moves if m.action == "drop"},
@@ -273,9 +274,38 @@ def convert(
         )
         validate_config(config, where="output config.json (a specfmt bug if this fails)")
         if dry_run:
+            digests.fill(config)
             return ConvertResult(plan, config, None, 0)
-        written = _write_atomic(out_path, plan, config, reader, force, progress)
+        written = _write_atomic(out_path, plan, config, reader, force, progress, finish_config=digests.fill)
     return ConvertResult(plan, config, out_path, written)
+
+
+class _Digests:
+    """sha256 of the source files, computed on a daemon thread (hashlib and file reads release
+    the GIL, so it runs beside the tensor copy on a second core; an aborted conversion does not wait for it)."""
+
+    def __init__(self, folder: Path, names: list[str]):
+        import threading
+
+        self._result: dict[str, str] = {}
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = {n: sha256_file(folder / n) for n in names}
+            except BaseException as e:  # re-raised in the caller's thread by fill()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="specfmt-sha256", daemon=True)
+        self._thread.start()
+
+    def fill(self, config: dict) -> dict:
+        """Wait for the digests and put them into ``config["specfmt"]["source"]["files"]``."""
+        self._thread.join()
+        if self._error is not None:
+            raise InputError(f"cannot read a source file to hash it: {self._error}")
+        config["specfmt"]["source"]["files"] = dict(sorted(self._result.items()))
+        return config
 
 
 def _check_plan(plan, allow_missing: frozenset[str] = frozenset()) -> None:
@@ -292,8 +322,16 @@ def _check_plan(plan, allow_missing: frozenset[str] = frozenset()) -> None:
         raise ConversionError("the source does not hold the tensors its config implies -- " + "; ".join(parts), hint="nothing was written")
 
 
-def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force: bool, progress) -> int:
-    import torch
+def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force: bool, progress, finish_config: Callable[[dict], dict] = lambda c: c) -> int:
+    """Write the plan into a temporary folder next to ``out`` and swap it in.
+
+    A tensor kept in its dtype and not transformed is copied byte for byte from its range in
+    the source file (:meth:`CheckpointReader.raw`), chunk by chunk, with the NaN/Inf check run
+    on the raw bits (:class:`specfmt.checks.NonfiniteCounter`): no torch, one chunk in memory.
+    Casts, transforms, derived tensors and tensors without a plain byte range go through torch.
+    ``finish_config`` completes the config once the tensors are written (the source digests).
+    """
+    from .checks import NonfiniteCounter
 
     out.parent.mkdir(parents=True, exist_ok=True)
     cleanup_stale(out)
@@ -306,30 +344,40 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
         done = 0
         vocab = {}
 
-        def finite(t, what: str, cast: bool, hint: str) -> None:
-            bad = nonfinite_count(t)
+        def finite(bad: int, what: str, cast: bool, hint: str) -> None:
             if bad:
                 raise ConversionError(f"{what} has {bad} NaN/Inf value(s)" + (" after the cast" if cast else ""), hint=hint)
 
         try:
             for m in moves:
-                t = reader.get(m.src)
                 cast = m.out_dtype != m.info.dtype
-                if cast:
-                    t = t.to(getattr(torch, ST_DTYPES[m.out_dtype][0]))
-                if m.dst in plan.transforms:
-                    t = plan.transforms[m.dst](t)
-                finite(t, f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
-                if m.dst in ("d2t", "t2d"):
-                    vocab[m.dst] = t.clone()
-                writer.write(m.dst, t)
+                where = None if cast or m.dst in plan.transforms else reader.raw(m.src)
+                if where is not None:
+                    bad = writer.copy(m.dst, where[0], where[1], m.info.nbytes, NonfiniteCounter(m.info.dtype))
+                    finite(bad, f"tensor {m.src}", False, "the checkpoint is damaged")
+                    if m.dst in ("d2t", "t2d"):
+                        vocab[m.dst] = reader.array(m.src)
+                else:
+                    import torch
+
+                    t = reader.get(m.src)
+                    if cast:
+                        t = t.to(getattr(torch, ST_DTYPES[m.out_dtype][0]))
+                    if m.dst in plan.transforms:
+                        t = plan.transforms[m.dst](t)
+                    finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
+                    if m.dst in ("d2t", "t2d"):
+                        vocab[m.dst] = t.clone().numpy()
+                    writer.write(m.dst, t)
+                    del t
                 done += m.info.nbytes
                 if progress:
                     progress(done, total)
-                del t
             for d in plan.derived:
+                import torch
+
                 t = d.compute(reader.get).to(getattr(torch, ST_DTYPES[d.out_dtype][0])).contiguous()
-                finite(t, f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
+                finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
                 writer.write(d.dst, t)
                 done += t.numel() * t.element_size()
                 if progress:
@@ -344,6 +392,7 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
             problems = vocab_map_problems(vocab["d2t"], vocab["t2d"], tlc["vocab_size"], config["draft_vocab_size"])
             if problems:
                 raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
+        config = finish_config(config)
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _verify_written(tmp, layout)
         install_folder(tmp, out)
@@ -357,7 +406,7 @@ def _verify_written(folder: Path, layout) -> None:
     """Re-open the written file with the safetensors library and compare its header with the plan."""
     from safetensors import safe_open
 
-    with safe_open(str(folder / WEIGHTS_FILE), framework="pt") as f:
+    with safe_open(str(folder / WEIGHTS_FILE), framework="numpy") as f:  # header only; numpy keeps torch unimported
         got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
     want = {name: tuple(shape) for name, _, shape in layout}
     if got != want:  # a bug in the writer, not a user error

@@ -143,7 +143,7 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
         if cfg["speculators_model_type"] != "eagle3":
             rep.add("vocab_map", PASS, f"no draft vocabulary: {cfg['speculators_model_type']} proposes over the verifier's {tlc['vocab_size']} ids")
         elif "d2t" in infos and "t2d" in infos:
-            vp = vocab_map_problems(reader.get("d2t"), reader.get("t2d"), tlc["vocab_size"], cfg["draft_vocab_size"])
+            vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), tlc["vocab_size"], cfg["draft_vocab_size"])
             rep.add("vocab_map", FAIL if vp else PASS, "; ".join(vp) if vp else f"d2t/t2d consistent: {cfg['draft_vocab_size']} of {tlc['vocab_size']} ids", vp)
         elif cfg["draft_vocab_size"] == tlc["vocab_size"]:
             rep.add("vocab_map", PASS, "full vocabulary (Vd = V); no map needed")
@@ -155,13 +155,13 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
 
 def _finite(rep: Report, reader, infos) -> None:
     from .checkpoint import kind_of
-    from .checks import nonfinite_count
+    from .checks import nonfinite_in
 
     bad = []
     for name, info in sorted(infos.items()):
         if kind_of(info.dtype) != "float":
             continue
-        n = nonfinite_count(reader.get(name))
+        n = nonfinite_in(reader, name)
         if n:
             bad.append(f"{name}: {n} NaN/Inf")
     rep.add("finite", FAIL if bad else PASS, f"{len(bad)} tensor(s) with NaN/Inf" if bad else "no NaN/Inf", bad)
