@@ -174,7 +174,9 @@ def largest_tensor(src: Path) -> int:
 
 
 def timed(cmd: list[str], env: dict | None = None) -> dict:
-    """Run ``cmd`` to completion: wall seconds, peak RSS (MiB) of the process, exit status, stderr tail."""
+    """Run ``cmd`` to completion: wall seconds, peak RSS (MiB) of the process, exit status, stderr tail.
+    Dirty pages of earlier runs are written out first (``os.sync``), so no run pays for another's writeback."""
+    os.sync()
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     err = p.stderr.read()
@@ -196,6 +198,7 @@ def copy_floor(files: list[Path], out: Path, runs: int) -> float:
     for _ in range(runs):
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
+        os.sync()
         t0 = time.perf_counter()
         for f in files:
             shutil.copyfile(f, out / f.name)

@@ -311,14 +311,15 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     Raises:
         ConversionError: a saved cache disagrees with the config's rope settings.
     """
+    caches = [name for name in src.reader.infos if name.endswith("rotary_emb.inv_freq")]
+    if not caches:
+        return  # the usual case: nothing to read, and torch stays unimported
     import torch
 
     d = tlc["head_dim"]
     theta = tlc["rope_theta"]
     want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
-    for name in src.reader.infos:
-        if not name.endswith("rotary_emb.inv_freq"):
-            continue
+    for name in caches:
         got = src.reader.get(name).to(torch.float64)
         if tlc["rope_parameters"].get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
             raise ConversionError(
