@@ -224,9 +224,13 @@ def main() -> None:
     ap.add_argument("--speculators-venv", type=Path, default=None, help="a virtual environment with speculators 0.9.0 installed")
     ap.add_argument("--install-speculators", action="store_true", help="create WORKDIR/speculators-venv with speculators 0.9.0")
     ap.add_argument("--json", type=Path, default=RESULTS)
+    ap.add_argument("--build", help=argparse.SUPPRESS)  # internal: build one case's input and exit
     args = ap.parse_args()
 
     root = args.workdir
+    if args.build:
+        build_case(args.build, root)
+        return
     root.mkdir(parents=True, exist_ok=True)
     spec_bin = None
     if args.install_speculators:
@@ -242,13 +246,19 @@ def main() -> None:
     interp = statistics.median(start["help"])
     for name in args.cases.split(","):
         print(f"[{name}] building input ...", file=sys.stderr)
-        case = build_case(name, root)
+        # in a child: a fork of a parent that held GBs of tensors would report them as its own peak RSS
+        subprocess.run([sys.executable, __file__, "--build", name, "--workdir", str(root)], check=True)
+        case = root / name
         src, ver = case / "src", case / "verifier"
         files = weight_files(src)
         nbytes = sum(f.stat().st_size for f in files)
         warm(files)
         if name == "eagle3-8b-bin":
             start["inspect"] = [timed(specfmt + ["inspect", str(src)], env)["wall_s"] for _ in range(5)]
+        # the start of this very command line up to its first check (a source that does not exist):
+        # interpreter, imports and argument parsing, which "interpreter start excluded" leaves out
+        start[name] = [timed(specfmt + ["convert", "--from", CASES[name]["from"], str(src) + "-missing", "-o", str(root / "x"),
+                                        "--verifier", str(ver)], env)["wall_s"] for _ in range(5)]
         floor = copy_floor(files, root / "copy-out", args.runs)
         runs: dict[str, list[dict]] = {"specfmt": [], "speculators": []}
         tools = ["specfmt"] + (["speculators"] if spec_bin and CASES[name]["speculators"] else [])
@@ -275,7 +285,7 @@ def main() -> None:
                          "error": None if ok else rs[-1]["err"].strip().splitlines()[-1] if rs[-1]["err"].strip() else f"exit {rs[-1]['rc']}"}
         results["cases"][name] = row
     results["start_s"] = {k: statistics.median(v) for k, v in start.items()}
-    results["interpreter_start_s"] = interp
+    results["help_s"] = interp
     report(results)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.json}", file=sys.stderr)
@@ -283,13 +293,12 @@ def main() -> None:
 
 def report(res: dict) -> None:
     """Print the table and the targets of issue 7."""
-    start = res["interpreter_start_s"]
-    print(f"{'case':<18} {'MB':>6} {'copy s':>7} {'specfmt s':>9} {'(-start)':>8} {'x copy':>6} {'RSS MiB':>8} {'limit':>6} "
+    print(f"{'case':<18} {'MB':>6} {'copy s':>7} {'specfmt s':>9} {'-start':>8} {'x copy':>6} {'RSS MiB':>8} {'limit':>6} "
           f"{'spec. s':>8} {'spec. MiB':>9}  speedup  RSS ratio")
     ok_all = True
     for name, row in res["cases"].items():
         s, p = row["specfmt"], row.get("speculators")
-        net = s["wall_s"] - start
+        net = s["wall_s"] - res["start_s"][name]
         limit = (row["largest_tensor_bytes"] + 400e6) / 2**20
         line = (f"{name:<18} {row['input_bytes'] / 1e6:>6.0f} {row['copy_s']:>7.2f} {s['wall_s']:>9.2f} {net:>8.2f} {net / row['copy_s']:>6.2f} "
                 f"{s['rss_mib']:>8.0f} {limit:>6.0f}")
@@ -303,7 +312,8 @@ def report(res: dict) -> None:
             ok = ok and s["wall_s"] * 5 <= p["wall_s"] and s["rss_mib"] * 4 <= p["rss_mib"]
         ok_all &= ok
     st = res["start_s"]
-    print(f"start-up: specfmt --help {st['help']:.2f} s, specfmt inspect {st.get('inspect', float('nan')):.2f} s (target < 0.5 s)")
+    print(f"start-up: specfmt --help {st['help']:.2f} s, specfmt inspect {st.get('inspect', float('nan')):.2f} s (target < 0.5 s); "
+          "(-start) subtracts the same convert command's start-up, measured on a missing source")
     ok_all &= st["help"] < 0.5 and st.get("inspect", 0) < 0.5
     print("targets: " + ("all met" if ok_all else "NOT all met"))
 
