@@ -304,6 +304,60 @@ def decoder_layer_count(indices: set[int], cfg: dict[str, Any]) -> int:
     return n
 
 
+_POSITIVE_INTS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
+                  "draft_vocab_size", "target_hidden_size", "head_dim", "max_position_embeddings", "medusa_num_heads")
+_NON_NEGATIVE_INTS = ("medusa_num_layers",)  # Medusa heads may have no residual blocks
+_POSITIVE_REALS = ("rms_norm_eps", "rope_theta")
+_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output",
+          "fusion_bias", "layernorms", "use_aux_hidden_state")
+_STRINGS = ("model_type", "hidden_act", "torch_dtype", "dtype")
+_OBJECTS = ("eagle_config", "rope_scaling", "rope_parameters", "text_config")
+
+
+def check_source_types(cfg: dict[str, Any], where: str = "config.json") -> None:
+    """The fields of a research config.json that the converters read have the JSON types they
+    must have (null counts as absent). Checked before anything is planned, so a stranger's
+    ``"hidden_size": "4096"`` or ``"rms_norm_eps": [1]`` is one clear line, not a crash
+    (found by ``tests/test_fuzz.py``). Nested ``eagle_config`` is checked the same way.
+
+    Raises:
+        InputError: the first field of the wrong type or value, naming it.
+    """
+    import math
+
+    from specfmt.errors import InputError
+
+    def bad(key: str, want: str, val: Any) -> InputError:
+        return InputError(f"config field {key} must be {want}, not {json_repr(val)}", where=where, hint="fix the source's config.json")
+
+    for key, val in cfg.items():
+        if val is None:
+            continue
+        if key in _POSITIVE_INTS and not (type(val) is int and val >= 1):
+            raise bad(key, "a positive integer", val)
+        if key in _NON_NEGATIVE_INTS and not (type(val) is int and val >= 0):
+            raise bad(key, "a non-negative integer", val)
+        if key in _POSITIVE_REALS and not (type(val) in (int, float) and math.isfinite(val) and val > 0):
+            raise bad(key, "a positive number", val)
+        if key in _BOOLS and type(val) is not bool:
+            raise bad(key, "true or false", val)
+        if key in _STRINGS and not isinstance(val, str):
+            raise bad(key, "a string", val)
+        if key in _OBJECTS and not isinstance(val, dict):
+            raise bad(key, "an object", val)
+        if key == "architectures" and not (isinstance(val, list) and all(isinstance(a, str) for a in val)):
+            raise bad(key, "a list of strings", val)
+        if key == "eagle_aux_hidden_state_layer_ids" and not (isinstance(val, list) and all(type(i) is int and i >= 0 for i in val)):
+            raise bad(key, "a list of non-negative integers", val)
+    if isinstance(cfg.get("eagle_config"), dict):
+        check_source_types(cfg["eagle_config"], where=f"{where} (eagle_config)")
+
+
+def json_repr(val: Any, limit: int = 40) -> str:
+    text = repr(val)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     """A saved ``rotary_emb.inv_freq`` is dropped only if it equals what the written
     ``rope_theta`` gives (``1 / theta**(arange(0, d, 2) / d)``), so the drop is exact.

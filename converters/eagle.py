@@ -45,6 +45,7 @@ from specfmt.errors import ConversionError
 from specfmt.format import SPECULATORS_VERSION, VerifierInfo
 
 from .base import (
+    check_source_types,
     KEEP,
     speculators_block,
     Converter,
@@ -92,6 +93,7 @@ class EagleConverter(Converter):
                 variant, a non-Llama decoder), or the config disagrees with the tensors.
         """
         cfg = src.config
+        check_source_types(cfg)
         infos = src.reader.infos
         notes: list[str] = []
         extra = [n for n in _EXTRA_NORMS if n in infos]

@@ -25,7 +25,7 @@ from typing import Any
 from specfmt.errors import ConversionError
 from specfmt.format import SPECULATORS_VERSION, VerifierInfo, default_eagle3_taps
 
-from .base import DTYPE_NAMES, KEEP, Converter, Options, Plan, Rule, Source, check_rotary_caches, decide_float_dtype, decoder_layer_count, llama_decoder_config, positive_int as _int, register, speculators_block
+from .base import DTYPE_NAMES, KEEP, Converter, Options, Plan, Rule, Source, check_rotary_caches, check_source_types, decide_float_dtype, decoder_layer_count, llama_decoder_config, positive_int as _int, register, speculators_block
 
 #: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
 #: forward pass that vLLM runs requires (None: any value; read elsewhere).
@@ -70,6 +70,7 @@ class Eagle3Converter(Converter):
                 draft that vLLM can run exactly as the source computes it.
         """
         cfg = src.config
+        check_source_types(cfg)
         infos = src.reader.infos
         notes: list[str] = []
         ec = cfg.get("eagle_config") or {}

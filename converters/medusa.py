@@ -47,7 +47,7 @@ from typing import Any
 from specfmt.errors import ConversionError, InputError
 from specfmt.format import SPECULATORS_VERSION, VerifierInfo
 
-from .base import _FLOATS, DTYPE_NAMES, Converter, Derived, Options, Plan, Rule, Source, _short, decide_float_dtype, register, speculators_block
+from .base import _FLOATS, DTYPE_NAMES, Converter, check_source_types, Derived, Options, Plan, Rule, Source, _short, decide_float_dtype, register, speculators_block
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved
 _PREFIX = r"(?:medusa_head\.)?"
@@ -98,6 +98,7 @@ class MedusaConverter(Converter):
                 ``--dtype``, or version-2 heads with no blocks at all.
         """
         cfg = src.config
+        check_source_types(cfg)
         infos = src.reader.infos
         notes: list[str] = []
 

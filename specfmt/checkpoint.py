@@ -56,6 +56,34 @@ PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
 
 
+def containing_root(folder: Path) -> Path:
+    """The tree a checkpoint folder's files may resolve into: the folder itself, or for a
+    Hugging Face cache snapshot (``models--OWNER--NAME/snapshots/REV``, whose files are
+    symlinks to ``../../blobs/``) the repo's cache folder."""
+    folder = Path(folder).resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith(("models--", "datasets--")):
+        return folder.parent.parent
+    return folder
+
+
+def check_inside(folder: Path, path: Path) -> Path:
+    """``path`` (in ``folder``) with its symlinks resolved, refused if that leaves the folder's tree.
+
+    A draft from a stranger could link ``config.json`` or a weight file to any file on the
+    machine (``/etc/passwd``, a private key); specfmt would read it and, through ``push``,
+    publish it.
+
+    Raises:
+        InputError: the resolved path is outside :func:`containing_root`.
+    """
+    real = Path(path).resolve()
+    root = containing_root(folder)
+    if real != root and root not in real.parents:
+        raise InputError(f"{Path(path).name} is a symlink to {real}, outside the checkpoint folder", where=str(path),
+                         hint="copy the file into the folder; specfmt does not follow links out of an input")
+    return real
+
+
 def sha256_file(path: Path, window: int = 64 << 20) -> str:
     """Hex sha256 of a file, hashed through memory maps of 64 MiB windows (no copy into Python
     buffers; the resident set stays one window)."""
@@ -160,6 +188,8 @@ class CheckpointReader:
             self.ignored[name] = ignore[name]
         st = [n for n in st if n not in ignore]
         pk = [n for n in pk if n not in ignore]
+        for name in st + pk + [n for n in (SAFETENSORS_INDEX, PICKLE_INDEX) if (self.folder / n).exists()]:
+            check_inside(self.folder, self.folder / name)
         self._index = None
         if only is not None:
             only = list(only)

@@ -14,6 +14,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from . import __version__
@@ -78,25 +79,25 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
         for m in plan.moves:
             dt = m.info.dtype if m.out_dtype == m.info.dtype else f"{m.info.dtype}->{m.out_dtype}"
             action = f"{m.action}: {m.reason}" if m.action in ("drop", "fold") else m.action
-            table.add_row(m.src, action, m.dst or "-", str(list(m.info.shape)), dt)
+            table.add_row(escape(m.src), escape(action), escape(m.dst or "-"), str(list(m.info.shape)), dt)
         for d in plan.derived:
             table.add_row("-", f"derive: {d.how}", d.dst, str(list(d.shape)), d.out_dtype)
         out.print(table)
         for note in plan.notes:
-            out.print(f"note: {note}")
+            out.print(f"note: {note}", markup=False)
         out.print("output config.json:")
         out.print_json(json.dumps(result.config))
         out.print("dry run: nothing written")
         return result
     for note in plan.notes:
-        err.print(f"note: {note}")
+        err.print(f"note: {note}", markup=False)
     counts = {a: sum(m.action == a for m in plan.moves) for a in ("rename", "keep", "drop", "fold")}
     folded = f", {counts['fold']} folded into {len(plan.derived)} derived" if counts["fold"] or plan.derived else ""
     out.print(
         f"converted {src} ({plan.source_format}, {plan.layout}) -> {result.out}: {len(plan.written) + len(plan.derived)} tensors "
         f"({counts['rename']} renamed, {counts['keep']} kept, {counts['drop']} dropped{folded}), {result.bytes_written / 2**20:.1f} MiB"
     )
-    out.print(f"serve it with: vllm serve {result.out}")
+    out.print(f"serve it with: vllm serve {result.out}", markup=False)
     return result
 
 
@@ -162,7 +163,8 @@ def _checks_table(rep, title: str) -> Table:
         detail = c.summary
         if c.details and c.status in ("fail", "warn"):
             detail += "".join(f"\n  - {d}" for d in c.details[:20]) + (f"\n  ... {len(c.details) - 20} more" if len(c.details) > 20 else "")
-        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", detail)
+        # findings quote paths and config values ("[/tmp/x]", "[1, 2]"): never rich markup
+        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", escape(detail))
     return table
 
 
@@ -235,7 +237,7 @@ def validate(
 
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
         if res.written:
-            out.print(f"wrote {res.written}")
+            out.print(f"wrote {res.written}", markup=False)
         out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
     raise typer.Exit(0 if rep.ok else 1)
 
@@ -253,13 +255,13 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
         return
     out.print(f"[bold]{d.format}[/] ({d.layout})")
     for e in d.evidence:
-        out.print(f"  evidence: {e}")
+        out.print(f"  evidence: {e}", markup=False)
     table = Table(show_header=False)
     for k, v in d.summary.items():
-        table.add_row(k, str(v))
+        table.add_row(escape(k), escape(str(v)))
     out.print(table)
     if d.convert_hint:
-        out.print(f"next: {d.convert_hint}")
+        out.print(f"next: {d.convert_hint}", markup=False)
 
 
 @app.command()
@@ -334,6 +336,10 @@ def main() -> None:
     except SpecfmtError as e:
         err.print(f"specfmt: error: {e.one_line()}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
+    except SystemExit as e:
+        if e.code == 130:  # typer turns Ctrl-C (KeyboardInterrupt) into exit 130, silently
+            err.print("interrupted; nothing was written to the output folder")
+        raise
     except KeyboardInterrupt:
         err.print("interrupted; nothing was written to the output folder")
         sys.exit(130)

@@ -29,7 +29,7 @@ def _report(result, *, dry_run: bool) -> None:
     if result.out is None:
         return
     for note in result.notes:
-        err.print(f"note: {note}")
+        err.print(f"note: {note}", markup=False)
     for name, how in result.filled.items():
         out.print(f"filled {name}: {how}", markup=False, highlight=False)
     s = result.stats
@@ -39,14 +39,14 @@ def _report(result, *, dry_run: bool) -> None:
                   + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")
                   + f", {s.tokens:,} tokens in {s.seconds:.0f} s ({s.tokens_per_second:,.0f} tokens/s); "
                   f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}")
-    out.print(f"wrote {result.out}" + (" (initialised, not trained)" if dry_run else ""))
+    out.print(f"wrote {result.out}" + (" (initialised, not trained)" if dry_run else ""), markup=False)
     v = result.validation
     if v is not None:
         out.print(_checks_table(v.report, f"validation of {result.out} (reference run, no vLLM)"))
         if v.reference:
             out.print(_figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
-    out.print(f"serve it with: vllm serve {result.out}")
+    out.print(f"serve it with: vllm serve {result.out}", markup=False)
 
 
 def _run(req, opts) -> None:

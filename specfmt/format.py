@@ -202,11 +202,16 @@ def read_json(path: Path) -> dict[str, Any]:
     """Parse a JSON object file.
 
     Raises:
-        InputError: missing, unreadable, not JSON, or not a JSON object.
+        InputError: missing, unreadable, not JSON, or not a JSON object; a symlink out of its folder
+            (:func:`specfmt.checkpoint.check_inside`).
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path.name} not found", where=str(path.parent), hint="point at a folder that holds the checkpoint's config.json")
+    if path.is_symlink():
+        from .checkpoint import check_inside
+
+        check_inside(path.parent, path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:

@@ -8,6 +8,7 @@ from the local cache or fails with a clear message.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,24 @@ def _validate_repo_id(ref: str) -> None:
             f"{ref!r} is neither an existing folder nor a valid Hub repo id ({str(e).splitlines()[0]})",
             hint="check the path, or give a Hub id as OWNER/NAME",
         ) from None
+
+
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def check_revision(revision: str | None, option: str = "--revision") -> None:
+    """Refuse a revision git or the Hub would reject (``..``, spaces, a leading ``-`` or ``.``,
+    a trailing ``/`` or ``.lock``) before any network call: a branch, tag, ``refs/pr/N`` or commit sha.
+
+    Raises:
+        InputError: naming the rule broken.
+    """
+    if revision is None:
+        return
+    bad = (not isinstance(revision, str) or not _REVISION.fullmatch(revision) or ".." in revision or "//" in revision
+           or revision.endswith(("/", ".lock", ".")) or any(part.startswith(".") for part in revision.split("/")))
+    if bad:
+        raise InputError(f"{option} {revision!r} is not a valid revision", hint="use a branch, tag or commit: letters, digits, '.', '_', '-' and '/' (e.g. v1 or refs/pr/3)")
 
 
 def _hub_error(ref: str, revision: str | None, exc: Exception) -> HubError:
@@ -88,6 +107,7 @@ def resolve(ref: str, *, allow_patterns: list[str] | None = None, revision: str 
             folder nor a valid repo id.
         HubError: the Hub id cannot be fetched (offline and not cached, not found, gated).
     """
+    check_revision(revision)
     path = Path(ref).expanduser()
     if path.exists():
         if not path.is_dir():

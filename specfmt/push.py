@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -35,6 +34,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import HubError, InputError, SpecfmtError
+from .hub import check_revision
 
 CARD_FILE = "README.md"
 #: the Hub's ``library_name``: the library that runs the draft (vLLM attaches it by itself)
@@ -48,9 +48,6 @@ VLLM_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}
 #: attempts of the commit on a 5xx answer or a dropped connection, and the waits between them (s)
 COMMIT_ATTEMPTS = 3
 RETRY_WAITS = (1.0, 2.0)
-
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
-
 
 @dataclass
 class UploadFile:
@@ -150,20 +147,6 @@ def check_repo_id(repo_id: str) -> None:
         validate_repo_id(repo_id)
     except HFValidationError as e:
         raise InputError(f"--repo-id {repo_id!r} is not a valid Hub repo id: {str(e).splitlines()[0]}", hint="use letters, digits, '-', '_' and '.'") from None
-
-
-def check_revision(revision: str | None) -> None:
-    """Refuse a branch name git or the Hub would reject (``..``, spaces, a leading ``-``, ...).
-
-    Raises:
-        InputError: naming the rule broken.
-    """
-    if revision is None:
-        return
-    bad = (not _REVISION.fullmatch(revision) or ".." in revision or "//" in revision or revision.endswith(("/", ".lock", "."))
-           or any(part.startswith(".") for part in revision.split("/")))
-    if bad:
-        raise InputError(f"--revision {revision!r} is not a valid branch name", hint="use letters, digits, '.', '_', '-' and '/' (e.g. v1 or refs/pr/3)")
 
 
 def _verifier_of(cfg: dict[str, Any]) -> str | None:
@@ -284,7 +267,7 @@ def plan_push(
     from .format import CONFIG_FILE, read_json
 
     check_repo_id(repo_id)
-    check_revision(revision)
+    check_revision(revision)  # a branch name: the same rules
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise InputError("push uploads a local checkpoint folder; this is not one", where=str(folder),
@@ -705,4 +688,4 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
     return result
 
 
-__all__ = ["CARD_FILE", "PushPlan", "PushResult", "UploadFile", "check_repo_id", "check_revision", "hub_failure", "plan_push", "push", "render_card"]
+__all__ = ["CARD_FILE", "PushPlan", "PushResult", "UploadFile", "check_repo_id", "hub_failure", "plan_push", "push", "render_card"]

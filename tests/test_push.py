@@ -200,8 +200,8 @@ def test_a_stale_or_failed_validation_json_refuses_the_push(env, draft, tmp_path
 def test_malformed_repo_ids_and_revisions_are_refused_before_any_request(hub, env, draft):
     n = len(hub.log)
     for args, words in ((["--repo-id", "no-owner"], "not OWNER/NAME"), (["--repo-id", "me/bad..name"], "not a valid Hub repo id"),
-                        (["--repo-id", "me/ok", "--revision", "../main"], "not a valid branch name"),
-                        (["--repo-id", "me/ok", "--revision", "a b"], "not a valid branch name")):
+                        (["--repo-id", "me/ok", "--revision", "../main"], "not a valid revision"),
+                        (["--repo-id", "me/ok", "--revision", "a b"], "not a valid revision")):
         assert words in one_error_line(run_cli(env, "push", str(draft), *args))
     assert hub.log[n:] == []
 
