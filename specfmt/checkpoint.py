@@ -84,17 +84,36 @@ def check_inside(folder: Path, path: Path) -> Path:
     return real
 
 
-def sha256_file(path: Path, window: int = 64 << 20) -> str:
-    """Hex sha256 of a file, hashed through memory maps of 64 MiB windows (no copy into Python
-    buffers; the resident set stays one window)."""
+def mapped_windows(f: BinaryIO, offset: int, nbytes: int, window: int = COPY_CHUNK):
+    """Yield ``(position, memoryview)`` over bytes ``offset .. offset + nbytes`` of the open file
+    ``f``, through read-only memory maps of ``window`` bytes: the data is never copied into Python
+    buffers and the resident set stays one window. The range is clamped to the file's current
+    size (a map past the end would raise SIGBUS on access); callers that need every byte check
+    the size first. Views must not outlive their iteration step.
+    """
     import mmap
 
+    fd = f.fileno()
+    end = min(offset + nbytes, os.fstat(fd).st_size)
+    pos = offset
+    while pos < end:
+        n = min(window, end - pos)
+        lead = pos % mmap.ALLOCATIONGRANULARITY
+        with mmap.mmap(fd, lead + n, offset=pos - lead, access=mmap.ACCESS_READ) as m:
+            view = memoryview(m)[lead: lead + n]
+            try:
+                yield pos, view
+            finally:
+                view.release()
+        pos += n
+
+
+def sha256_file(path: Path, window: int = 64 << 20) -> str:
+    """Hex sha256 of a file, hashed through memory maps of 64 MiB windows (:func:`mapped_windows`)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        for start in range(0, size, window):
-            with mmap.mmap(f.fileno(), min(window, size - start), offset=start, access=mmap.ACCESS_READ) as m:
-                h.update(m)
+        for _, view in mapped_windows(f, 0, os.fstat(f.fileno()).st_size, window):
+            h.update(view)
     return h.hexdigest()
 
 
@@ -481,8 +500,6 @@ class SafetensorsStreamWriter:
         Raises:
             InputError: ``src`` ends before ``offset + nbytes`` (checked before anything is mapped).
         """
-        import mmap
-
         exp_name, exp_dtype, exp_shape = self._layout[self._next]
         n = ST_DTYPES[exp_dtype][1]
         for s in exp_shape:
@@ -491,24 +508,13 @@ class SafetensorsStreamWriter:
             raise ValueError(f"writer expected {exp_name} ({n} bytes), got {name} ({nbytes} bytes)")
         bad = 0
         with open(src, "rb", buffering=0) as f:
-            fd = f.fileno()
-            if offset + nbytes > os.fstat(fd).st_size:
+            if offset + nbytes > os.fstat(f.fileno()).st_size:
                 raise InputError(f"tensor {name} runs past the end of the file", where=str(src), hint="the file is truncated; download it again")
-            pos = offset
-            while pos < offset + nbytes:
-                n = min(COPY_CHUNK, offset + nbytes - pos)
-                lead = pos % mmap.ALLOCATIONGRANULARITY
-                window = mmap.mmap(fd, lead + n, offset=pos - lead, access=mmap.ACCESS_READ)
-                try:
-                    view = memoryview(window)[lead: lead + n]
-                    if check is not None:
-                        bad += check(view)
-                    if not self._kernel_copy(fd, pos, n):
-                        self._write_all(view)
-                    view.release()
-                finally:
-                    window.close()
-                pos += n
+            for pos, view in mapped_windows(f, offset, nbytes):
+                if check is not None:
+                    bad += check(view)
+                if not self._kernel_copy(f.fileno(), pos, len(view)):
+                    self._write_all(view)
         self._next += 1
         return bad
 

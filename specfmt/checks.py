@@ -140,7 +140,7 @@ class NonfiniteCounter:
 def nonfinite_in(reader, name: str) -> int:
     """NaN/Inf count of one tensor of a :class:`specfmt.checkpoint.CheckpointReader`, read in
     chunks from its byte range when it has one (never whole in memory), else through torch."""
-    from .checkpoint import COPY_CHUNK
+    from .checkpoint import mapped_windows
 
     info = reader.infos[name]
     where = reader.raw(name)
@@ -149,16 +149,10 @@ def nonfinite_in(reader, name: str) -> int:
     counter = NonfiniteCounter(info.dtype)
     if counter.spec is None:
         return 0
-    bad, left = 0, info.nbytes
-    buf = memoryview(bytearray(min(COPY_CHUNK, max(left, 1))))
+    bad = 0
     with open(where[0], "rb", buffering=0) as f:
-        f.seek(where[1])
-        while left:
-            got = f.readinto(buf[: min(len(buf), left)])
-            if not got:
-                break  # a truncated file is the weights check's finding
-            bad += counter(buf[:got])
-            left -= got
+        for _, view in mapped_windows(f, where[1], info.nbytes):  # a truncated file is the weights check's finding
+            bad += counter(view)
     return bad
 
 

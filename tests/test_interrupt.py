@@ -3,7 +3,6 @@ and the next run works (and clears what the killed run left next to OUT)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
