@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from . import __version__
 from .errors import HubError, InputError, SpecfmtError
-from .hub import check_revision
+from .hub import _looks_like_path, check_revision
 
 CARD_FILE = "README.md"
 #: the Hub's ``library_name``: the library that runs the draft (vLLM attaches it by itself)
@@ -157,7 +157,7 @@ def _verifier_of(cfg: dict[str, Any]) -> str | None:
 def _is_hub_id(ref: str) -> bool:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    if ref.startswith(("/", ".", "~")) or "\\" in ref or ref.count("/") != 1:
+    if _looks_like_path(ref) or ref.count("/") != 1:
         return False
     try:
         validate_repo_id(ref)

@@ -23,6 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+from .checkpoint import ST_DTYPES
+
 #: ``torch.<Name>Storage`` -> safetensors dtype code
 STORAGE_DTYPES = {
     "HalfStorage": "F16", "BFloat16Storage": "BF16", "FloatStorage": "F32", "DoubleStorage": "F64",
@@ -30,7 +32,8 @@ STORAGE_DTYPES = {
     "ByteStorage": "U8", "BoolStorage": "BOOL",
     "Float8_e4m3fnStorage": "F8_E4M3", "Float8_e5m2Storage": "F8_E5M2",
 }
-ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+#: bytes per element of each code the storages above map to (from checkpoint.ST_DTYPES, the one table)
+ITEMSIZE = {code: ST_DTYPES[code][1] for code in STORAGE_DTYPES.values()}
 #: the largest data.pkl read (a state dict's pickle is kilobytes; this bounds a hostile one)
 MAX_PICKLE_BYTES = 64 << 20
 
