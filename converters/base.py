@@ -1,28 +1,45 @@
-"""What every converter shares: tensor-name rules as data, the plan, the registry.
+"""What every converter shares: tensor-name rules as data, declared config fields, layouts
+shared with ``specfmt inspect``, the plan, and the registry.
 
-A converter is a table of rules plus the few decisions a table cannot make (the
-output config, tap layers, checks against the verifier, folding a bias). It
-returns a :class:`Plan`; :mod:`specfmt.convert` checks the plan against the
-format and streams the tensors to disk. Every source tensor ends in exactly one
-of four places -- renamed, kept, folded exactly into other tensors, or dropped
-with a stated reason -- and a name no rule knows is an error (speculators issue
-#1114 saved random weights instead). Output tensors that are computed rather
-than copied (a folded bias, a head read from the verifier) are :class:`Derived`.
+A converter is a registered class that states only what differs (llama.cpp's
+``convert_hf_to_gguf.py`` and ``gguf-py/tensor_mapping.py`` work the same way):
 
-Inspired by llama.cpp's ``TensorNameMap`` and vLLM's ``WeightsMapper``.
+* :attr:`Converter.rules`: its rename / keep / drop table, each drop with its reason (vLLM's
+  ``WeightsMapper`` plus a reason);
+* :attr:`Converter.fields`: the config fields it reads, with the JSON type each must have
+  (checked before anything is planned, :func:`check_source_types`);
+* :attr:`Converter.layouts`: the repository layouts it recognises, as predicates over the
+  config and the tensor names; ``specfmt inspect`` and ``--from auto`` use the same
+  predicates (:mod:`specfmt.detect`), so one set of layout names exists;
+* :meth:`Converter.decide`: the output config (built by the algorithm,
+  :mod:`specfmt.algorithms`) and the few transforms a table cannot say (the EAGLE-1 bias
+  fold, the Medusa v2 head copy), as :class:`Derived` tensors.
+
+The shared :meth:`Converter.plan` runs the common opening (field types, layout, tensor table)
+and returns a typed :class:`Plan`; :mod:`specfmt.convert` checks it against the format and
+streams it to disk, or :meth:`Plan.materialize` loads it into memory. Every source tensor ends
+in exactly one of four places -- renamed, kept, folded exactly into other tensors, or dropped
+with a stated reason -- and a name no rule knows is an error (speculators issue #1114 saved
+random weights instead).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from specfmt.checkpoint import CheckpointReader, TensorInfo
-from specfmt.errors import ConversionError
-from specfmt.format import VerifierInfo
-from specfmt.hub import Resolved
+from specfmt.checkpoint.dtypes import DTYPE_CODES, DTYPE_NAMES, SOURCE_FLOATS, ST_DTYPES
+from specfmt.checkpoint.reader import CheckpointReader, TensorInfo
+from specfmt.errors import ConversionError, InputError
+from specfmt.hub.resolve import Resolved
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from specfmt.verifier import Verifier
 
 
 @dataclass(frozen=True)
@@ -70,6 +87,10 @@ class TensorMove:
     info: TensorInfo
     out_dtype: str
 
+    def drop(self, reason: str, action: str = "drop") -> None:
+        """Do not write this tensor (``action`` ``drop``, or ``fold`` when its values live on elsewhere)."""
+        self.dst, self.action, self.reason = None, action, reason
+
 
 @dataclass
 class Derived:
@@ -99,19 +120,23 @@ class Source:
     Attributes:
         resolved: where it is.
         config: its parsed config.json.
-        reader: its weight files, headers read.
-        verifier_ref: the ``--verifier`` reference (folder or Hub id), for converters
-            that read verifier tensors (:func:`specfmt.convert.open_verifier_tensor`).
+        reader: its weight files, headers read (or a :class:`RenamedReader` view of them).
+        verifier: the verifier (``--verifier``), resolved once; converters read its sizes
+            (``verifier.info``) and, where a layout needs one, a tensor (``verifier.open_tensor``).
     """
 
     resolved: Resolved
     config: dict[str, Any]
-    reader: CheckpointReader
-    verifier_ref: str = ""
+    reader: Any
+    verifier: "Verifier"
 
     @property
     def folder(self) -> Path:
         return self.resolved.folder
+
+    def with_(self, config: dict[str, Any], reader: Any = None) -> "Source":
+        """The same source seen through another config (and reader): a dialect handed to another converter."""
+        return Source(self.resolved, config, self.reader if reader is None else reader, self.verifier)
 
 
 @dataclass
@@ -133,7 +158,8 @@ class Options:
 
 @dataclass
 class Plan:
-    """A conversion, fully decided, before anything is written.
+    """A conversion, fully decided, before anything is written: an in-memory draft whose
+    tensors are still in the source files.
 
     Attributes:
         source_format: the ``--from`` name.
@@ -141,7 +167,6 @@ class Plan:
         config: the output config.json (without the provenance block).
         moves: one entry per source tensor, in output order for kept/renamed ones.
         notes: facts the user should see (defaults applied, files ignored).
-        transforms: optional per-output-tensor functions applied while streaming.
         unknown: source tensors no rule of the converter knows (an error).
         derived: output tensors computed from source (or verifier) tensors, written
             after the copied ones.
@@ -152,7 +177,6 @@ class Plan:
     config: dict[str, Any]
     moves: list[TensorMove]
     notes: list[str] = field(default_factory=list)
-    transforms: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
     unknown: list[str] = field(default_factory=list)
     derived: list[Derived] = field(default_factory=list)
 
@@ -166,31 +190,228 @@ class Plan:
         out.update({d.dst: (tuple(d.shape), d.out_dtype) for d in self.derived})
         return out
 
+    def tensor(self, move: TensorMove, reader: Any) -> "torch.Tensor":
+        """One written tensor as the writer writes it: read, then cast to ``out_dtype``."""
+        import torch
+
+        t = reader.get(move.src)
+        return t.to(getattr(torch, ST_DTYPES[move.out_dtype][0])) if move.out_dtype != move.info.dtype else t
+
+    def derive(self, d: Derived, reader: Any) -> "torch.Tensor":
+        """One derived tensor as the writer writes it: computed, cast to ``out_dtype``, contiguous."""
+        import torch
+
+        return d.compute(reader.get).to(getattr(torch, ST_DTYPES[d.out_dtype][0])).contiguous()
+
+    def materialize(self, reader: Any) -> dict[str, "torch.Tensor"]:
+        """Every output tensor in memory, exactly the values :func:`specfmt.convert.convert` writes
+        (for the trainer: a draft read without going through the disk)."""
+        out = {m.dst: self.tensor(m, reader).clone() for m in self.written}
+        out.update({d.dst: self.derive(d, reader) for d in self.derived})
+        return out
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a layout predicate may look at: the config, the tensor names and shapes, the
+    weights' format (``safetensors`` / ``pickle``) and every file name in the folder."""
+
+    config: dict[str, Any]
+    shapes: dict[str, tuple[int, ...]]
+    format: str
+    files: frozenset[str]
+
+    @classmethod
+    def of(cls, config: dict[str, Any], reader: Any) -> "Seen":
+        folder = Path(reader.folder)
+        files = frozenset(p.name for p in folder.iterdir()) if folder.is_dir() else frozenset()
+        return cls(config, {n: tuple(i.shape) for n, i in reader.infos.items()}, reader.format, files)
+
+    @property
+    def names(self) -> set[str]:
+        return set(self.shapes)
+
+    def has(self, pattern: str) -> bool:
+        """Some tensor name matches ``pattern`` (a regex, whole name)."""
+        rx = re.compile(pattern)
+        return any(rx.fullmatch(n) for n in self.names)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A repository layout a converter recognises.
+
+    Attributes:
+        name: the layout name (written into the provenance block, printed by ``inspect``).
+        test: ``test(seen) -> bool``.
+        evidence: one line saying what identifies it (``inspect`` prints it).
+    """
+
+    name: str
+    test: Callable[[Seen], bool]
+    evidence: str
+
+
+# --------------------------------------------------------------------------- config fields
+
+#: field kinds: what :func:`check_source_types` requires of a value (null counts as absent)
+POSITIVE_INT, NON_NEGATIVE_INT, POSITIVE_REAL, BOOL, STRING, OBJECT, STRINGS, INDEXES = (
+    "a positive integer", "a non-negative integer", "a positive number", "true or false", "a string", "an object",
+    "a list of strings", "a list of non-negative integers")
+
+#: the decoder fields of a Llama-style research config (every converter reads some of them)
+DECODER_FIELDS: dict[str, str] = {
+    "hidden_size": POSITIVE_INT, "intermediate_size": POSITIVE_INT, "num_attention_heads": POSITIVE_INT,
+    "num_key_value_heads": POSITIVE_INT, "num_hidden_layers": POSITIVE_INT, "vocab_size": POSITIVE_INT, "head_dim": POSITIVE_INT,
+    "max_position_embeddings": POSITIVE_INT, "rms_norm_eps": POSITIVE_REAL, "rope_theta": POSITIVE_REAL,
+    "tie_word_embeddings": BOOL, "attention_bias": BOOL, "mlp_bias": BOOL, "model_type": STRING, "hidden_act": STRING,
+    "torch_dtype": STRING, "dtype": STRING, "rope_scaling": OBJECT, "rope_parameters": OBJECT, "text_config": OBJECT,
+    "architectures": STRINGS,
+}
+
+
+def _fits(kind: str, val: Any) -> bool:
+    if kind == POSITIVE_INT:
+        return type(val) is int and val >= 1
+    if kind == NON_NEGATIVE_INT:
+        return type(val) is int and val >= 0
+    if kind == POSITIVE_REAL:
+        return type(val) in (int, float) and math.isfinite(val) and val > 0
+    if kind == BOOL:
+        return type(val) is bool
+    if kind == STRING:
+        return isinstance(val, str)
+    if kind == OBJECT:
+        return isinstance(val, dict)
+    if kind == STRINGS:
+        return isinstance(val, list) and all(isinstance(a, str) for a in val)
+    if kind == INDEXES:
+        return isinstance(val, list) and all(type(i) is int and i >= 0 for i in val)
+    raise ValueError(f"unknown field kind {kind!r}")  # a converter's table is wrong
+
+
+def check_source_types(cfg: dict[str, Any], fields: dict[str, str], where: str = "config.json", nested: tuple[str, ...] = ()) -> None:
+    """The fields of a research config.json that a converter reads have the JSON types they
+    must have (null counts as absent). Checked before anything is planned, so a stranger's
+    ``"hidden_size": "4096"`` or ``"rms_norm_eps": [1]`` is one clear line, not a crash
+    (found by ``tests/test_fuzz.py``). The objects named in ``nested`` (e.g. ``eagle_config``)
+    are checked the same way.
+
+    Raises:
+        InputError: the first field of the wrong type or value, naming it.
+    """
+    for key, val in cfg.items():
+        kind = fields.get(key)
+        if val is None or kind is None:
+            continue
+        if not _fits(kind, val):
+            raise InputError(f"config field {key} must be {kind}, not {json_repr(val)}", where=where, hint="fix the source's config.json")
+    for key in nested:
+        if isinstance(cfg.get(key), dict):
+            check_source_types(cfg[key], fields, where=f"{where} ({key})")
+
+
+def json_repr(val: Any, limit: int = 40) -> str:
+    text = repr(val)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- the converter
+
 
 class Converter:
-    """Base class: subclasses set :attr:`name`, :attr:`rules` and implement :meth:`plan`."""
+    """Base class: subclasses set the class attributes below and implement :meth:`decide`."""
 
     #: the ``--from`` name
     name: ClassVar[str] = ""
     #: one line for ``specfmt convert --help``
     summary: ClassVar[str] = ""
+    #: what ``inspect`` calls the format of the layouts below (e.g. ``eagle`` for EAGLE-1 and HASS)
+    detects_as: ClassVar[str] = ""
+    #: the speculators_model_type whose older speculators checkpoints this converter reads too
+    #: (``specfmt upgrade``; :meth:`from_speculators`), or None
+    upgrades: ClassVar[str | None] = None
     #: the tensor-name table, first match wins
     rules: ClassVar[tuple[Rule, ...]] = ()
+    #: config fields read, with the JSON type each must have
+    fields: ClassVar[dict[str, str]] = DECODER_FIELDS
+    #: config objects whose fields are checked like the top level's (e.g. ``eagle_config``)
+    nested_fields: ClassVar[tuple[str, ...]] = ()
+    #: the layouts recognised, first match names the source's; ``inspect`` / ``--from auto`` use them too
+    layouts: ClassVar[tuple[Layout, ...]] = ()
+    #: the layout of a source no predicate matches (the plan then reports its tensors in full)
+    fallback_layout: ClassVar[str] = ""
     #: pickle files read besides ``pytorch_model*.bin`` (e.g. ``medusa_lm_head.pt``)
     pickle_names: ClassVar[tuple[str, ...]] = ()
     #: weight files of the source that are not the draft, with the reason (not read)
     ignore_files: ClassVar[dict[str, str]] = {}
 
-    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:  # pragma: no cover - abstract
+    def claims(self, seen: Seen) -> bool:
+        """For ``--from auto``: whether a source in one of :attr:`layouts` may be this converter's
+        (False where the files say it is another's, e.g. HASS always has ``fc.bias``)."""
+        return True
+
+    def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
+        """For ``specfmt inspect``: evidence lines beyond the layout's, and key figures."""
+        return [], {}
+
+    def layout_of(self, seen: Seen) -> Layout | None:
+        """The first of :attr:`layouts` that ``seen`` matches, or None."""
+        return next((lay for lay in self.layouts if lay.test(seen)), None)
+
+    def plan(self, src: Source, opts: Options) -> Plan:
+        """Decide the output config and the fate of every source tensor; nothing is read but
+        headers (and the few small tensors a decision needs), nothing is written.
+
+        The common opening: the declared :attr:`fields` are type-checked, the layout is named
+        (:attr:`layouts`), and every source tensor goes through :attr:`rules`; then
+        :meth:`decide` makes the format's own decisions.
+
+        Args:
+            src: the source: config, weights (headers read) and the verifier.
+            opts: the ``specfmt convert`` options.
+
+        Returns:
+            The :class:`Plan`. Tensors no rule knows are listed in :attr:`Plan.unknown`;
+            :mod:`specfmt.convert` then refuses the plan together with any missing or
+            mis-shaped tensor.
+
+        Raises:
+            InputError: a declared config field has the wrong JSON type.
+            ConversionError: the source cannot be converted exactly (each converter's
+                :meth:`decide` documents its refusals), or two tensors map to one output name.
+        """
+        check_source_types(src.config, self.fields, nested=self.nested_fields)
+        layout = self.layout_of(Seen.of(src.config, src.reader))
+        moves, unknown = self.map_tensors(src.reader.infos)
+        plan = Plan(self.name, layout.name if layout else self.fallback_layout, {}, moves, unknown=unknown)
+        self.decide(src, opts, plan)
+        return plan
+
+    def decide(self, src: Source, opts: Options, plan: Plan) -> None:  # pragma: no cover - abstract
+        """Fill in ``plan.config`` (and notes, derived tensors, dtypes), adjusting ``plan.moves``.
+
+        Raises:
+            ConversionError: the source does not describe a draft that vLLM runs exactly as
+                the source computes it.
+        """
         raise NotImplementedError
 
-    def map_tensors(self, infos: dict[str, TensorInfo], out_dtype: Callable[[TensorInfo], str]) -> tuple[list[TensorMove], list[str]]:
-        """Apply :attr:`rules` to every source tensor.
+    def from_speculators(self, src: Source, cfg: dict[str, Any], notes: list[str]) -> Source:
+        """The source of an older speculators checkpoint of :attr:`upgrades`, seen as this
+        converter's research layout (config and tensor names); ``notes`` collects what the
+        translation did."""
+        raise NotImplementedError
+
+    def map_tensors(self, infos: dict[str, TensorInfo]) -> tuple[list[TensorMove], list[str]]:
+        """Apply :attr:`rules` to every source tensor (each written in its source dtype until
+        :func:`decide_float_dtype` says otherwise).
 
         Returns:
             ``(moves, unknown)``: one move per known tensor, and the names no rule knows.
-            :meth:`plan` puts the latter into :attr:`Plan.unknown`; the conversion then
-            fails listing them together with any missing or mis-shaped tensors.
 
         Raises:
             ConversionError: two tensors map to one output name.
@@ -208,46 +429,31 @@ class Converter:
                     if dst in taken:
                         raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}")
                     taken[dst] = name
-                    moves.append(TensorMove(name, dst, "keep" if dst == name else "rename", "", info, out_dtype(info)))
+                    moves.append(TensorMove(name, dst, "keep" if dst == name else "rename", "", info, info.dtype))
                 break
             else:
                 unknown.append(name)
         return moves, unknown
 
 
-def _short(names: list[str], n: int = 8) -> str:
+def short(names: list[str], n: int = 8) -> str:
+    """At most ``n`` names, then how many more."""
     shown = ", ".join(names[:n])
     return shown + (f", ... ({len(names) - n} more)" if len(names) > n else "")
 
 
-REGISTRY: dict[str, type[Converter]] = {}
+REGISTRY: dict[str, Converter] = {}
 
 
 def register(cls: type[Converter]) -> type[Converter]:
     """Class decorator: make a converter available as ``--from cls.name``."""
     if not cls.name or cls.name in REGISTRY:
         raise ValueError(f"converter name {cls.name!r} missing or taken")
-    REGISTRY[cls.name] = cls
+    REGISTRY[cls.name] = cls()
     return cls
 
 
-# --------------------------------------------------------------------------- helpers shared by converters
-
-#: output float dtypes: safetensors code -> config name
-DTYPE_NAMES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32"}
-DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_FLOATS = ("F16", "BF16", "F32", "F64")
-
-
-def speculators_block(algorithm: str, speculative_tokens: int, verifier: VerifierInfo) -> dict[str, Any]:
-    """The ``speculators_config`` object: one greedy proposal method of ``speculative_tokens``
-    (what vLLM reads as ``num_speculative_tokens``) and the verifier vLLM serves."""
-    return {
-        "algorithm": algorithm,
-        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens, "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-        "default_proposal_method": "greedy",
-        "verifier": {"name_or_path": verifier.name_or_path, "architectures": list(verifier.architectures)},
-    }
+# --------------------------------------------------------------------------- decisions shared by converters
 
 
 def positive_int(cfg: dict[str, Any], key: str, default: int | None = None) -> int:
@@ -256,10 +462,20 @@ def positive_int(cfg: dict[str, Any], key: str, default: int | None = None) -> i
     Raises:
         ConversionError: missing (without a default) or not a positive integer.
     """
-    val = cfg.get(key, default)
-    if not isinstance(val, int) or isinstance(val, bool) or val < 1:
-        raise ConversionError(f"source config field {key} must be a positive integer, got {val!r}", where="config.json")
-    return val
+    from specfmt.algorithms.layers import positive_int as _positive_int
+
+    return _positive_int(cfg, key, default)
+
+
+def check_vocab(V: int, verifier: "Verifier") -> None:
+    """The draft's ``vocab_size`` is the verifier's.
+
+    Raises:
+        ConversionError: it is not.
+    """
+    if V != verifier.info.vocab_size:
+        raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.info.vocab_size}", where="config.json",
+                              hint="is --verifier the model this draft was trained for?")
 
 
 def decide_float_dtype(moves: list[TensorMove], opts: Options, *, also: tuple[str, ...] = (), what: str = "the source") -> str:
@@ -273,7 +489,7 @@ def decide_float_dtype(moves: list[TensorMove], opts: Options, *, also: tuple[st
         ConversionError: those dtypes are mixed and no ``--dtype`` was given (``what``
             names them in the message).
     """
-    codes = sorted({m.info.dtype for m in moves if m.dst and m.info.dtype in _FLOATS} | {c for c in also if c in _FLOATS})
+    codes = sorted({m.info.dtype for m in moves if m.dst and m.info.dtype in SOURCE_FLOATS} | {c for c in also if c in SOURCE_FLOATS})
     if opts.dtype:
         out = DTYPE_CODES[opts.dtype]
     elif len(codes) == 1 and codes[0] in DTYPE_NAMES:
@@ -283,7 +499,7 @@ def decide_float_dtype(moves: list[TensorMove], opts: Options, *, also: tuple[st
     else:
         raise ConversionError(f"{what} mix floating dtypes {codes}", hint="choose one with --dtype float16|bfloat16|float32")
     for m in moves:
-        if m.dst and m.info.dtype in _FLOATS:
+        if m.dst and m.info.dtype in SOURCE_FLOATS:
             m.out_dtype = out
     return out
 
@@ -302,60 +518,6 @@ def decoder_layer_count(indices: set[int], cfg: dict[str, Any]) -> int:
     if cfg.get("num_hidden_layers", 1) != n:
         raise ConversionError(f"config num_hidden_layers={cfg.get('num_hidden_layers', 1)} but the weights hold {n} decoder layer(s)", where="config.json")
     return n
-
-
-_POSITIVE_INTS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "num_hidden_layers", "vocab_size",
-                  "draft_vocab_size", "target_hidden_size", "head_dim", "max_position_embeddings", "medusa_num_heads")
-_NON_NEGATIVE_INTS = ("medusa_num_layers",)  # Medusa heads may have no residual blocks
-_POSITIVE_REALS = ("rms_norm_eps", "rope_theta")
-_BOOLS = ("tie_word_embeddings", "attention_bias", "mlp_bias", "bias", "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output",
-          "fusion_bias", "layernorms", "use_aux_hidden_state")
-_STRINGS = ("model_type", "hidden_act", "torch_dtype", "dtype")
-_OBJECTS = ("eagle_config", "rope_scaling", "rope_parameters", "text_config")
-
-
-def check_source_types(cfg: dict[str, Any], where: str = "config.json") -> None:
-    """The fields of a research config.json that the converters read have the JSON types they
-    must have (null counts as absent). Checked before anything is planned, so a stranger's
-    ``"hidden_size": "4096"`` or ``"rms_norm_eps": [1]`` is one clear line, not a crash
-    (found by ``tests/test_fuzz.py``). Nested ``eagle_config`` is checked the same way.
-
-    Raises:
-        InputError: the first field of the wrong type or value, naming it.
-    """
-    import math
-
-    from specfmt.errors import InputError
-
-    def bad(key: str, want: str, val: Any) -> InputError:
-        return InputError(f"config field {key} must be {want}, not {json_repr(val)}", where=where, hint="fix the source's config.json")
-
-    for key, val in cfg.items():
-        if val is None:
-            continue
-        if key in _POSITIVE_INTS and not (type(val) is int and val >= 1):
-            raise bad(key, "a positive integer", val)
-        if key in _NON_NEGATIVE_INTS and not (type(val) is int and val >= 0):
-            raise bad(key, "a non-negative integer", val)
-        if key in _POSITIVE_REALS and not (type(val) in (int, float) and math.isfinite(val) and val > 0):
-            raise bad(key, "a positive number", val)
-        if key in _BOOLS and type(val) is not bool:
-            raise bad(key, "true or false", val)
-        if key in _STRINGS and not isinstance(val, str):
-            raise bad(key, "a string", val)
-        if key in _OBJECTS and not isinstance(val, dict):
-            raise bad(key, "an object", val)
-        if key == "architectures" and not (isinstance(val, list) and all(isinstance(a, str) for a in val)):
-            raise bad(key, "a list of strings", val)
-        if key == "eagle_aux_hidden_state_layer_ids" and not (isinstance(val, list) and all(type(i) is int and i >= 0 for i in val)):
-            raise bad(key, "a list of non-negative integers", val)
-    if isinstance(cfg.get("eagle_config"), dict):
-        check_source_types(cfg["eagle_config"], where=f"{where} (eagle_config)")
-
-
-def json_repr(val: Any, limit: int = 40) -> str:
-    text = repr(val)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
@@ -380,51 +542,6 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
                 hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",
             )
-
-
-def llama_decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: VerifierInfo, out_code: str, n_layers: int) -> dict[str, Any]:
-    """A draft decoder's Llama config (``transformer_layer_config``) from the source's own fields.
-
-    Rope comes from the draft's config, never the verifier's: the EAGLE references
-    build their rotary embedding from the draft config (base 10000 when ``rope_theta``
-    is absent, as in the official EAGLE-3 8B config), so the verifier's 500000 would
-    be wrong. ``max_position_embeddings`` is raised to the verifier's (the official
-    configs say 2048; vLLM #48894).
-    """
-    rope_params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
-    theta = cfg.get("rope_theta", (rope_params or {}).get("rope_theta", 10000.0))
-    scaling = cfg.get("rope_scaling")
-    if rope_params is None:
-        rope_params = {"rope_type": "default"}
-        if isinstance(scaling, dict):
-            rope_params = {**scaling, "rope_type": scaling.get("rope_type", scaling.get("type", "default"))}
-            rope_params.pop("type", None)
-    rope_params = {**rope_params, "rope_theta": float(theta)}
-    src_max = cfg.get("max_position_embeddings") or 2048
-    model_type = cfg.get("model_type", "llama")
-    tlc: dict[str, Any] = {
-        "model_type": model_type,
-        "architectures": ["LlamaForCausalLM"] if model_type == "llama" else ["Qwen3ForCausalLM"],
-        "vocab_size": V,
-        "hidden_size": H,
-        "intermediate_size": positive_int(cfg, "intermediate_size"),
-        "num_hidden_layers": n_layers,
-        "num_attention_heads": nH,
-        "num_key_value_heads": positive_int(cfg, "num_key_value_heads", nH),
-        "head_dim": positive_int(cfg, "head_dim", H // nH),
-        "hidden_act": cfg.get("hidden_act", "silu"),
-        "rms_norm_eps": float(cfg.get("rms_norm_eps", 1e-6)),
-        "max_position_embeddings": max(src_max, verifier.max_position_embeddings or 0),
-        "rope_theta": float(theta),
-        "rope_parameters": rope_params,
-        "attention_bias": bool(cfg.get("attention_bias", False)),
-        "mlp_bias": bool(cfg.get("mlp_bias", False)),
-        "tie_word_embeddings": False,
-        "dtype": DTYPE_NAMES[out_code],
-    }
-    if isinstance(scaling, dict):
-        tlc["rope_scaling"] = scaling
-    return tlc
 
 
 class RenamedReader:

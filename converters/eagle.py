@@ -39,52 +39,66 @@ Two decisions read from vLLM 0.32's code:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from specfmt.algorithms.eagle import build_config
+from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
-from specfmt.format import SPECULATORS_VERSION, VerifierInfo
 
-from .base import (
-    check_source_types,
-    KEEP,
-    speculators_block,
-    Converter,
-    Derived,
-    Options,
-    Plan,
-    Rule,
-    Source,
-    check_rotary_caches,
-    decide_float_dtype,
-    decoder_layer_count,
-    llama_decoder_config,
-    positive_int,
-    register,
-)
+from .base import (BOOL, DECODER_FIELDS, KEEP, Converter, Derived, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
+                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
 
 _FROZEN_HEAD = "accelerate save_state file of the second prepared module: the frozen verifier lm_head (EAGLE issue #100); vLLM uses the verifier's own"
+_FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
 
 #: config keys of the NM/speculators "layernorms" variant that vLLM's EAGLE model cannot run
 _EXTRA_NORMS = ("embed_layernorm.weight", "post_embedding_layernorm.weight", "hidden_layernorm.weight", "lm_head_layernorm.weight")
+
+#: speculators-eagle (<= 0.6) tensor names -> EAGLE-1 research names
+_SPECULATORS_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
+
+
+def _eagle1(seen: Seen) -> bool:
+    """``fc.weight`` [H, 2H] (token embedding and verifier state) and a first decoder layer."""
+    fc = seen.shapes.get("fc.weight")
+    return bool(fc) and len(fc) == 2 and fc[1] == 2 * fc[0] and seen.has(r"layers\.0\.self_attn\.q_proj\.weight")
+
+
+def _accelerate(seen: Seen) -> bool:
+    return _eagle1(seen) and any(f in seen.files for f in _FROZEN_FILES)
 
 
 @register
 class EagleConverter(Converter):
     name = "eagle"
     summary = "EAGLE-1/2 drafts (SafeAILab v1 layout: fc [H,2H], layers.*, optional fc.bias folded exactly)"
+    detects_as = "eagle"
+    upgrades = "eagle"
     rules = (
         Rule(r"layers\.\d+\.self_attn\.rotary_emb\.inv_freq", None, "rotary cache, equal to what rope_theta gives (checked)"),
         Rule(r"fc\.weight", KEEP),
-        Rule(r"fc\.bias", KEEP),  # folded or dropped in plan(), never written as is
+        Rule(r"fc\.bias", KEEP),  # folded or dropped in decide(), never written as is
         Rule(r"layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.(weight|bias)", KEEP),
         Rule(r"layers\.\d+\.(input_layernorm|post_attention_layernorm)\.weight", KEEP),
         Rule(r"embed_tokens\.weight", KEEP),
     )
-    ignore_files = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
-    layout_name = "safeailab"
+    fields = {**DECODER_FIELDS, "bias": BOOL, "qkv_bias": BOOL, "fusion_bias": BOOL, "layernorms": BOOL}
+    ignore_files = _FROZEN_FILES
+    layouts = (
+        Layout("accelerate", _accelerate, "an accelerate save_state folder: the frozen verifier head in pytorch_model_1.bin / model_1.safetensors"),
+        Layout("safeailab", _eagle1, "fc.weight [H, 2H] fuses token embedding and verifier state (EAGLE-1/2 / HASS)"),
+    )
+    fallback_layout = "safeailab"
 
-    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:
-        """Decide the output config and the fate of every source tensor.
+    def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
+        bias = "fc.bias" in seen.shapes
+        ev = ["fc.bias present: EAGLE-1/2 or HASS (HASS always trains it), the files cannot tell which" if bias
+              else "no fc.bias: EAGLE-1/2 (HASS always saves fc.bias)"]
+        return ev, {"hidden_size": seen.shapes["fc.weight"][0], "fc_bias": bias, "own_embedding": "embed_tokens.weight" in seen.shapes}
+
+    def decide(self, src: Source, opts: Options, plan: Plan) -> None:
+        """The output config (:func:`specfmt.algorithms.eagle.build_config`) and the ``fc.bias`` fold.
 
         Raises:
             ConversionError: the source does not describe an EAGLE-1 draft that vLLM's
@@ -93,9 +107,10 @@ class EagleConverter(Converter):
                 variant, a non-Llama decoder), or the config disagrees with the tensors.
         """
         cfg = src.config
-        check_source_types(cfg)
+        verifier = src.verifier.info
         infos = src.reader.infos
-        notes: list[str] = []
+        notes = plan.notes
+        moves = plan.moves
         extra = [n for n in _EXTRA_NORMS if n in infos]
         if extra:
             raise ConversionError(
@@ -113,8 +128,7 @@ class EagleConverter(Converter):
         H = positive_int(cfg, "hidden_size")
         nH = positive_int(cfg, "num_attention_heads")
         V = positive_int(cfg, "vocab_size")
-        if V != verifier.vocab_size:
-            raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.vocab_size}", where="config.json", hint="is --verifier the model this draft was trained for?")
+        check_vocab(V, src.verifier)
         if H != verifier.hidden_size:
             raise ConversionError(
                 f"draft hidden_size {H} differs from the verifier's {verifier.hidden_size}; EAGLE-1 feeds the verifier's last hidden state into fc [H, 2H]",
@@ -124,12 +138,11 @@ class EagleConverter(Converter):
         if fc is None or tuple(fc.shape) != (H, 2 * H):
             raise ConversionError(f"fc.weight must be [{H}, {2 * H}] (token embedding and verifier state), got {None if fc is None else list(fc.shape)}")
 
-        moves, unknown = self.map_tensors(infos, lambda i: i.dtype)
         out_code = decide_float_dtype(moves, opts)
         n_layers = decoder_layer_count({int(m.src.split(".")[1]) for m in moves if m.src.startswith("layers.")}, cfg)
         layers = list(range(n_layers))
 
-        tlc = llama_decoder_config({**cfg, "model_type": "llama"}, H, nH, V, verifier, out_code, n_layers)
+        tlc = decoder_config({**cfg, "model_type": "llama"}, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
         d = tlc["head_dim"]
         widths = {"q": nH * d, "k": tlc["num_key_value_heads"] * d, "v": tlc["num_key_value_heads"] * d, "o": H}
@@ -146,22 +159,20 @@ class EagleConverter(Converter):
         fold = False
         if "fc.bias" in infos:
             b_move = next(m for m in moves if m.src == "fc.bias")
-            b_move.dst = None
             if cfg.get("bias") is False:
                 notes.append('config says "bias": false but the weights hold fc.bias (EAGLE issue #100: training always saves it); the tensor decides')
             if not bool(src.reader.get("fc.bias").count_nonzero()):  # torch: the fold that follows needs it anyway
-                b_move.action, b_move.reason = "drop", "all zeros: adds nothing"
+                b_move.drop("all zeros: adds nothing")
             else:
                 fold = True
-                b_move.action = "fold"
-                b_move.reason = "folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias (layer 0 has no input norm)"
+                b_move.drop("folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias "
+                            "(layer 0 has no input norm)", "fold")
         elif cfg.get("bias", True) is True and "bias" in cfg:
             notes.append('config says "bias": true but the weights hold no fc.bias; the tensors decide (no bias)')
         if fold:
             for m in moves:
                 if m.src in qkv_bias and m.src.startswith("layers.0."):
-                    m.dst, m.action = None, "fold"
-                    m.reason = f"summed exactly into {m.src} together with W·fc.bias"
+                    m.drop(f"summed exactly into {m.src} together with W·fc.bias", "fold")
         attention_bias = fold or bool(qkv_bias)
         if attention_bias:
             for i in layers:
@@ -172,13 +183,10 @@ class EagleConverter(Converter):
                     derived.append(self._bias(name, i, p, widths[p], fold, name in qkv_bias, out_code))
         tlc["attention_bias"] = attention_bias
 
-        config = self._config(tlc, verifier, opts)
+        plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3)
+        plan.derived = derived
         if "embed_tokens.weight" in infos:
             notes.append("embed_tokens.weight kept: the reference uses the draft's own copy; vLLM shares the verifier's embedding instead only when the two are equal")
-        layout = self.layout_name
-        if any(n in src.reader.ignored for n in self.ignore_files):
-            layout = "accelerate"
-        return Plan(self.name, layout, config, moves, notes, unknown=unknown, derived=derived)
 
     @staticmethod
     def _bias(name: str, layer: int, proj: str, width: int, fold: bool, has_own: bool, out_code: str) -> Derived:
@@ -197,17 +205,33 @@ class EagleConverter(Converter):
             return Derived(name, (width,), out_code, f"{weight} · fc.bias" + (" + the source's own bias" if has_own else ""), compute)
         return Derived(name, (width,), out_code, "zeros (attention_bias applies to every layer; exact)", lambda get, w=width: torch.zeros(w, dtype=torch.float64))
 
-    def _config(self, tlc: dict[str, Any], verifier: VerifierInfo, opts: Options) -> dict[str, Any]:
-        k = opts.speculative_tokens or 3
-        native = {key: val for key, val in tlc.items() if key != "architectures"}
-        return {
-            "architectures": ["EagleLlamaForCausalLM"],
-            **native,
-            "speculators_model_type": "eagle",
-            "speculators_version": SPECULATORS_VERSION,
-            "speculators_config": speculators_block("eagle", k, verifier),
-            "transformer_layer_config": tlc,
-        }
+    def from_speculators(self, src: Source, cfg: dict[str, Any], notes: list[str]) -> Source:
+        """A speculators <= 0.6 ``eagle`` checkpoint (``EagleSpeculator``) as the research layout:
+        ``fusion_fc.*`` -> ``fc.*``, ``transformer.*`` -> ``layers.0.*`` (one Llama layer with an
+        Identity input norm); the ``layernorms`` variant adds norms vLLM's EAGLE model lacks.
+
+        Raises:
+            ConversionError: ``layernorms: true``.
+        """
+        if cfg.get("layernorms"):
+            raise ConversionError(
+                "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
+                where="config.json",
+                hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
+            )
+        new_to_old: dict[str, str] = {}
+        for old in src.reader.infos:
+            new = old
+            for pattern, to in _SPECULATORS_NAMES:
+                if re.fullmatch(pattern, old):
+                    new = re.sub(pattern, to, old)
+                    break
+            new_to_old[new] = old
+        if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
+            notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
+        research = {key: val for key, val in cfg["transformer_layer_config"].items() if key not in ("architectures", "tie_word_embeddings", "torch_dtype", "dtype")}
+        research["num_hidden_layers"] = 1  # EagleSpeculator holds exactly one transformer layer
+        return src.with_(research, RenamedReader(src.reader, new_to_old))
 
 
 @register
@@ -217,7 +241,13 @@ class HassConverter(EagleConverter):
 
     name = "hass"
     summary = "HASS drafts (HArmonizedSS/HASS: the EAGLE-1 layout, always with fc.bias)"
-    layout_name = "hass"
+    upgrades = None
+    layouts = (EagleConverter.layouts[0], Layout("hass", _eagle1, EagleConverter.layouts[1].evidence))
+
+    def claims(self, seen: Seen) -> bool:
+        """Only with ``fc.bias``: HASS always trains and saves it, so a draft without one is EAGLE-1/2."""
+        return "fc.bias" in seen.shapes
+    fallback_layout = "hass"
 
 
 __all__ = ["EagleConverter", "HassConverter"]

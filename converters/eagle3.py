@@ -22,10 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from specfmt.algorithms.eagle3 import build_config, default_taps
+from specfmt.algorithms.layers import FAMILIES, decoder_config
+from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError
-from specfmt.format import SPECULATORS_VERSION, VerifierInfo, default_eagle3_taps
 
-from .base import DTYPE_NAMES, KEEP, Converter, Options, Plan, Rule, Source, check_rotary_caches, check_source_types, decide_float_dtype, decoder_layer_count, llama_decoder_config, positive_int as _int, register, speculators_block
+from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Converter, Layout, Options, Plan, Rule, Seen, Source,
+                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
 
 #: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
 #: forward pass that vLLM runs requires (None: any value; read elsewhere).
@@ -46,10 +49,24 @@ _EAGLE_CONFIG_KEYS: dict[str, Any] = {
 }
 
 
+#: the decoder layer every EAGLE-3 checkpoint has, under either naming
+_SIGNATURE = r"midlayer\.(\d+\.)?self_attn\.q_proj\.weight|layers\.0\.hidden_norm\.weight"
+
+
+def _eagle3(seen: Seen) -> bool:
+    return seen.has(_SIGNATURE)
+
+
+#: eagle3 top-level keys carried over from a speculators config into the research-style config
+_SPECULATORS_FLAGS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc", "fc_norm", "norm_output")
+
+
 @register
 class Eagle3Converter(Converter):
     name = "eagle3"
     summary = "EAGLE-3 drafts: SafeAILab (pytorch_model.bin, midlayer.*) and SpecForge/ModelOpt (model.safetensors, eagle_config)"
+    detects_as = "eagle3"
+    upgrades = "eagle3"
     rules = (
         Rule(r"(midlayer|layers)\.(\d+\.)?self_attn\.rotary_emb\.inv_freq", None, "rotary cache, equal to what rope_theta gives (checked)"),
         Rule(r"midlayer\.(\d+)\.(.+)", r"layers.\1.\2"),  # ModelOpt multi-layer drafts
@@ -61,27 +78,46 @@ class Eagle3Converter(Converter):
         Rule(r"target_model\..+", None, "frozen copy of the verifier saved with the training state; vLLM loads the verifier itself"),
         Rule(r"verifier_(lm_head|norm)\.weight", None, "frozen verifier head used only in training"),
     )
+    fields = {**DECODER_FIELDS, "draft_vocab_size": POSITIVE_INT, "target_hidden_size": POSITIVE_INT, "norm_before_residual": BOOL,
+              "norm_before_fc": BOOL, "fc_norm": BOOL, "norm_output": BOOL, "use_aux_hidden_state": BOOL, "eagle_config": OBJECT,
+              "eagle_aux_hidden_state_layer_ids": INDEXES}
+    nested_fields = ("eagle_config",)
+    layouts = (
+        Layout("specforge", lambda s: _eagle3(s) and "eagle_config" in s.config, "config has a nested eagle_config (SpecForge / ModelOpt export)"),
+        Layout("safeailab", lambda s: _eagle3(s) and s.has(r"midlayer\..+"), "midlayer.* tensors (EAGLE-3 decoder layer)"),
+        Layout("layers-named", _eagle3, "layers.0.hidden_norm.weight (EAGLE-3 decoder layer)"),
+    )
+    fallback_layout = "layers-named"
 
-    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:
-        """Decide the output config and the fate of every source tensor.
+    def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
+        cfg, fc = seen.config, seen.shapes.get("fc.weight")
+        ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+        ev = [f"fc.weight {list(fc)}: {fc[1] // fc[0] if fc[0] else '?'} tapped verifier states"] if fc and len(fc) == 2 else []
+        return ev, {
+            "hidden_size": cfg.get("hidden_size"),
+            "vocab_size": cfg.get("vocab_size"),
+            "draft_vocab_size": (seen.shapes.get("lm_head.weight") or [None])[0],
+            "vocab_map": "d2t/t2d" if "d2t" in seen.shapes else "none (full vocabulary)",
+            "own_embedding": "embed_tokens.weight" in seen.shapes,
+            "target_hidden_size": cfg.get("target_hidden_size"),
+            "tap_layers": cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids")) or "not given (reference default 2, N//2, N-3)",
+        }
+
+    def decide(self, src: Source, opts: Options, plan: Plan) -> None:
+        """The output config (:func:`specfmt.algorithms.eagle3.build_config`): taps, draft vocabulary,
+        widths and norm flags read from the source and checked against the verifier and the tensors.
 
         Raises:
             ConversionError: the source config or tensors do not describe an EAGLE-3
                 draft that vLLM can run exactly as the source computes it.
         """
         cfg = src.config
-        check_source_types(cfg)
+        verifier = src.verifier.info
         infos = src.reader.infos
-        notes: list[str] = []
+        notes = plan.notes
         ec = cfg.get("eagle_config") or {}
         if not isinstance(ec, dict):
             raise ConversionError("eagle_config must be an object", where="config.json")
-        if "eagle_config" in cfg:
-            layout = "specforge"  # SpecForge / ModelOpt: nested eagle_config
-        elif any(k.startswith("midlayer.") for k in infos):
-            layout = "safeailab"
-        else:
-            layout = "layers-named"  # already uses the layers.{i}.* names
 
         unknown = sorted(set(ec) - set(_EAGLE_CONFIG_KEYS))
         if unknown:
@@ -98,16 +134,15 @@ class Eagle3Converter(Converter):
                 )
 
         model_type = cfg.get("model_type", "llama")
-        if model_type not in ("llama", "qwen3"):
-            raise ConversionError(f"draft decoder model_type {model_type!r} is not supported by vLLM's EAGLE-3 (llama, qwen3)", where="config.json")
+        if model_type not in FAMILIES:
+            raise ConversionError(f"draft decoder model_type {model_type!r} is not supported by vLLM's EAGLE-3 ({', '.join(FAMILIES)})", where="config.json")
         if cfg.get("tie_word_embeddings"):
             raise ConversionError("tie_word_embeddings is true, but an EAGLE-3 draft's lm_head (Vd rows) is its own", where="config.json")
 
-        H = _int(cfg, "hidden_size")
-        nH = _int(cfg, "num_attention_heads")
-        V = _int(cfg, "vocab_size")
-        if V != verifier.vocab_size:
-            raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.vocab_size}", where="config.json", hint="is --verifier the model this draft was trained for?")
+        H = positive_int(cfg, "hidden_size")
+        nH = positive_int(cfg, "num_attention_heads")
+        V = positive_int(cfg, "vocab_size")
+        check_vocab(V, src.verifier)
 
         # -- draft vocabulary --------------------------------------------------
         if "lm_head.weight" not in infos:
@@ -124,7 +159,7 @@ class Eagle3Converter(Converter):
         # -- widths ------------------------------------------------------------
         Ht = cfg.get("target_hidden_size")
         if Ht is not None:
-            Ht = _int(cfg, "target_hidden_size")
+            Ht = positive_int(cfg, "target_hidden_size")
         if (Ht or H) != verifier.hidden_size:
             raise ConversionError(
                 f"the draft expects a verifier hidden size of {Ht or H} but the verifier has {verifier.hidden_size}",
@@ -150,7 +185,7 @@ class Eagle3Converter(Converter):
         elif src_taps is not None:
             taps = list(src_taps)
         else:
-            taps = default_eagle3_taps(verifier.num_hidden_layers)
+            taps = default_taps(verifier.num_hidden_layers)
             notes.append(
                 f"tap layers not in the source; wrote the EAGLE-3 reference default (2, N//2, N-3) = {taps} "
                 f"for N={verifier.num_hidden_layers} verifier layers"
@@ -165,7 +200,7 @@ class Eagle3Converter(Converter):
         if len(fc.shape) != 2 or fc.shape[1] != len(taps) * (Ht or H):
             raise ConversionError(f"fc.weight has shape {list(fc.shape)}, which does not take {len(taps)} taps of width {Ht or H}")
 
-        moves, unknown_tensors = self.map_tensors(infos, lambda i: i.dtype)
+        moves = plan.moves
         out_code = decide_float_dtype(moves, opts)
         if Vd == V and "d2t" in infos:
             # vLLM builds no vocabulary map for a full-vocabulary draft and rejects d2t
@@ -175,34 +210,32 @@ class Eagle3Converter(Converter):
                 raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
             for m in moves:
                 if m.src in ("d2t", "t2d"):
-                    m.dst, m.action, m.reason = None, "drop", "full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here"
+                    m.drop("full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here")
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in moves if m.dst and m.dst.startswith("layers.")}, cfg)
 
-        tlc = llama_decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
-        # vLLM sizes fc from this field, else assumes 3 taps (llama_eagle3.py, vLLM 0.32)
-        tlc["num_aux_hidden_states"] = len(taps)
+        tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
         nbr = cfg.get("norm_before_residual", False)
         if not isinstance(nbr, bool):
             raise ConversionError(f"norm_before_residual must be true or false, got {nbr!r}", where="config.json")
-        k = opts.speculative_tokens or 3
-        config = {
-            "architectures": ["Eagle3DraftModel"],
-            "speculators_model_type": "eagle3",
-            "speculators_version": SPECULATORS_VERSION,
-            "speculators_config": speculators_block("eagle3", k, verifier),
-            "transformer_layer_config": tlc,
-            "draft_vocab_size": Vd,
-            "norm_before_residual": nbr,
-            "target_hidden_size": Ht,
-            "eagle_aux_hidden_state_layer_ids": taps,
-            "norm_before_fc": flag("norm_before_fc"),
-            "fc_norm": flag("fc_norm"),
-            "norm_output": flag("norm_output"),
-            "tie_word_embeddings": False,
-            "dtype": DTYPE_NAMES[out_code],
-        }
+        plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3, draft_vocab_size=Vd, taps=taps,
+                                   norm_before_residual=nbr, target_hidden_size=Ht, norm_before_fc=flag("norm_before_fc"),
+                                   fc_norm=flag("fc_norm"), norm_output=flag("norm_output"), dtype=DTYPE_NAMES[out_code])
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
-        return Plan(self.name, layout, config, moves, notes, unknown=unknown_tensors)
+
+    def from_speculators(self, src: Source, cfg: dict[str, Any], notes: list[str]) -> Source:
+        """A speculators eagle3 config as the research config :meth:`decide` reads: the decoder
+        fields of ``transformer_layer_config`` plus the EAGLE-3 flags; tensor names are already ours."""
+        tlc = cfg["transformer_layer_config"]
+        research = {key: val for key, val in tlc.items() if key not in ("architectures", "num_aux_hidden_states", "tie_word_embeddings", "torch_dtype", "dtype")}
+        research.update({key: cfg[key] for key in _SPECULATORS_FLAGS if cfg.get(key) is not None})
+        # speculators' Eagle3SpeculatorConfig default is false (and it always writes the key);
+        # vLLM assumes true when the key is absent -- decide() writes false and notes it
+        if "norm_before_residual" in cfg:
+            research["norm_before_residual"] = cfg["norm_before_residual"]
+        if cfg.get("eagle_aux_hidden_state_layer_ids") is None:
+            notes.append("eagle_aux_hidden_state_layer_ids missing or null: speculators then taps the reference default, written explicitly below")
+        return src.with_(research)
+

@@ -25,7 +25,7 @@ A ``medusa_head.`` prefix is accepted in every layout; heads with L > 1 blocks (
 reference's ``[ResBlock(H)] * L`` shares one block, but its state dict lists every index)
 and with L = 0 (only the Linear, ``Narsil/mistral-medusa``) are accepted.
 
-Output (``format._medusa_tensors``): ``blocks.{i}.layers.{j}.weight`` [H, H] (and ``.bias``
+Output (:meth:`specfmt.algorithms.medusa.Medusa.expected_tensors`): ``blocks.{i}.layers.{j}.weight`` [H, H] (and ``.bias``
 [H] with ``medusa_fc_bias``), ``lm_heads.{i}.weight`` [V, H] or one ``lm_head.weight`` [V, H].
 The config carries vLLM's native Medusa fields at the top level (vLLM 0.32's speculators
 loader has no medusa algorithm) and no other key holding "num" with "heads"/"layers":
@@ -44,10 +44,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from specfmt.algorithms.medusa import build_config
+from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
-from specfmt.format import SPECULATORS_VERSION, VerifierInfo
 
-from .base import _FLOATS, DTYPE_NAMES, Converter, check_source_types, Derived, Options, Plan, Rule, Source, _short, decide_float_dtype, register, speculators_block
+from .base import (DECODER_FIELDS, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
+                   decide_float_dtype, register, short)
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved
 _PREFIX = r"(?:medusa_head\.)?"
@@ -69,20 +71,39 @@ def _count(cfg: dict[str, Any], key: str, minimum: int) -> int | None:
     return val
 
 
+def _medusa(seen: Seen) -> bool:
+    """Medusa head tensors: residual blocks ``{i}.{j}.linear.weight`` or per-head Linears ``{i}.{j}.weight``."""
+    return seen.has(_BLOCK.pattern) or seen.has(_HEAD_LINEAR.pattern)
+
+
 @register
 class MedusaConverter(Converter):
     name = "medusa"
     summary = "Medusa heads: v0.1 (medusa_lm_head.pt), legacy trainer (medusa_lm_head.safetensors), version 2 (no per-head lm_head), Medusa-2 full models (medusa_head.*)"
+    detects_as = "medusa"
     rules = (
         Rule(_BLOCK.pattern, r"blocks.\1.layers.\2.\3"),
-        Rule(_HEAD_LINEAR.pattern, r"lm_heads.\1.weight"),  # the Sequential index is checked to be L in plan()
+        Rule(_HEAD_LINEAR.pattern, r"lm_heads.\1.weight"),  # the Sequential index is checked to be L in decide()
         Rule(r"model\..+", None, _BASE_REASON),
         Rule(r"lm_head\.weight", None, "the base model's next-token head (Medusa-2 full checkpoint); the verifier (--verifier) applies its own"),
     )
+    fields = {**DECODER_FIELDS, "medusa_num_heads": POSITIVE_INT, "medusa_num_layers": NON_NEGATIVE_INT, "base_model_name_or_path": STRING}
+    layouts = (
+        Layout("medusa-1.0", lambda s: _medusa(s) and any(n.startswith("model.") or n == "lm_head.weight" for n in s.names),
+               "Medusa-2 full model: medusa_head.* next to the base model's model.* (only the heads are converted)"),
+        Layout("v2", lambda s: _medusa(s) and str(s.config.get("version")) == "2", "config version 2: heads without their own lm_head"),
+        Layout("v0.1", lambda s: _medusa(s) and s.format == "pickle", "medusa_lm_head.pt with {i}.{j}.linear.* heads (FasterDecoding v0.1)"),
+        Layout("legacy-trainer", _medusa, "medusa_lm_head.safetensors with {i}.{j}.linear.* heads (train_legacy.py)"),
+    )
+    fallback_layout = "legacy-trainer"
     pickle_names = ("medusa_lm_head.pt",)
 
-    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:
-        """Decide the output config and the fate of every source tensor.
+    def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
+        heads = {int(m.group(1)) for n in seen.names if (m := re.match(r"(?:medusa_head\.)?(\d+)\.", n))}
+        return [], {"heads": len(heads), "version": seen.config.get("version", "1")}
+
+    def decide(self, src: Source, opts: Options, plan: Plan) -> None:
+        """The output config (:func:`specfmt.algorithms.medusa.build_config`).
 
         K, L, H and V come from the tensors (the configs of released heads hold no sizes
         and understate K); H and V are checked against the verifier.
@@ -98,9 +119,10 @@ class MedusaConverter(Converter):
                 ``--dtype``, or version-2 heads with no blocks at all.
         """
         cfg = src.config
-        check_source_types(cfg)
+        verifier = src.verifier.info
         infos = src.reader.infos
-        notes: list[str] = []
+        notes = plan.notes
+        moves = plan.moves
 
         version = cfg.get("version")
         if version is not None and str(version) not in ("1", "2"):
@@ -116,10 +138,8 @@ class MedusaConverter(Converter):
                 hint="there is nothing to convert; these heads were not trained",
             )
 
-        full = any(n.startswith("model.") or n == "lm_head.weight" for n in infos)
-        layout = "medusa-1.0" if full else "v2" if v2 else "v0.1" if src.reader.format == "pickle" else "legacy-trainer"
+        full = plan.layout == "medusa-1.0"
 
-        moves, unknown = self.map_tensors(infos, lambda i: i.dtype)
 
         # -- head structure ------------------------------------------------------------
         blocks: dict[tuple[int, int], set[str]] = {}  # (i, j) -> {"weight", "bias"}
@@ -138,7 +158,7 @@ class MedusaConverter(Converter):
             raise ConversionError(
                 "no Medusa head tensors ({i}.{j}.linear.weight, {i}.{L}.weight, optionally prefixed medusa_head.) in the source",
                 where=str(src.folder),
-                hint="is this a Medusa checkpoint? tensors found: " + (_short(sorted(infos)) or "none"),
+                hint="is this a Medusa checkpoint? tensors found: " + (short(sorted(infos)) or "none"),
             )
         K = heads[-1] + 1
         if heads != list(range(K)):
@@ -152,7 +172,7 @@ class MedusaConverter(Converter):
             if linears:
                 raise ConversionError(
                     f"the config says version 2 (heads without their own lm_head), but the weights hold per-head Linears "
-                    f"({_short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())], 3)})",
+                    f"({short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())], 3)})",
                     where="config.json",
                     hint="remove \"version\": \"2\" from config.json if these are version-1 heads",
                 )
@@ -168,13 +188,13 @@ class MedusaConverter(Converter):
             depths = sorted(set(linears.values()))
             if len(depths) > 1:
                 raise ConversionError(
-                    f"the per-head Linears sit at different depths {depths} ({_short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())])}); "
+                    f"the per-head Linears sit at different depths {depths} ({short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())])}); "
                     "every head has the same number of residual blocks L, then its Linear at index L"
                 )
             L = depths[0]
             deep = sorted(f"{prefix}{i}.{j}.linear.weight" for i, j in blocks if j >= L)
             if deep:
-                raise ConversionError(f"residual blocks at or after the per-head Linear (index {L}): {_short(deep)}")
+                raise ConversionError(f"residual blocks at or after the per-head Linear (index {L}): {short(deep)}")
 
         has_bias = any("bias" in parts for parts in blocks.values())
         missing = []
@@ -186,7 +206,7 @@ class MedusaConverter(Converter):
                 missing.append(f"{prefix}{i}.{L}.weight")
         if missing:
             raise ConversionError(
-                f"the source lacks tensors that its other heads have (K={K} heads, L={L} blocks{', with biases' if has_bias else ''}): {_short(missing)}",
+                f"the source lacks tensors that its other heads have (K={K} heads, L={L} blocks{', with biases' if has_bias else ''}): {short(missing)}",
                 hint="the checkpoint is incomplete; download it again",
             )
 
@@ -212,7 +232,7 @@ class MedusaConverter(Converter):
         if k < K:
             for m in moves:
                 if m.dst and int(m.dst.split(".")[1]) >= k:
-                    m.dst, m.action, m.reason = None, "drop", f"head beyond --speculative-tokens {k} (vLLM builds one head per speculative token)"
+                    m.drop(f"head beyond --speculative-tokens {k} (vLLM builds one head per speculative token)")
             notes.append(f"--speculative-tokens {k}: kept heads 0..{k - 1} of {K}")
 
         # -- widths against the verifier -------------------------------------------------
@@ -226,7 +246,7 @@ class MedusaConverter(Converter):
         derived: list[Derived] = []
         vhead = None
         if v2:
-            vhead = self._verifier_lm_head(src, verifier, H)
+            vhead = self._verifier_lm_head(src, H)
             V = vhead[2].shape[0]
         else:
             V = next(m.info.shape[0] for m in written if m.dst.startswith("lm_heads."))
@@ -263,43 +283,22 @@ class MedusaConverter(Converter):
                 )
             )
 
-        native = {
-            "model_type": "medusa",
-            "hidden_size": H,
-            "vocab_size": V,
-            "num_heads": k,
-            "num_hidden_layers": L,
-            "medusa_fc_bias": has_bias,
-            "original_lm_head": v2,
-        }
-        config = {
-            "architectures": ["MedusaModel"],
-            **native,
-            "truncated_vocab_size": V,
-            "speculators_model_type": "medusa",
-            "speculators_version": SPECULATORS_VERSION,
-            "speculators_config": speculators_block("medusa", k, verifier),
-            "transformer_layer_config": dict(native),
-            "tie_word_embeddings": False,
-            "dtype": DTYPE_NAMES[out_code],
-        }
-        return Plan(self.name, layout, config, moves, notes, unknown=unknown, derived=derived)
+        plan.config = build_config(verifier, hidden_size=H, vocab_size=V, heads=k, layers_per_head=L, fc_bias=has_bias, original_lm_head=v2,
+                                   dtype=DTYPE_NAMES[out_code])
+        plan.derived = derived
 
     @staticmethod
-    def _verifier_lm_head(src: Source, verifier: VerifierInfo, H: int):
+    def _verifier_lm_head(src: Source, H: int):
         """Open the verifier's head for version-2 heads: ``(reader, name, info)``, info of shape [V, H].
 
         Raises:
             ConversionError: the verifier's weights cannot be read, hold no head, or the
                 head is not [vocab_size, H].
         """
-        from specfmt.convert import open_verifier_tensor
-
+        verifier = src.verifier.info
         names = ["lm_head.weight"] + (["model.embed_tokens.weight"] if verifier.tie_word_embeddings else [])
         try:
-            if not src.verifier_ref:
-                raise InputError("no verifier reference was given")
-            reader, vname = open_verifier_tensor(src.verifier_ref, names)
+            reader, vname = src.verifier.open_tensor(names)
         except InputError as e:
             raise ConversionError(
                 f"version 2 Medusa heads use the verifier's lm_head, which cannot be read: {e.message}",
@@ -313,7 +312,9 @@ class MedusaConverter(Converter):
                 where=str(reader.folder),
                 hint="is --verifier the model these heads were trained for?",
             )
-        if vinfo.dtype not in _FLOATS:
+        if vinfo.dtype not in SOURCE_FLOATS:
             raise ConversionError(f"the verifier's {vname} has dtype {vinfo.dtype}; a quantized head cannot be copied exactly", where=str(reader.folder))
         return reader, vname, vinfo
 
+
+__all__ = ["MedusaConverter"]

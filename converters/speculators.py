@@ -17,41 +17,41 @@ Accepted (``speculators-format.md`` §1-§3):
   is refused. vLLM 0.32 has no speculators ``eagle`` algorithm, so the output is
   specfmt's ``eagle`` layout (``fusion_fc.bias`` folded exactly, see ``eagle.py``).
 
-The upgrade re-derives the config through the ``eagle3``/``eagle`` converters, so every
-rule and check of a conversion applies; ``specfmt upgrade`` prints what changed.
+The upgrade hands the source to the research converter that :attr:`~Converter.upgrades` its
+algorithm (its :meth:`~Converter.from_speculators` translates the dialect), so every rule and
+check of a conversion applies; ``specfmt upgrade`` prints what changed.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from specfmt.errors import ConversionError, VersionError
-from specfmt.format import VerifierInfo, check_speculators_version
+from specfmt.format.versions import check_speculators_version
 
-from .base import Converter, Options, Plan, RenamedReader, Source, register, restore_source_names
-from .eagle import EagleConverter
-from .eagle3 import Eagle3Converter
+from .base import REGISTRY, Converter, Layout, Options, Plan, RenamedReader, Source, register, restore_source_names
 
-#: speculators-eagle (<= 0.6) tensor names -> EAGLE-1 research names
-_EAGLE_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
 
-#: eagle3 top-level keys carried over into the research-style config handed to the eagle3 converter
-_EAGLE3_FLAGS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc", "fc_norm", "norm_output")
+def _speculators(seen) -> bool:
+    return isinstance(seen.config.get("speculators_config"), dict)
 
 
 @register
 class SpeculatorsConverter(Converter):
     name = "speculators"
     summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3; eagle <= 0.6): rewrite in the current version"
+    detects_as = "speculators"
+    fields = {}  # the speculators dialect is read by the converter it is handed to
+    layouts = (Layout("speculators", _speculators, "config has speculators_config"),)
 
-    def plan(self, src: Source, verifier: VerifierInfo, opts: Options) -> Plan:
-        """Translate the speculators config into the source config the algorithm's converter reads, then plan with it.
+    def plan(self, src: Source, opts: Options) -> Plan:
+        """Translate the speculators config into the source the algorithm's converter reads
+        (:meth:`~Converter.from_speculators`), then plan with that converter.
 
         Raises:
             VersionError: ``speculators_version`` is newer than this specfmt or malformed.
             ConversionError: not a speculators config, an algorithm without a vLLM model,
-                or any refusal of the ``eagle3``/``eagle`` converter.
+                or any refusal of the converter it is handed to.
         """
         cfg = src.config
         if not isinstance(cfg.get("speculators_config"), dict):
@@ -65,60 +65,26 @@ class SpeculatorsConverter(Converter):
             if status.status == "newer":
                 raise VersionError(status.message, where="config.json")
         algo = cfg.get("speculators_model_type")
-        tlc = cfg.get("transformer_layer_config")
-        if not isinstance(tlc, dict):
+        if not isinstance(cfg.get("transformer_layer_config"), dict):
             raise ConversionError("transformer_layer_config must be an object", where="config.json")
-        k = opts.speculative_tokens or _speculative_tokens(cfg)
-        opts = Options(speculative_tokens=k, aux_layers=opts.aux_layers, dtype=opts.dtype)
-        if algo == "eagle3":
-            plan = self._eagle3(src, cfg, tlc, verifier, opts, notes)
-        elif algo == "eagle":
-            plan = self._eagle(src, cfg, tlc, verifier, opts, notes)
-        else:
+        target = next((c for c in REGISTRY.values() if c.upgrades is not None and c.upgrades == algo), None)
+        if target is None:
+            known = ", ".join(c.upgrades for c in REGISTRY.values() if c.upgrades)
             raise ConversionError(
-                f"speculators_model_type {algo!r} cannot be upgraded by this specfmt (eagle3, eagle)",
+                f"speculators_model_type {algo!r} cannot be upgraded by this specfmt ({known})",
                 where="config.json",
                 hint="dflash, peagle and mtp checkpoints are served by vLLM as they are",
             )
+        k = opts.speculative_tokens or _speculative_tokens(cfg)
+        opts = Options(speculative_tokens=k, aux_layers=opts.aux_layers, dtype=opts.dtype)
+        research = target.from_speculators(src, cfg, notes)
+        plan = target.plan(research, opts)
+        if isinstance(research.reader, RenamedReader):
+            plan = restore_source_names(plan, research.reader.new_to_old)
         plan.source_format = self.name
         plan.layout = f"speculators-{version or 'unversioned'}"
         plan.notes = notes + plan.notes
         return plan
-
-    @staticmethod
-    def _eagle3(src: Source, cfg: dict, tlc: dict, verifier: VerifierInfo, opts: Options, notes: list[str]) -> Plan:
-        research = {key: val for key, val in tlc.items() if key not in ("architectures", "num_aux_hidden_states", "tie_word_embeddings", "torch_dtype", "dtype")}
-        research.update({key: cfg[key] for key in _EAGLE3_FLAGS if cfg.get(key) is not None})
-        # speculators' Eagle3SpeculatorConfig default is false (and it always writes the key);
-        # vLLM assumes true when the key is absent -- the eagle3 converter writes false and notes it
-        if "norm_before_residual" in cfg:
-            research["norm_before_residual"] = cfg["norm_before_residual"]
-        if cfg.get("eagle_aux_hidden_state_layer_ids") is None:
-            notes.append("eagle_aux_hidden_state_layer_ids missing or null: speculators then taps the reference default, written explicitly below")
-        return Eagle3Converter().plan(Source(src.resolved, research, src.reader, src.verifier_ref), verifier, opts)
-
-    @staticmethod
-    def _eagle(src: Source, cfg: dict, tlc: dict, verifier: VerifierInfo, opts: Options, notes: list[str]) -> Plan:
-        if cfg.get("layernorms"):
-            raise ConversionError(
-                "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
-                where="config.json",
-                hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
-            )
-        new_to_old: dict[str, str] = {}
-        for old in src.reader.infos:
-            new = old
-            for pattern, to in _EAGLE_NAMES:
-                if re.fullmatch(pattern, old):
-                    new = re.sub(pattern, to, old)
-                    break
-            new_to_old[new] = old
-        if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
-            notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
-        research = {key: val for key, val in tlc.items() if key not in ("architectures", "tie_word_embeddings", "torch_dtype", "dtype")}
-        research["num_hidden_layers"] = 1  # EagleSpeculator holds exactly one transformer layer
-        plan = EagleConverter().plan(Source(src.resolved, research, RenamedReader(src.reader, new_to_old), src.verifier_ref), verifier, opts)
-        return restore_source_names(plan, new_to_old)
 
 
 def _speculative_tokens(cfg: dict[str, Any]) -> int | None:
@@ -127,3 +93,6 @@ def _speculative_tokens(cfg: dict[str, Any]) -> int | None:
     except (KeyError, IndexError, TypeError):
         return None
     return k if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else None
+
+
+__all__ = ["SpeculatorsConverter"]

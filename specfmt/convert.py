@@ -2,33 +2,45 @@
 
 Order of work (nothing is written before step 5, and SRC is only ever read):
 
-1. resolve SRC and the verifier (local folder or Hub id);
+1. resolve SRC and the verifier (local folder or Hub id), the verifier once
+   (:class:`specfmt.verifier.Verifier`);
 2. read SRC's config and the tensor headers;
-3. the converter plans: output config and the fate of every source tensor;
+3. the converter plans (:meth:`specfmt.converters.base.Converter.plan`): output config and
+   the fate of every source tensor;
 4. the plan is checked: config against the v1 schema, the tensors it would write
    against the names and shapes that config implies; any problem is an error
    that lists every offending tensor;
 5. tensors are streamed one at a time into a temporary folder beside OUT, with
-   NaN/Inf and ``d2t``/``t2d`` checks on the way; the folder is renamed to OUT
-   only once complete.
+   NaN/Inf and the algorithm's own checks (the ``d2t``/``t2d`` map) on the way; the folder
+   is renamed to OUT only once complete (:func:`specfmt.checkpoint.output.atomic_folder`).
+
+:func:`load_draft` runs steps 1-4 and loads the plan's tensors into memory instead: the
+trainer's way of reading any draft, with no temporary folder.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
-from .checkpoint import ST_DTYPES, CheckpointReader, SafetensorsStreamWriter, TensorInfo, install_folder, sha256_file
-from .checks import inventory_problems, nonfinite_count, vocab_map_problems
-from .errors import ConversionError, InputError, OutputExistsError
-from .format import CONFIG_FILE, WEIGHTS_FILE, VerifierInfo, provenance_block, read_json, validate_config
-from .hub import resolve
+from .algorithms import of
+from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
+from .checkpoint.finite import NonfiniteCounter, nonfinite_count
+from .checkpoint.output import atomic_folder, check_output
+from .checkpoint.reader import CheckpointReader, TensorInfo
+from .checkpoint.writer import SafetensorsStreamWriter
+from .converters import Options, Plan, Source, get
+from .draft import Draft, is_specfmt_folder
+from .errors import ConversionError, InputError
+from .format import WEIGHTS_FILE
+from .format.provenance import provenance_block, utc_now
+from .format.schema import validate_config
+from .hub.resolve import Resolved, resolve
+from .validation.checks import inventory_problems
+from .verifier import Verifier
 
 #: files of a source checkpoint fetched from the Hub
 SOURCE_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.pt"]
@@ -45,30 +57,19 @@ class ConvertResult:
         bytes_written: size of the tensors written.
     """
 
-    plan: object
-    config: dict
+    plan: Plan
+    config: dict[str, Any]
     out: Path | None
     bytes_written: int
 
 
-def load_verifier(ref: str, revision: str | None = None) -> VerifierInfo:
-    """Resolve a verifier reference and read its config.json (the only file EAGLE-3 needs).
-
-    Raises:
-        InputError, HubError: the verifier cannot be found or its config is unusable.
-    """
-    res = resolve(ref, allow_patterns=["config.json"], revision=revision, what="verifier")
-    cfg_path = res.folder / CONFIG_FILE
-    return VerifierInfo.from_config(read_json(cfg_path), res.name_or_path, str(cfg_path))
-
-
-def source_config(ref: str, revision: str | None = None) -> dict:
+def source_config(ref: str, revision: str | None = None) -> dict[str, Any]:
     """A source checkpoint's config.json (folder or Hub id).
 
     Raises:
         InputError, HubError: it cannot be found or read.
     """
-    res = resolve(ref, allow_patterns=["config.json"], revision=revision, what="source")
+    res = resolve(ref, allow_patterns=[CONFIG_FILE], revision=revision, what="source")
     return read_json(res.folder / CONFIG_FILE)
 
 
@@ -106,7 +107,7 @@ def detect_source_format(folder: Path) -> str:
         InputError: no converter fits (the detected format is named), or several do
             (each is listed with the flag that picks it).
     """
-    from .detect import detect
+    from .detect import detect  # detect imports the converters; only --from auto needs it
 
     d = detect(folder)
     if len(d.candidates) == 1:
@@ -125,93 +126,67 @@ def detect_source_format(folder: Path) -> str:
     )
 
 
-def open_verifier_tensor(ref: str, names: list[str], revision: str | None = None) -> tuple[CheckpointReader, str]:
-    """Open the verifier weight file holding the first of ``names`` it has, headers only.
+@dataclass
+class Opened:
+    """A source opened and planned: what :func:`convert` writes and :func:`load_draft` materialises.
 
-    Only that one file is fetched for a Hub id: the shard index first, then the one
-    shard named there (a 70B verifier's other shards are never downloaded).
+    Attributes:
+        src: where the source is.
+        plan: the checked plan.
+        reader: the source's weights (open until the ``with`` block of :func:`open_plan` ends).
+    """
+
+    src: Resolved
+    plan: Plan
+    reader: CheckpointReader
+
+
+@contextmanager
+def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, opts: Options | None = None, revision: str | None = None,
+              allow_missing: frozenset[str] = frozenset(), before_plan: Callable[[Resolved], None] = lambda res: None) -> Iterator[Opened]:
+    """Resolve, read and plan a conversion, checked against the format; nothing is written.
 
     Args:
-        ref: verifier folder or Hub id.
-        names: candidate tensor names, in order of preference (e.g. ``lm_head.weight``).
-
-    Returns:
-        ``(reader, name)``: a reader whose :meth:`~CheckpointReader.get` loads the tensor.
-
-    Raises:
-        InputError, HubError: the verifier's weights cannot be read or hold none of ``names``.
-    """
-    from .checkpoint import PICKLE_INDEX, SAFETENSORS_INDEX
-
-    res = resolve(ref, allow_patterns=["config.json", "*.index.json"], revision=revision, what="verifier")
-    for index_name in (SAFETENSORS_INDEX, PICKLE_INDEX):
-        index_path = res.folder / index_name
-        if index_path.is_file():
-            weight_map = read_json(index_path).get("weight_map")
-            if not isinstance(weight_map, dict):
-                raise InputError("invalid shard index (needs a 'weight_map' object)", where=str(index_path))
-            hit = next((n for n in names if n in weight_map), None)
-            if hit is None:
-                raise InputError(f"the verifier holds none of {names}", where=str(index_path))
-            shard = weight_map[hit]
-            res = resolve(ref, allow_patterns=["config.json", "*.index.json", shard], revision=revision, what="verifier")
-            # only that shard is local for a Hub id; the index names shards never downloaded
-            reader = CheckpointReader(res.folder, only=[shard])
-            break
-    else:
-        res = resolve(ref, allow_patterns=["config.json", "*.safetensors", "pytorch_model*.bin"], revision=revision, what="verifier")
-        reader = CheckpointReader(res.folder)
-    hit = next((n for n in names if n in reader.infos), None)
-    if hit is None:
-        raise InputError(f"the verifier's weights hold none of {names}", where=str(res.folder), hint="--verifier must name the full verifier model, weights included")
-    return reader, hit
-
-
-def check_output(out: Path, force: bool, sources: tuple[Path, ...] = ()) -> None:
-    """OUT may be written: not a file, empty unless ``force``, and apart from every input folder.
+        source_format: a ``--from`` name, or ``auto`` (:func:`detect_source_format`).
+        src_ref: source folder or Hub id.
+        verifier: the verifier (folder, Hub id or an already resolved :class:`Verifier`).
+        opts: :class:`specfmt.converters.Options`.
+        revision: Hub revision of the source.
+        allow_missing: tensor names the plan may lack (the trainer's fill-ins compute them).
+        before_plan: called with the resolved source before the verifier is read (output checks).
 
     Raises:
-        OutputExistsError: OUT is a file, or a non-empty folder without ``force``.
-        InputError: OUT is, contains or lies inside one of ``sources``.
+        InputError, HubError: inputs cannot be read.
+        ConversionError: the source cannot be converted exactly (every offending tensor listed).
     """
-    if out.exists() and not out.is_dir():
-        raise OutputExistsError("the output path exists and is a file", where=str(out), hint="choose a folder path for -o")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise OutputExistsError("the output folder is not empty", where=str(out), hint="choose another -o or pass --force to replace it")
-    o = out.resolve()
-    for src_folder in sources:
-        src = src_folder.resolve()
-        if o == src or src in o.parents or o in src.parents:
-            raise InputError("the output folder overlaps the source folder", where=str(out), hint="write the output elsewhere; the source is never modified")
-
-
-def cleanup_stale(out: Path) -> None:
-    """Remove temporary folders of earlier runs on the same OUT that were killed."""
-    for p in out.parent.glob(f".{out.name}.specfmt-*"):
-        try:
-            pid = int(p.name.rsplit("-", 2)[-2])
-        except (ValueError, IndexError):
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(p, ignore_errors=True)
-        except PermissionError:
-            pass
+    opts = opts or Options()
+    if source_format != "auto":
+        get(source_format)  # an unknown --from fails before any download
+    src_res = resolve(src_ref, allow_patterns=SOURCE_PATTERNS, revision=revision, what="source")
+    if source_format == "auto":
+        source_format = detect_source_format(src_res.folder)
+    converter = get(source_format)
+    before_plan(src_res)
+    ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
+    src_cfg = read_json(src_res.folder / CONFIG_FILE)
+    with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
+        plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
+        _check_plan(plan, allow_missing)
+        plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
+        yield Opened(src_res, plan, reader)
 
 
 def convert(
     source_format: str,
     src_ref: str,
     out: str | Path | None,
-    verifier_ref: str,
+    verifier_ref: "str | Verifier",
     *,
-    opts=None,
+    opts: Options | None = None,
     force: bool = False,
     dry_run: bool = False,
     revision: str | None = None,
     progress: Callable[[int, int], None] | None = None,
-    allow_missing: frozenset[str] = frozenset(),
 ) -> ConvertResult:
     """Convert the research checkpoint ``src_ref`` into the specfmt format at ``out``.
 
@@ -220,15 +195,13 @@ def convert(
             ``speculators``), or ``auto`` to detect it (:func:`detect_source_format`).
         src_ref: source folder or Hub id.
         out: output folder (ignored for a dry run).
-        verifier_ref: verifier folder or Hub id; written into the config as a Hub id
-            or an absolute path.
+        verifier_ref: verifier folder or Hub id (or a resolved :class:`Verifier`); written
+            into the config as a Hub id or an absolute path.
         opts: :class:`specfmt.converters.Options`.
         force: replace a non-empty ``out``.
         dry_run: plan and check only; write nothing.
         revision: Hub revision of the source.
         progress: called as ``progress(bytes_done, bytes_total)`` while writing.
-        allow_missing: tensor names the output may lack (the trainer's fill-ins compute
-            them next, :mod:`specfmt.draft`); empty for a servable conversion.
 
     Raises:
         InputError, HubError: inputs cannot be read.
@@ -236,48 +209,105 @@ def convert(
             every offending tensor); nothing was written.
         OutputExistsError: ``out`` is not empty and ``force`` is False.
     """
-    from specfmt.converters import Options, Source, get
-
-    opts = opts or Options()
-    if source_format != "auto":
-        get(source_format)  # an unknown --from fails before any download
-    src_res = resolve(src_ref, allow_patterns=SOURCE_PATTERNS, revision=revision, what="source")
-    if source_format == "auto":
-        source_format = detect_source_format(src_res.folder)
-    converter = get(source_format)
     out_path = Path(out).expanduser().resolve() if out is not None else None
-    if not dry_run:
-        if out_path is None:
-            raise InputError("no output folder given", hint="pass -o OUT")
-        check_output(out_path, force, (src_res.folder,))
-    verifier = load_verifier(verifier_ref)
-    src_cfg = read_json(src_res.folder / CONFIG_FILE)
-    with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
-        plan = converter.plan(Source(src_res, src_cfg, reader, verifier_ref), verifier, opts)
-        _check_plan(plan, allow_missing)
+
+    def check_out(res: Resolved) -> None:
+        if not dry_run:
+            if out_path is None:
+                raise InputError("no output folder given", hint="pass -o OUT")
+            check_output(out_path, force, (res.folder,))
+
+    with open_plan(source_format, src_ref, verifier_ref, opts=opts, revision=revision, before_plan=check_out) as opened:
+        plan, reader = opened.plan, opened.reader
         files_read = [CONFIG_FILE, *reader.files]
-        digests = _Digests(src_res.folder, files_read)  # hashed on a second thread while the tensors are copied
-        plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
-        config = dict(plan.config)
-        config["specfmt"] = provenance_block(
-            source_format=plan.source_format,
-            layout=plan.layout,
-            name_or_path=src_res.name_or_path,
-            revision=src_res.revision,
-            files={f: "0" * 64 for f in files_read},  # the digests' shape, for validation; filled in below
-            renamed={m.src: m.dst for m in plan.moves if m.action == "rename"},
-            kept=[m.src for m in plan.moves if m.action == "keep"],
-            dropped={m.src: m.reason for m in plan.moves if m.action == "drop"},
-            folded={m.src: m.reason for m in plan.moves if m.action == "fold"},
-            derived={d.dst: d.how for d in plan.derived},
-            created=datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
-        )
-        validate_config(config, where="output config.json (a specfmt bug if this fails)")
+        digests = _Digests(opened.src.folder, files_read)  # hashed on a second thread while the tensors are copied
+        # the digests' shape, for validation; filled in once the tensors are copied
+        config = with_provenance(plan, opened.src, {f: "0" * 64 for f in files_read})
         if dry_run:
             digests.fill(config)
             return ConvertResult(plan, config, None, 0)
-        written = _write_atomic(out_path, plan, config, reader, force, progress, finish_config=digests.fill)
+        assert out_path is not None
+        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=digests.fill)
     return ConvertResult(plan, config, out_path, written)
+
+
+def with_provenance(plan: Plan, src: Resolved, files: dict[str, str]) -> dict[str, Any]:
+    """The plan's config with its ``specfmt`` provenance block (:func:`specfmt.format.provenance.provenance_block`):
+    the source, the sha256 of its ``files``, and what happened to every source tensor.
+
+    Raises:
+        ConfigSchemaError: the result is not schema-valid (a specfmt bug).
+    """
+    config = dict(plan.config)
+    config["specfmt"] = provenance_block(
+        source_format=plan.source_format,
+        layout=plan.layout,
+        name_or_path=src.name_or_path,
+        revision=src.revision,
+        files=files,
+        renamed={m.src: m.dst for m in plan.moves if m.action == "rename"},
+        kept=[m.src for m in plan.moves if m.action == "keep"],
+        dropped={m.src: m.reason for m in plan.moves if m.action == "drop"},
+        folded={m.src: m.reason for m in plan.moves if m.action == "fold"},
+        derived={d.dst: d.how for d in plan.derived},
+        created=utc_now(),
+    )
+    validate_config(config, where="output config.json (a specfmt bug if this fails)")
+    return config
+
+
+def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifier | None" = None, revision: str | None = None,
+               allow_missing: frozenset[str] = frozenset()) -> Draft:
+    """Read a draft into memory, converting a research checkpoint on the way (nothing is written).
+
+    Args:
+        ref: a specfmt folder, or a research checkpoint (folder or Hub id).
+        source_format: the ``--from`` name of a research checkpoint, ``auto`` to detect it,
+            or ``specfmt``; a specfmt folder is read as such under ``auto``.
+        verifier: the verifier (needed for a research checkpoint, as for ``convert``).
+        revision: Hub revision of ``ref``.
+        allow_missing: tensors a research checkpoint may lack (the fill-ins compute them).
+
+    Raises:
+        InputError, HubError: ``ref`` cannot be read.
+        ConversionError: the research checkpoint cannot be converted exactly (tensors in
+            ``allow_missing`` aside, which may be missing).
+        ConfigSchemaError: a specfmt folder's config is invalid.
+    """
+    local = Path(ref).expanduser()
+    if source_format == "specfmt" or (source_format == "auto" and is_specfmt_folder(local)):
+        return Draft.read(local)
+    if verifier is None:
+        raise InputError(f"{ref} is a research checkpoint; reading it needs the verifier", hint="pass --verifier")
+    with open_plan(source_format, ref, verifier, revision=revision, allow_missing=allow_missing) as opened:
+        plan, reader = opened.plan, opened.reader
+        algo = of(plan.config)
+        tensors: dict[str, Any] = {}
+        for m in plan.written:
+            t = plan.tensor(m, reader).clone()
+            cast = m.out_dtype != m.info.dtype
+            _finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
+            tensors[m.dst] = t
+        for d in plan.derived:
+            t = plan.derive(d, reader)
+            _finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
+            tensors[d.dst] = t
+        _check_maps(algo, plan.config, {n: tensors[n] for n in algo.map_tensors if n in tensors})
+        config = with_provenance(plan, opened.src, {f: sha256_file(opened.src.folder / f) for f in [CONFIG_FILE, *reader.files]})
+    return Draft(config, tensors, config["specfmt"]["source"], list(plan.notes))
+
+
+def _finite(bad: int, what: str, cast: bool, hint: str) -> None:
+    """The NaN/Inf refusal of a tensor about to be written (or loaded)."""
+    if bad:
+        raise ConversionError(f"{what} has {bad} NaN/Inf value(s)" + (" after the cast" if cast else ""), hint=hint)
+
+
+def _check_maps(algo: Any, config: dict[str, Any], small: dict[str, Any]) -> None:
+    """The algorithm's check of its map tensors (the EAGLE-3 ``d2t``/``t2d``), once all are read."""
+    problems = algo.tensor_problems(config, small)
+    if problems:
+        raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
 
 
 class _Digests:
@@ -308,7 +338,7 @@ class _Digests:
         return config
 
 
-def _check_plan(plan, allow_missing: frozenset[str] = frozenset()) -> None:
+def _check_plan(plan: Plan, allow_missing: frozenset[str] = frozenset()) -> None:
     """The plan's config is schema-valid and its tensors are exactly what that config implies
     (``allow_missing`` aside)."""
     validate_config(plan.config, where="planned config.json")
@@ -322,62 +352,47 @@ def _check_plan(plan, allow_missing: frozenset[str] = frozenset()) -> None:
         raise ConversionError("the source does not hold the tensors its config implies -- " + "; ".join(parts), hint="nothing was written")
 
 
-def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force: bool, progress, finish_config: Callable[[dict], dict] = lambda c: c) -> int:
+def _write_atomic(out: Path, plan: Plan, config: dict[str, Any], reader: CheckpointReader, progress: Callable[[int, int], None] | None,
+                  finish_config: Callable[[dict[str, Any]], dict[str, Any]] = lambda c: c) -> int:
     """Write the plan into a temporary folder next to ``out`` and swap it in.
 
     A tensor kept in its dtype and not transformed is copied byte for byte from its range in
     the source file (:meth:`CheckpointReader.raw`), chunk by chunk, with the NaN/Inf check run
-    on the raw bits (:class:`specfmt.checks.NonfiniteCounter`): no torch, one chunk in memory.
-    Casts, transforms, derived tensors and tensors without a plain byte range go through torch.
+    on the raw bits (:class:`specfmt.checkpoint.finite.NonfiniteCounter`): no torch, one chunk in
+    memory. Casts, derived tensors and tensors without a plain byte range go through torch.
     ``finish_config`` completes the config once the tensors are written (the source digests).
     """
-    from .checks import NonfiniteCounter
-
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cleanup_stale(out)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.specfmt-{os.getpid()}-", dir=out.parent))
-    try:
+    algo = of(config)
+    with atomic_folder(out) as tmp:
         moves = plan.written
         layout = [(m.dst, m.out_dtype, m.info.shape) for m in moves] + [(d.dst, d.out_dtype, d.shape) for d in plan.derived]
         total = sum(m.info.nbytes for m in moves) + sum(TensorInfo(d.dst, d.shape, d.out_dtype, "").nbytes for d in plan.derived)
         writer = SafetensorsStreamWriter(tmp / WEIGHTS_FILE, layout)
         done = 0
-        vocab = {}
-
-        def finite(bad: int, what: str, cast: bool, hint: str) -> None:
-            if bad:
-                raise ConversionError(f"{what} has {bad} NaN/Inf value(s)" + (" after the cast" if cast else ""), hint=hint)
+        small: dict[str, Any] = {}  # the algorithm's map tensors, checked together once written
 
         try:
             for m in moves:
                 cast = m.out_dtype != m.info.dtype
-                where = None if cast or m.dst in plan.transforms else reader.raw(m.src)
+                where = None if cast else reader.raw(m.src)
                 if where is not None:
                     bad = writer.copy(m.dst, where[0], where[1], m.info.nbytes, NonfiniteCounter(m.info.dtype))
-                    finite(bad, f"tensor {m.src}", False, "the checkpoint is damaged")
-                    if m.dst in ("d2t", "t2d"):
-                        vocab[m.dst] = reader.array(m.src)
+                    _finite(bad, f"tensor {m.src}", False, "the checkpoint is damaged")
+                    if m.dst in algo.map_tensors:
+                        small[m.dst] = reader.array(m.src)
                 else:
-                    import torch
-
-                    t = reader.get(m.src)
-                    if cast:
-                        t = t.to(getattr(torch, ST_DTYPES[m.out_dtype][0]))
-                    if m.dst in plan.transforms:
-                        t = plan.transforms[m.dst](t)
-                    finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
-                    if m.dst in ("d2t", "t2d"):
-                        vocab[m.dst] = t.clone().numpy()
+                    t = plan.tensor(m, reader)
+                    _finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
+                    if m.dst in algo.map_tensors:
+                        small[m.dst] = t.clone().numpy()
                     writer.write(m.dst, t)
                     del t
                 done += m.info.nbytes
                 if progress:
                     progress(done, total)
             for d in plan.derived:
-                import torch
-
-                t = d.compute(reader.get).to(getattr(torch, ST_DTYPES[d.out_dtype][0])).contiguous()
-                finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
+                t = plan.derive(d, reader)
+                _finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
                 writer.write(d.dst, t)
                 done += t.numel() * t.element_size()
                 if progress:
@@ -387,22 +402,14 @@ def _write_atomic(out: Path, plan, config: dict, reader: CheckpointReader, force
         except BaseException:
             writer.abort()
             raise
-        if vocab:
-            tlc = config["transformer_layer_config"]
-            problems = vocab_map_problems(vocab["d2t"], vocab["t2d"], tlc["vocab_size"], config["draft_vocab_size"])
-            if problems:
-                raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
+        _check_maps(algo, config, small)
         config = finish_config(config)
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         _verify_written(tmp, layout)
-        install_folder(tmp, out)
-        return total
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    return total
 
 
-def _verify_written(folder: Path, layout) -> None:
+def _verify_written(folder: Path, layout: list[tuple[str, str, tuple[int, ...]]]) -> None:
     """Re-open the written file with the safetensors library and compare its header with the plan."""
     from safetensors import safe_open
 

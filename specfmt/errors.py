@@ -74,3 +74,13 @@ class HubError(SpecfmtError):
 
 class VersionError(SpecfmtError):
     """A checkpoint's ``speculators_version`` is unreadable or newer than this specfmt knows."""
+
+
+class VLLMRunError(SpecfmtError):
+    """vLLM is missing, crashed, or timed out while loading or generating."""
+
+
+class TrainInterrupted(SpecfmtError):
+    """Training stopped by the user (Ctrl-C); the state was saved for ``--resume``."""
+
+    exit_code = 130

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specfmt.acceptance import run_chain, verifier_states
+from specfmt.validation.acceptance import run_chain, verifier_states
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_partial_acceptance_is_counted_per_position(model):
 
 def test_medusa_identity_heads_propose_the_newest_token(model):
     """Zero blocks and the verifier's head: every head proposes argmax(lm_head(h)) = the token just produced."""
-    from specfmt.reference import medusa_proposer
+    from specfmt.algorithms.medusa import medusa_proposer
 
     H = 32
     head = model.lm_head.weight.detach()
@@ -86,7 +86,7 @@ def test_eagle1_fold_gives_the_same_proposals_as_the_source(model, tmp_path):
     from safetensors.torch import load_file
 
     from specfmt.convert import convert
-    from specfmt.reference import eagle1_proposer
+    from specfmt.algorithms.eagle import eagle1_proposer
 
     sd = eagle1_tensors(hidden=32, vocab=97, inter=64, heads=2, kv_heads=1, dtype=torch.float32, scale=0.2)
     src = tmp_path / "src"

@@ -9,19 +9,15 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from builders import eagle1_config, eagle1_tensors, write_eagle1, write_verifier
-from conftest import tree_digest
+from builders import eagle1_config, eagle1_tensors, write_eagle1
+from conftest import load_out, tree_digest
 from specfmt.convert import convert
 from specfmt.converters import Options
 from specfmt.errors import ConversionError
-from specfmt.reference import eagle1_forward
-from specfmt.validate import validate_static
+from specfmt.algorithms.eagle import eagle1_forward
+from specfmt.validation.static import validate_static
 
 
-def load_out(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    cfg = json.loads((folder / "config.json").read_text())
-    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-        return cfg, {k: f.get_tensor(k) for k in f.keys()}
 
 
 def source_tensors(src: Path) -> dict[str, torch.Tensor]:
@@ -46,11 +42,6 @@ def write_state_dict(src: Path, sd: dict[str, torch.Tensor]) -> Path:
     torch.save(sd, src / "pytorch_model.bin")
     (src / "config.json").write_text(json.dumps(eagle1_config()))
     return src
-
-
-@pytest.fixture
-def verifier(tmp_path):
-    return write_verifier(tmp_path / "verifier")
 
 
 # --------------------------------------------------------------------------- the fc.bias fold

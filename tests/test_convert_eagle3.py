@@ -10,30 +10,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from builders import eagle3_config, eagle3_tensors, write_safeailab, write_specforge, write_verifier
-from conftest import tree_digest
+from conftest import load_out, run_cli, tree_digest
 from specfmt.convert import convert
 from specfmt.converters import Options
 from specfmt.errors import ConversionError, InputError, OutputExistsError
-from specfmt.validate import validate_static
+from specfmt.validation.static import validate_static
 
 
-def load_out(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    cfg = json.loads((folder / "config.json").read_text())
-    with safe_open(str(folder / "model.safetensors"), framework="pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    return cfg, tensors
 
 
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specfmt", *args], capture_output=True, text=True, env={**os.environ, **(env or {})})
-
-
-@pytest.fixture
-def verifier(tmp_path):
-    return write_verifier(tmp_path / "verifier")
 
 
 # --------------------------------------------------------------------------- layouts

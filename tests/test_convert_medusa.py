@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,21 +16,17 @@ from builders_medusa import (
     write_v2,
     write_verifier_weights,
 )
-from conftest import tree_digest
+from conftest import load_out, run_cli, tree_digest
 from safetensors.torch import load_file, save_file
 from specfmt.converters import Options
 
 from specfmt.convert import convert
 from specfmt.errors import ConversionError
-from specfmt.validate import validate_static
+from specfmt.validation.static import validate_static
 
 
-def load_out(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
-    return json.loads((folder / "config.json").read_text()), load_file(str(folder / "model.safetensors"))
 
 
-def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specfmt", *args], check=False, capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
 def vllm_name(src_name: str) -> str:
@@ -64,11 +57,6 @@ def assert_consistent(cfg: dict, out: dict[str, torch.Tensor], *, K: int, L: int
     assert sum(n.startswith("blocks.") and n.endswith(".weight") for n in out) == K * L
     assert sum(n.startswith("lm_heads.") for n in out) == (0 if shared_head else K)
     assert ("lm_head.weight" in out) is shared_head
-
-
-@pytest.fixture
-def verifier(tmp_path):
-    return write_verifier(tmp_path / "verifier")
 
 
 # --------------------------------------------------------------------------- layouts

@@ -5,9 +5,9 @@ import json
 import torch
 
 from conftest import REPO
-from specfmt.checks import vocab_map_problems
+from specfmt.algorithms.eagle3 import vocab_map_problems
 from specfmt.convert import convert
-from specfmt.validate import validate_static
+from specfmt.validation.static import validate_static
 
 WORLD = REPO / "examples" / "world"
 

@@ -19,10 +19,10 @@ import torch
 from conftest import WORLD, tree_digest
 
 from specfmt.checkpoint import CheckpointReader
-from specfmt.checks import NONFINITE_BITS, NonfiniteCounter
+from specfmt.checkpoint.finite import NONFINITE_BITS, NonfiniteCounter
 from specfmt.convert import convert
 from specfmt.errors import ConversionError, InputError
-from specfmt.torchzip import NotPlain, read_index
+from specfmt.checkpoint.torchzip import NotPlain, read_index
 
 
 def state_dict() -> dict:

@@ -341,7 +341,7 @@ def test_cards_of_eagle1_and_medusa_drafts(tmp_path, fmt, src, row):
     from huggingface_hub import ModelCard
 
     from specfmt.convert import convert
-    from specfmt.push import plan_push
+    from specfmt.hub.push import plan_push
 
     convert(fmt, str(WORLD / src), tmp_path / "out", str(WORLD / "verifier"))
     plan = plan_push(tmp_path / "out", "me/x", verifier_id=VERIFIER_ID, validate=False)

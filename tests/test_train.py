@@ -25,10 +25,12 @@ from typer.testing import CliRunner
 
 from specfmt.cli import app
 from specfmt.errors import InputError, OutputExistsError, SpecfmtError
-from specfmt.train import TrainInterrupted, TrainOptions
-from specfmt.train_data import FeatureCache, Windows, read_documents, verifier_features, vocab_map
-from specfmt.trainer import TrainRequest, state_dir, train_draft
-from specfmt.validate import validate_static
+from specfmt.errors import TrainInterrupted
+from specfmt.training.loop import TrainOptions
+from specfmt.algorithms.eagle3 import vocab_map
+from specfmt.training.data import FeatureCache, Windows, read_documents, verifier_features
+from specfmt.training.pipeline import TrainRequest, state_dir, train_draft
+from specfmt.validation.static import validate_static
 
 runner = CliRunner()
 WORLD_SHAPE = dict(hidden=128, vocab=2048, inter=384, heads=4, kv_heads=2)
@@ -342,7 +344,7 @@ def test_feature_cache_holds_exactly_the_verifiers_features_and_is_reused(tmp_pa
 
     # a training run with --cache builds it once; the second run never calls the verifier and trains the same draft
     a = _train(tmp_path / "a", verifier, corpus, draft_vocab=1024, cache=str(tmp_path / "c2"))
-    import specfmt.train_data as td
+    import specfmt.training.data as td
 
     def no_verifier(*a, **k):
         raise AssertionError("the verifier ran although the cache was complete")

@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from builders import eagle1_tensors, write_eagle1, write_safeailab, write_speculators_eagle, write_speculators_eagle3, write_verifier
+from builders import eagle1_tensors, write_eagle1, write_safeailab, write_speculators_eagle, write_speculators_eagle3
 from conftest import tree_digest
 from specfmt.convert import config_changes, convert
 from specfmt.errors import ConversionError, InputError, VersionError
-from specfmt.reference import eagle1_forward
-from specfmt.validate import validate_static
+from specfmt.algorithms.eagle import eagle1_forward
+from specfmt.validation.static import validate_static
 
 
 def load(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
@@ -28,11 +28,6 @@ def load(folder: Path) -> tuple[dict, dict[str, torch.Tensor]]:
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specfmt", *args], capture_output=True, text=True, env=os.environ.copy())
-
-
-@pytest.fixture
-def verifier(tmp_path):
-    return write_verifier(tmp_path / "verifier")
 
 
 @pytest.mark.parametrize("style", ["converter-0.1", "modelopt", "trainer-0.8"])

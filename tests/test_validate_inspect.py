@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,15 +11,15 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from builders import eagle3_tensors, write_safeailab, write_specforge, write_verifier
+from conftest import run_cli
 from specfmt.convert import convert
 from specfmt.detect import detect
 from specfmt.errors import ConfigSchemaError, VersionError
-from specfmt.format import check_speculators_version, schema_violations, validate_config
-from specfmt.validate import validate_static
+from specfmt.format.schema import schema_violations, validate_config
+from specfmt.format.versions import check_speculators_version
+from specfmt.validation.static import validate_static
 
 
-def run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specfmt", *args], capture_output=True, text=True, env=os.environ.copy())
 
 
 @pytest.fixture

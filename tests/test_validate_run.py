@@ -16,10 +16,10 @@ from specfmt.cli import app
 from specfmt.converters import Options
 from specfmt.convert import convert
 from specfmt.errors import InputError
-from specfmt.reference import Eagle3Draft, eagle3_proposer
-from specfmt.train import eagle3_ttt_loss, ttt_mask
-from specfmt.validate_run import VALIDATION_FILE, load_prompts, validate_run, variants, vllm_weight_mismatches
-from specfmt.vllm_run import VLLMRun
+from specfmt.algorithms.eagle3 import draft_module as Eagle3Draft, eagle3_proposer
+from specfmt.algorithms.eagle3 import eagle3_ttt_loss, ttt_mask
+from specfmt.validation.run import VALIDATION_FILE, load_prompts, validate_run, variants, vllm_weight_mismatches
+from specfmt.validation.vllm_run import VLLMRun
 
 #: a short run: 8 held-out prompts x 24 tokens
 FEW = 8
@@ -103,7 +103,7 @@ def test_ttt_mask_rows_always_see_their_own_key():
 def test_proposer_maps_draft_ids_through_d2t():
     cfg = tiny_cfg()
     draft = random_draft(cfg)
-    from specfmt.acceptance import VerifierStates
+    from specfmt.validation.acceptance import VerifierStates
 
     states = VerifierStates([torch.randn(4, 32, dtype=torch.float64) for _ in range(4)], torch.randn(4, 50, dtype=torch.float64))
     embed = torch.randn(50, 32, dtype=torch.float64)
@@ -263,7 +263,7 @@ def test_keys_vllm_would_guess_are_caught_before_running(example, tmp_path, key,
 
 def test_disagreement_with_vllm_names_the_reading_vllm_behaves_like(example, few_prompts, monkeypatch):
     """vLLM's figures equal the reference's under another norm order: the agreement check says so."""
-    from specfmt import validate_run as vr
+    from specfmt.validation import run as vr
 
     flipped = run_ref(broken(example, example.parent / "flip-src", cfg=lambda c: c.update(norm_before_residual=True)), few_prompts)
     fig = flipped.reference
@@ -278,7 +278,7 @@ def test_disagreement_with_vllm_names_the_reading_vllm_behaves_like(example, few
         base.accepted_per_position = fig["accepted_per_position"]
         return base
 
-    monkeypatch.setattr("specfmt.vllm_run.generate", fake_generate)
+    monkeypatch.setattr("specfmt.validation.vllm_run.generate", fake_generate)
     res = vr.validate_run(example, prompts=str(few_prompts), max_tokens=TOKENS, write=False)
     st = status(res)
     assert st["agreement"] == "fail" and st["vllm_exact"] == "pass"

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from builders import write_eagle1
 from conftest import E2E_TOKENS, WORLD
 from specfmt.convert import convert
-from specfmt.vllm_run import generate, vllm_available
+from specfmt.validation.vllm_run import generate, vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
 

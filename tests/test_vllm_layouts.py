@@ -17,7 +17,7 @@ from builders import write_eagle1, write_speculators_eagle3
 from builders_medusa import write_full, write_legacy
 from conftest import E2E_TOKENS, WORLD
 from specfmt.convert import convert
-from specfmt.vllm_run import generate, vllm_available
+from specfmt.validation.vllm_run import generate, vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
 

@@ -22,7 +22,7 @@ from conftest import E2E_TOKENS, WORLD
 from safetensors.torch import load_file
 
 from specfmt.convert import convert
-from specfmt.vllm_run import generate, vllm_available
+from specfmt.validation.vllm_run import generate, vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
 

@@ -12,10 +12,10 @@ import pytest
 
 from conftest import E2E_TOKENS, REPO, WORLD
 from specfmt.convert import convert
-from specfmt.train import TrainOptions
-from specfmt.trainer import TrainRequest, train_draft
-from specfmt.validate_run import validate_run
-from specfmt.vllm_run import generate, vllm_available
+from specfmt.training.loop import TrainOptions
+from specfmt.training.pipeline import TrainRequest, train_draft
+from specfmt.validation.run import validate_run
+from specfmt.validation.vllm_run import generate, vllm_available
 from test_validate_run import TOKENS, few_prompts  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]

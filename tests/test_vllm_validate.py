@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 from conftest import WORLD
 from specfmt.cli import app
 from specfmt.convert import convert
-from specfmt.validate_run import VALIDATION_FILE, validate_run
-from specfmt.vllm_run import vllm_available
+from specfmt.validation.run import VALIDATION_FILE, validate_run
+from specfmt.validation.vllm_run import vllm_available
 from test_validate_run import TOKENS, broken, few_prompts  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import InputError
+from ..checkpoint.files import jsonl_objects, sha256_file
+from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -61,9 +62,6 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
             field (``file:line``), chat data when the tokenizer has no chat template, or no
             documents at all.
     """
-    from .checkpoint import sha256_file
-    from .format import jsonl_objects
-
     eos = getattr(tokenizer, "eos_token_id", None)
 
     def encode(text: str, special: bool = True) -> list[int]:
@@ -104,40 +102,6 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     if not docs:
         raise InputError("no training documents in " + ", ".join(paths))
     return Documents(docs, files, chat)
-
-
-def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
-    """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
-
-    Tokens are counted at every position but each document's first (the reference's loss
-    mask zeroes it); the ``draft_vocab`` most frequent ids, sorted ascending, are the draft
-    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``.
-
-    Returns:
-        ``(d2t [Vd] int64, t2d [V] bool, coverage)``: coverage is the share of counted
-        positions whose token is in the draft vocabulary.
-
-    Raises:
-        InputError: the data has fewer distinct tokens than ``draft_vocab``.
-    """
-    import collections
-
-    import torch
-
-    counts: collections.Counter = collections.Counter()
-    for d in docs:
-        counts.update(d[1:])
-    top = counts.most_common(draft_vocab)
-    if len(top) < draft_vocab:
-        raise InputError(f"the training data has {len(top)} distinct tokens, fewer than the draft vocabulary of {draft_vocab}",
-                         hint="give more data or a smaller --draft-vocab")
-    used = sorted(t for t, _ in top)
-    if used[-1] >= vocab_size:
-        raise InputError(f"token id {used[-1]} is outside the verifier's vocabulary of {vocab_size}")
-    d2t = torch.tensor([t - i for i, t in enumerate(used)], dtype=torch.int64)
-    t2d = torch.zeros(vocab_size, dtype=torch.bool)
-    t2d[used] = True
-    return d2t, t2d, sum(c for _, c in top) / max(1, sum(counts.values()))
 
 
 class Windows:
@@ -313,4 +277,4 @@ class FeatureCache:
         return (torch.cat(aux) if aux else None), torch.cat(last)
 
 
-__all__ = ["Documents", "FeatureCache", "Windows", "read_documents", "verifier_features", "vocab_map"]
+__all__ = ["Documents", "FeatureCache", "Windows", "read_documents", "verifier_features"]

@@ -5,10 +5,12 @@ find at their initial values without a word, guesses tap layers when they are mi
 (acceptance fell from 2.77 to 1.04 in vllm PR #50170) and assumes ``norm_before_residual``
 when the key is absent. Only running the draft shows them, so this module runs it twice:
 
-* **reference**: the research forward pass (:mod:`specfmt.reference`) driven by the verifier
-  loaded with transformers, greedy chain drafting (:func:`specfmt.acceptance.run_chain`);
+* **reference**: the research forward pass of the draft's algorithm
+  (:meth:`specfmt.algorithms.base.Algorithm.proposer`) driven by the verifier loaded with
+  transformers, greedy chain drafting (:func:`specfmt.validation.acceptance.run_chain`);
 * **vLLM**: ``LLM(model=OUT)`` exactly as ``vllm serve OUT`` starts it (no speculative
-  config), in a child process (:mod:`specfmt.vllm_run`), plus the verifier alone, same prompts.
+  config), in a child process (:mod:`specfmt.validation.vllm_run`), plus the verifier alone,
+  same prompts.
 
 Checks added to the static report:
 
@@ -29,7 +31,6 @@ A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -38,10 +39,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
-from .errors import InputError, SpecfmtError
-from .format import jsonl_objects
-from .validate import FAIL, PASS, SKIP, Report
+from .. import __version__
+from ..algorithms import get
+from ..algorithms.base import Algorithm, Variant
+from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
+from ..errors import InputError, SpecfmtError, VLLMRunError
+from ..format.config import speculative_tokens
+from ..hub.resolve import resolve
+from ..verifier import Verifier
+from . import vllm_run
+from .acceptance import run_chain
+from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts
+from .report import FAIL, PASS, SKIP, Report
+from .static import validate_static
+from .weights import vllm_weight_mismatches
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -54,38 +65,12 @@ VALIDATION_FILE = "validation.json"
 #: A variant reading must beat the checkpoint as written by this much mean acceptance length.
 VARIANT_MARGIN = 0.15
 
-#: Prompts used when ``--prompts`` is not given: short openings of prose, code and chat-like text.
-BUILTIN_PROMPTS = [
-    "The history of the printing press begins in",
-    "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
-    "Here is a short list of tips for writing clear documentation:\n1.",
-    "import json\n\nwith open(\"config.json\") as f:\n",
-    "Question: Why is the sky blue?\nAnswer:",
-    "The quick brown fox jumps over the lazy dog. The quick brown fox",
-    "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n",
-    "Once upon a time, in a small village by the sea, there lived",
-]
-
 CAUSES = {
     "unloaded tensors": "tensors vLLM did not load stay at their initial values",
     "tap ids": "eagle_aux_hidden_state_layer_ids name other verifier layers than the draft was trained on",
     "norm order": "norm_before_residual / norm_output do not match the forward pass the draft was trained with",
     "vocab mapping": "d2t is read the wrong way (offsets vs absolute ids, or the sign)",
 }
-
-
-@dataclass
-class Prompts:
-    """Prompts of one run. ``ids`` are what both runs receive, unchanged."""
-
-    source: str
-    texts: list[str]
-    ids: list[list[int]]
-    chat_template: bool = False
-
-    @property
-    def digest(self) -> str:
-        return "sha256:" + hashlib.sha256(json.dumps(self.ids).encode()).hexdigest()
 
 
 @dataclass
@@ -121,48 +106,6 @@ class RunResult:
         }
 
 
-# --------------------------------------------------------------------------- prompts
-
-
-def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
-    """Read prompts and tokenize them with the verifier's tokenizer.
-
-    Args:
-        path: a jsonl file, one object per line with ``prompt`` (text) or ``messages``
-            (chat turns ``{"role", "content"}``, rendered with the tokenizer's chat template
-            and a generation prompt); None for :data:`BUILTIN_PROMPTS`.
-        tokenizer: a transformers tokenizer.
-
-    Raises:
-        InputError: the file is missing, a line is not JSON, or has neither field; a chat
-            prompt when the tokenizer has no chat template.
-    """
-    if path is None:
-        texts = list(BUILTIN_PROMPTS)
-        return Prompts("built-in", texts, [tokenizer.encode(t) for t in texts])
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
-    texts, ids, chat = [], [], False
-    for where, obj in jsonl_objects(path):
-        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
-            texts.append(obj["prompt"])
-            ids.append(tokenizer.encode(obj["prompt"]))
-        elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-            if not getattr(tokenizer, "chat_template", None):
-                raise InputError("a chat prompt (messages) but the verifier's tokenizer has no chat template", where=where,
-                                 hint="give the prompt as {\"prompt\": text}")
-            text = tokenizer.apply_chat_template(obj["messages"], tokenize=False, add_generation_prompt=True)
-            texts.append(text)
-            ids.append(tokenizer.encode(text, add_special_tokens=False))
-            chat = True
-        else:
-            raise InputError("each line needs a \"prompt\" string or a \"messages\" list", where=where)
-    if not ids:
-        raise InputError(f"no prompts in {path}", hint="one {\"prompt\": ...} per line")
-    return Prompts(str(path), texts, ids, chat)
-
-
 # --------------------------------------------------------------------------- reference
 
 
@@ -175,67 +118,10 @@ def _load_tensors(folder: Path) -> dict[str, "torch.Tensor"]:
     return tensors
 
 
-@dataclass
-class Variant:
-    """One reading of the checkpoint: the config as written, or a plausible misreading."""
-
-    cause: str | None
-    label: str
-    cfg: dict[str, Any]
-    targets: str = "offsets"  # how d2t maps draft ids: "offsets" (the format), "absolute", "negated"
-
-
 def variants(cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
-    """The checkpoint as written first, then the misreadings this field is known for (EAGLE-3 only).
-
-    * tap ids: the EAGLE-3 reference default ``(2, N//2, N-3)``, and the written ids shifted by
-      ±1 (the off-by-one between "the state entering layer j" and "the output of layer j");
-    * norm order: ``norm_before_residual`` flipped, ``norm_output`` flipped;
-    * vocab mapping: ``d2t`` read as absolute ids, or with the opposite sign.
-    """
-    out = [Variant(None, "as written", cfg)]
-    if cfg["speculators_model_type"] != "eagle3":
-        return out
-    taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
-    N = n_verifier_layers
-    seen = {tuple(taps)}
-    for label, alt in ((f"EAGLE-3 default taps {[2, N // 2, N - 3]}", [2, N // 2, N - 3]),
-                       ("taps + 1", [t + 1 for t in taps]), ("taps - 1", [t - 1 for t in taps])):
-        if len(alt) == len(taps) and tuple(alt) not in seen and all(0 <= t < N for t in alt):
-            seen.add(tuple(alt))
-            out.append(Variant("tap ids", f"{label}: {alt}", {**cfg, "eagle_aux_hidden_state_layer_ids": alt}))
-    nbr = bool(cfg.get("norm_before_residual"))
-    out.append(Variant("norm order", f"norm_before_residual {str(not nbr).lower()}", {**cfg, "norm_before_residual": not nbr}))
-    no = bool(cfg.get("norm_output"))
-    out.append(Variant("norm order", f"norm_output {str(not no).lower()}", {**cfg, "norm_output": not no}))
-    if cfg["draft_vocab_size"] != cfg["transformer_layer_config"]["vocab_size"]:
-        out.append(Variant("vocab mapping", "d2t as absolute ids", cfg, "absolute"))
-        out.append(Variant("vocab mapping", "d2t with the opposite sign", cfg, "negated"))
-    return out
-
-
-def _proposer(v: Variant, tensors: dict[str, "torch.Tensor"], verifier: Any):
-    import torch
-
-    from .reference import Eagle3Draft, eagle1_proposer, eagle3_proposer, medusa_proposer
-
-    algo = v.cfg["speculators_model_type"]
-    vemb = verifier.get_input_embeddings().weight.detach()
-    if algo == "eagle3":
-        draft = Eagle3Draft(v.cfg, tensors).eval()
-        embed = draft.embed_tokens if draft.embed_tokens is not None else vemb
-        targets = None
-        if v.targets != "offsets" and hasattr(draft, "d2t"):
-            base = torch.arange(draft.d2t.numel())
-            targets = draft.d2t.clone() if v.targets == "absolute" else base - draft.d2t
-            targets = targets.clamp(0, v.cfg["transformer_layer_config"]["vocab_size"] - 1)
-        return eagle3_proposer(draft, embed, targets=targets)
-    if algo == "eagle":
-        embed = tensors.get("embed_tokens.weight", vemb)
-        return eagle1_proposer(tensors, v.cfg, verifier.get_output_embeddings().weight.detach(), embed)
-    if algo == "medusa":
-        return medusa_proposer(tensors, v.cfg)
-    raise SpecfmtError(f"no reference forward pass for {algo!r}")
+    """The checkpoint as written first, then the misreadings its algorithm knows
+    (:meth:`specfmt.algorithms.base.Algorithm.readings`)."""
+    return get(cfg["speculators_model_type"]).readings(cfg, n_verifier_layers)
 
 
 def _figures(res: "ChainResult | Any") -> dict[str, Any]:
@@ -249,81 +135,13 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- vLLM weights
-
-
-def vllm_weight_mismatches(run: Any, tensors: dict[str, "torch.Tensor"], rel: float = 0.02) -> list[str]:
-    """Draft weights inside vLLM that are not the file's: different values, or absent from the file.
-
-    vLLM's names (``model.layers.0.self_attn.qkv_proj``) are mapped back to the file's
-    (``layers.0.self_attn.{q,k,v}_proj.weight``; ``draft_id_to_target_id`` is ``d2t``);
-    merged layers compare the sum over their parts. Linear layers are compared through
-    :attr:`VLLMRun.draft_linear_sums` (read functionally, so repacked CPU weights count),
-    other parameters through their sums. A module is reported when its sum or absolute
-    sum differs by more than ``rel`` of the absolute sum (bf16 serving rounds each weight
-    by up to 2**-8), or when the file has none of its tensors and vLLM did not share it
-    with the verifier (:attr:`VLLMRun.draft_shares`): vLLM then keeps its initial value.
-    """
-    import torch
-
-    parts = {".qkv_proj": (".q_proj", ".k_proj", ".v_proj"), ".gate_up_proj": (".gate_proj", ".up_proj")}
-    shared = {n for n, s in run.draft_shares.items() if s}
-
-    def file_names(vname: str, suffix: str = ".weight") -> list[str]:
-        """vLLM parameter or module name -> the file's tensor names (module names get ``suffix``)."""
-        n = vname[len("model."):] if vname.startswith("model.") else vname
-        if n == "draft_id_to_target_id":
-            return ["d2t"]
-        stem, last = (n.rsplit(".", 1) + [""])[:2] if suffix == "" else (n, suffix.lstrip("."))
-        for merged, split in parts.items():
-            if stem.endswith(merged):
-                return [stem[: -len(merged)] + p + "." + last for p in split]
-        return [f"{stem}.{last}" if last else stem]
-
-    def stats(names: list[str]) -> tuple[float, float] | None:
-        if not all(n in tensors for n in names):
-            return None
-        ts = [tensors[n].to(torch.float64) for n in names]
-        return float(sum(t.sum() for t in ts)), float(sum(t.abs().sum() for t in ts))
-
-    def is_shared(names: list[str]) -> bool:
-        return any(n.split(".")[0] in shared for n in names)
-
-    bad = []
-    seen: set[str] = set()
-    for mod, (s, a) in sorted(run.draft_linear_sums.items()):
-        names = file_names(mod)
-        seen.update(names)
-        if s is None or is_shared(names):
-            continue
-        want = stats(names)
-        if want is None:
-            if not any(n in tensors for n in names):
-                bad.append(f"{'+'.join(names)}: not in the file; vLLM keeps its initial value")
-            continue
-        if abs(s - want[0]) > rel * max(want[1], 1e-6) or abs(a - want[1]) > rel * max(want[1], 1e-6):
-            bad.append(f"{'+'.join(names)}: vLLM holds sum {s:.4g} / |sum| {a:.4g}, the file {want[0]:.4g} / {want[1]:.4g}")
-    for p, (shape, s) in sorted(run.draft_parameters.items()):
-        if shape == [0]:
-            continue  # a repacked linear weight, compared above
-        names = file_names(p, "")
-        if set(names) & seen or is_shared(names):
-            continue
-        want = stats(names)
-        if want is None:
-            bad.append(f"{'+'.join(names)}: not in the file; vLLM keeps its initial value")
-        elif abs(s - want[0]) > rel * max(want[1], 1e-6):
-            bad.append(f"{'+'.join(names)}: vLLM holds sum {s:.4g}, the file {want[0]:.4g}")
-    return bad
-
-
 # --------------------------------------------------------------------------- the run
 
 
 def validate_run(
     folder: str | Path,
     *,
-    verifier: str | None = None,
+    verifier: "str | Verifier | None" = None,
     prompts: str | None = None,
     max_tokens: int = 32,
     num_speculative_tokens: int | None = None,
@@ -337,7 +155,8 @@ def validate_run(
 
     Args:
         folder: the checkpoint (a local folder or Hub id).
-        verifier: the verifier (default: the one the config names).
+        verifier: the verifier (default: the one the config names): a folder, a Hub id, or a
+            :class:`~specfmt.verifier.Verifier` the caller already resolved.
         prompts: jsonl prompts file (see :func:`load_prompts`); None for the built-in set.
         max_tokens: tokens generated per prompt.
         num_speculative_tokens: k (default: the config's proposal method).
@@ -355,18 +174,28 @@ def validate_run(
     Raises:
         InputError: a bad option or prompts file; HubError: the folder cannot be found.
     """
-    from .format import CONFIG_FILE, read_json
-    from .hub import resolve
-    from .validate import validate_static
-
     if max_tokens < 2:
         raise InputError(f"--max-tokens {max_tokens}: at least 2 tokens are needed for one verification step")
     if num_speculative_tokens is not None and num_speculative_tokens < 1:
         raise InputError(f"--num-speculative-tokens {num_speculative_tokens}: must be at least 1")
     if not 0 <= tolerance <= 1:
         raise InputError(f"--tolerance {tolerance}: an acceptance-rate difference between 0 and 1")
-    rep = validate_static(folder, verifier)
     res_folder = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
+    # the verifier is resolved once, here, for the static check, the reference and vLLM
+    vref, ver, ver_error = verifier, None, None
+    if isinstance(verifier, Verifier):
+        vref, ver = verifier.ref, verifier
+    if vref is None:
+        try:
+            vref = ((read_json(res_folder.folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+        except SpecfmtError:
+            vref = None  # the static checks report the config
+    if ver is None and isinstance(vref, str) and vref:
+        try:
+            ver = Verifier.load(vref)
+        except SpecfmtError as e:
+            ver_error = e
+    rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
     runnable = {c.name: c.status for c in rep.checks}
     result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens)
     run_names = ["reference", "vllm", "vllm_exact", "agreement", "variants", "vllm_weights", "acceptance"]
@@ -381,27 +210,22 @@ def validate_run(
         result.causes = _static_causes(rep)
         return result
     cfg = read_json(res_folder.folder / CONFIG_FILE)
-    method = cfg["speculators_config"]["proposal_methods"][0]
-    k_config = method["speculative_tokens"]
+    algo = get(cfg["speculators_model_type"])
+    k_config = speculative_tokens(cfg)
     k = num_speculative_tokens or k_config
-    if cfg["speculators_model_type"] == "medusa" and k > cfg["num_heads"]:
-        raise InputError(f"--num-speculative-tokens {k}: this Medusa checkpoint has {cfg['num_heads']} heads")
+    limit = algo.speculative_token_limit(cfg)
+    if limit is not None and k > limit[0]:
+        raise InputError(f"--num-speculative-tokens {k}: this {algo.title} checkpoint has {limit[0]} {limit[1]}")
     result.k = k
-    vref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
 
     # -- reference ----------------------------------------------------------------
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .acceptance import run_chain
-
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the table is the output; no "Loading weights" bar
     try:
-        vfolder = resolve(vref, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier").folder
-        tokenizer = AutoTokenizer.from_pretrained(str(vfolder))
-        model = AutoModelForCausalLM.from_pretrained(str(vfolder), dtype=torch.float32).eval()
+        if ver is None:
+            raise ver_error or InputError("the config names no verifier")
+        tokenizer = ver.tokenizer()
+        model = ver.load_model()
     except (SpecfmtError, OSError, ValueError) as e:
         why = e.one_line() if isinstance(e, SpecfmtError) else str(e).splitlines()[0]
         rep.add("reference", FAIL, f"not run: the verifier {vref} cannot be loaded with transformers: {why}",
@@ -414,17 +238,17 @@ def validate_run(
         raise InputError(f"the longest prompt plus --max-tokens needs {longest} positions; the verifier has {max_pos}",
                          hint="use shorter prompts or a smaller --max-tokens")
     tensors = _load_tensors(res_folder.folder)
-    n_layers = model.config.num_hidden_layers
-    readings = variants(cfg, n_layers)
+    readings = algo.readings(cfg, model.config.num_hidden_layers)
     ref_res = None
     if runnable.get("tensors") != PASS:
         rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
         rep.add("variants", SKIP, "no reference run")
     else:
+        embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
         try:
             runs = []
             for v in readings:
-                r = run_chain(model, result.prompts.ids, _proposer(v, tensors, model), k, max_tokens)
+                r = run_chain(model, result.prompts.ids, algo.proposer(v, tensors, embed, head), k, max_tokens)
                 runs.append((v, r))
         except (RuntimeError, KeyError, IndexError) as e:
             rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
@@ -453,8 +277,7 @@ def validate_run(
     if not use_vllm:
         skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
     else:
-        _vllm_checks(result, cfg, res_folder.name_or_path,
-                     vref, k, k_config, ref_res, tensors, tolerance, timeout)
+        _vllm_checks(result, algo, res_folder.name_or_path, ver.name_or_path, k, k_config, ref_res, tensors, tolerance, timeout)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
     if min_acceptance_length is None:
@@ -494,23 +317,22 @@ def _static_causes(rep: Report) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_config: int, ref_res, tensors, tolerance: float, timeout: float) -> None:
-    from .vllm_run import VLLMRunError, generate
-
+def _vllm_checks(result: RunResult, algo: Algorithm, model_ref: str, vref: str, k: int, k_config: int, ref_res: "ChainResult | None",
+                 tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float) -> None:
     rep = result.report
     ids = result.prompts.ids
     # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
     override = {"num_speculative_tokens": k} if k != k_config else None
     try:
-        run = generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
-        alone = generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
+        run = vllm_run.generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
+        alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())
         for n in ("vllm_exact", "agreement", "vllm_weights"):
             rep.add(n, SKIP, "vLLM did not run")
         return
-    expected = {"eagle3": "eagle3", "eagle": "eagle", "medusa": "medusa"}[cfg["speculators_model_type"]]
+    expected = algo.vllm_method
     result.vllm = {"engine": f"vllm {run.vllm_version}", "dtype": run.dtype, "method": run.speculative_method,
                    "draft_class": run.draft_class, "speculative_config_override": override, **_figures(run)}
     if run.speculative_method != expected or not run.num_drafts:
@@ -523,7 +345,7 @@ def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_co
     rep.add("vllm_exact", FAIL if diff else PASS,
             f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
             [f"prompt {i}" for i in diff])
-    bad = vllm_weight_mismatches(run, tensors)
+    bad = vllm_weight_mismatches(run, tensors, aliases=algo.vllm_aliases)
     rep.add("vllm_weights", FAIL if bad else PASS,
             f"{len(bad)} draft weight(s) inside vLLM differ from the file: not loaded" if bad else f"the {len(run.draft_linear_sums)} linear layers and the norms vLLM holds match the file",
             bad)
@@ -547,8 +369,6 @@ def _vllm_checks(result: RunResult, cfg, model_ref: str, vref: str, k: int, k_co
 def _write_json(folder: Path, data: dict[str, Any]) -> str:
     """Write ``validation.json`` atomically (temp file + rename) into ``folder``, with the sha256 of
     the files measured (``files``: config.json and the weights), so a later reader can tell stale figures."""
-    from .checkpoint import weight_file_digests
-
     data = {**data, "host": {"python": platform.python_version(), "machine": platform.machine()}, "files": weight_file_digests(folder)}
     path = folder / VALIDATION_FILE
     tmp = folder / f".{VALIDATION_FILE}.{os.getpid()}.tmp"
@@ -557,4 +377,4 @@ def _write_json(folder: Path, data: dict[str, Any]) -> str:
     return str(path)
 
 
-__all__ = ["BUILTIN_PROMPTS", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]
+__all__ = ["BUILTIN_PROMPTS", "CAUSES", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]

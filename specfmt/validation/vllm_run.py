@@ -20,13 +20,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from .errors import SpecfmtError
+from ..errors import VLLMRunError
 
 MARK = "SPECFMT_VLLM_RESULT "
-
-
-class VLLMRunError(SpecfmtError):
-    """vLLM is missing, crashed, or timed out while loading or generating."""
 
 
 @dataclass
@@ -120,7 +116,7 @@ def generate(
         # the draft probe below is a function sent to vLLM's worker process, which vLLM's
         # msgpack IPC refuses unless pickling is allowed; the IPC is local to this child
         env = {**os.environ, "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
-        proc = subprocess.run([sys.executable, "-m", "specfmt.vllm_run", args], capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run([sys.executable, "-m", "specfmt.validation.vllm_run", args], capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise VLLMRunError(f"vLLM did not finish within {timeout:.0f} s", where=model) from None
     for line in proc.stdout.splitlines():

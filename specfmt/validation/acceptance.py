@@ -47,7 +47,8 @@ class VerifierStates:
 
 
 #: ``propose(tokens, states, k) -> k draft token ids (verifier vocabulary)``.
-#: ``tokens`` ends with the verifier's newest token x; ``states`` covers ``tokens[:-1]``.
+#: ``tokens`` ends with the verifier's newest token x; ``states`` (:class:`VerifierStates`) covers
+#: ``tokens[:-1]``. Each algorithm builds its own (:meth:`specfmt.algorithms.base.Algorithm.proposer`).
 Proposer = Callable[[list[int], VerifierStates, int], list[int]]
 
 

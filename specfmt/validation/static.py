@@ -11,7 +11,7 @@ Checks, in order; a check that cannot run because an earlier one failed is
 ``tensors``        names and shapes exactly those the config implies
 ``dtypes``         one floating dtype matching the config's ``dtype``; d2t int64, t2d bool
 ``finite``         no NaN/Inf in any floating tensor (reads the data, one tensor at a time)
-``vocab_map``      ``d2t``/``t2d`` consistency (:func:`specfmt.checks.vocab_map_problems`)
+``vocab_map``      ``d2t``/``t2d`` consistency (the algorithm's ``vocab_map_check``)
 ``verifier``       against the verifier's config when reachable: hidden size,
                    vocabulary, tap ids within its layer count, architectures
 =================  ==========================================================
@@ -19,59 +19,34 @@ Checks, in order; a check that cannot run because an earlier one failed is
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .errors import SpecfmtError
+from ..algorithms import get
+from ..checkpoint.dtypes import kind_of
+from ..checkpoint.files import CONFIG_FILE, read_json
+from ..checkpoint.finite import nonfinite_in
+from ..checkpoint.reader import CheckpointReader
+from ..errors import SpecfmtError
+from ..format.schema import schema_violations
+from ..format.versions import check_speculators_version
+from ..hub.resolve import resolve
+from ..verifier import Verifier
+from .checks import float_dtype_problems, inventory_problems
+from .report import FAIL, PASS, SKIP, WARN, Report
 
-PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-
-
-@dataclass
-class Check:
-    """One check's outcome.
-
-    Attributes:
-        name: short id (``schema``, ``tensors``, ...).
-        status: ``pass``, ``fail``, ``warn`` (does not fail the run) or ``skip``.
-        summary: one line.
-        details: every individual finding (JSON paths, tensor names).
-    """
-
-    name: str
-    status: str
-    summary: str
-    details: list[str] = field(default_factory=list)
+if TYPE_CHECKING:  # pragma: no cover
+    from ..checkpoint.reader import TensorInfo
 
 
-@dataclass
-class Report:
-    """All checks on one folder. ``ok`` is True when no check failed."""
-
-    path: str
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.status != FAIL for c in self.checks)
-
-    def add(self, name: str, status: str, summary: str, details: list[str] | None = None) -> Check:
-        c = Check(name, status, summary, list(details or []))
-        self.checks.append(c)
-        return c
-
-    def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "ok": self.ok, "checks": [asdict(c) for c in self.checks]}
-
-
-def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
+def validate_static(folder: str | Path, verifier: str | Verifier | None = None) -> Report:
     """Run the static checks on a local checkpoint folder.
 
     Args:
         folder: the checkpoint folder (a Hub id is resolved through the cache/Hub).
-        verifier: verifier folder or Hub id; default: ``speculators_config.verifier.name_or_path``
-            when reachable (the verifier check is skipped otherwise).
+        verifier: verifier folder or Hub id, or a :class:`~specfmt.verifier.Verifier` already
+            resolved; default: ``speculators_config.verifier.name_or_path`` when reachable (the
+            verifier check is skipped otherwise).
 
     Returns:
         A :class:`Report`; it never raises for problems in the checkpoint itself.
@@ -79,11 +54,6 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
     Raises:
         InputError, HubError: ``folder`` itself cannot be found.
     """
-    from .checkpoint import CheckpointReader, kind_of
-    from .checks import float_dtype_problems, inventory_problems, vocab_map_problems
-    from .format import CONFIG_FILE, check_speculators_version, read_json, schema_violations
-    from .hub import resolve
-
     res = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
     rep = Report(res.name_or_path)
     rest = ["schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier"]
@@ -139,24 +109,13 @@ def validate_static(folder: str | Path, verifier: str | None = None) -> Report:
         floats = sorted({i.dtype for i in infos.values() if kind_of(i.dtype) == "float"})
         rep.add("dtypes", FAIL if dt else PASS, "; ".join(dt) if dt else f"floating tensors {'/'.join(floats)}; index tensors as expected", dt)
         _finite(rep, reader, infos)
-        tlc = cfg["transformer_layer_config"]
-        if cfg["speculators_model_type"] != "eagle3":
-            rep.add("vocab_map", PASS, f"no draft vocabulary: {cfg['speculators_model_type']} proposes over the verifier's {tlc['vocab_size']} ids")
-        elif "d2t" in infos and "t2d" in infos:
-            vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), tlc["vocab_size"], cfg["draft_vocab_size"])
-            rep.add("vocab_map", FAIL if vp else PASS, "; ".join(vp) if vp else f"d2t/t2d consistent: {cfg['draft_vocab_size']} of {tlc['vocab_size']} ids", vp)
-        elif cfg["draft_vocab_size"] == tlc["vocab_size"]:
-            rep.add("vocab_map", PASS, "full vocabulary (Vd = V); no map needed")
-        else:
-            rep.add("vocab_map", SKIP, "d2t/t2d absent (reported under tensors)")
+        status, summary, details = get(cfg["speculators_model_type"]).vocab_map_check(cfg, reader)
+        rep.add("vocab_map", status, summary, details)
     _verifier_check(rep, cfg, verifier)
     return rep
 
 
-def _finite(rep: Report, reader, infos) -> None:
-    from .checkpoint import kind_of
-    from .checks import nonfinite_in
-
+def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"]) -> None:
     bad = []
     for name, info in sorted(infos.items()):
         if kind_of(info.dtype) != "float":
@@ -167,26 +126,25 @@ def _finite(rep: Report, reader, infos) -> None:
     rep.add("finite", FAIL if bad else PASS, f"{len(bad)} tensor(s) with NaN/Inf" if bad else "no NaN/Inf", bad)
 
 
-def _verifier_check(rep: Report, cfg: dict, verifier: str | None) -> None:
-    from .convert import load_verifier
-
-    ref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
-    try:
-        v = load_verifier(ref)
-    except SpecfmtError as e:
-        rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}")
-        return
+def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None) -> None:
+    if isinstance(verifier, Verifier):
+        ref, v = verifier.ref, verifier.info
+    else:
+        ref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
+        try:
+            v = Verifier.load(ref).info
+        except SpecfmtError as e:
+            rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}")
+            return
+    algo = get(cfg["speculators_model_type"])
     tlc = cfg["transformer_layer_config"]
     found = []
-    ht = cfg.get("target_hidden_size") or tlc["hidden_size"]
+    ht = algo.verifier_hidden_size(cfg)
     if ht != v.hidden_size:
         found.append(f"the draft takes verifier states of width {ht}, the verifier's hidden_size is {v.hidden_size}")
     if tlc["vocab_size"] != v.vocab_size:
         found.append(f"transformer_layer_config.vocab_size {tlc['vocab_size']} != verifier vocab_size {v.vocab_size}")
-    taps = cfg.get("eagle_aux_hidden_state_layer_ids") or []
-    out_of_range = [t for t in taps if t >= v.num_hidden_layers]
-    if out_of_range:
-        found.append(f"tap layers {out_of_range} are not below the verifier's {v.num_hidden_layers} layers")
+    found += algo.verifier_problems(cfg, v)
     archs = cfg["speculators_config"]["verifier"]["architectures"]
     if list(archs) != list(v.architectures):
         found.append(f"verifier.architectures {archs} != the verifier's {list(v.architectures)}")

@@ -7,12 +7,12 @@ from the local cache or fails with a clear message.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import HubError, InputError
+from ..errors import InputError
+from .failures import download_failure
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Resolved:
     is_hub: bool
 
 
-def _looks_like_path(ref: str) -> bool:
+def looks_like_path(ref: str) -> bool:
     """A reference a Hub id can never be: starts with . / ~, has a backslash or more than one slash."""
     return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
 
@@ -47,6 +47,35 @@ def _validate_repo_id(ref: str) -> None:
             f"{ref!r} is neither an existing folder nor a valid Hub repo id ({str(e).splitlines()[0]})",
             hint="check the path, or give a Hub id as OWNER/NAME",
         ) from None
+
+
+def is_hub_id(ref: str) -> bool:
+    """``ref`` is a valid Hub repo id ``OWNER/NAME`` (and could not be a path)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if looks_like_path(ref) or ref.count("/") != 1:
+        return False
+    try:
+        validate_repo_id(ref)
+    except HFValidationError:
+        return False
+    return True
+
+
+def check_repo_id(repo_id: str, option: str = "--repo-id") -> None:
+    """Refuse a repo id that is not ``OWNER/NAME`` before any network call.
+
+    Raises:
+        InputError: with the reason huggingface_hub's ``validate_repo_id`` gives.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if repo_id.count("/") != 1:
+        raise InputError(f"{option} {repo_id!r} is not OWNER/NAME", hint="e.g. --repo-id my-org/Llama-3.1-8B-eagle3")
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise InputError(f"{option} {repo_id!r} is not a valid Hub repo id: {str(e).splitlines()[0]}", hint="use letters, digits, '-', '_' and '.'") from None
 
 
 _REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
@@ -65,29 +94,6 @@ def check_revision(revision: str | None, option: str = "--revision") -> None:
            or revision.endswith(("/", ".lock", ".")) or any(part.startswith(".") for part in revision.split("/")))
     if bad:
         raise InputError(f"{option} {revision!r} is not a valid revision", hint="use a branch, tag or commit: letters, digits, '.', '_', '-' and '/' (e.g. v1 or refs/pr/3)")
-
-
-def _hub_error(ref: str, revision: str | None, exc: Exception) -> HubError:
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        LocalEntryNotFoundError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    if isinstance(exc, LocalEntryNotFoundError):
-        return HubError(
-            f"{ref!r} is not a local folder, not in the local Hugging Face cache, and the Hub cannot be reached"
-            + (" (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") else ""),
-            hint="download it once with network access, or pass a local folder",
-        )
-    if isinstance(exc, GatedRepoError):
-        return HubError(f"{ref!r} is gated on the Hub", hint="accept its terms on the Hub and log in with `hf auth login`")
-    if isinstance(exc, RepositoryNotFoundError):
-        return HubError(f"{ref!r} is not a local folder, and no Hub repo has that id (or it is private)", hint="check the path or id; log in with `hf auth login` for private repos")
-    if isinstance(exc, RevisionNotFoundError):
-        return HubError(f"revision {revision!r} not found in {ref!r}", hint="check --revision")
-    return HubError(f"could not fetch {ref!r} from the Hub: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
 
 def resolve(ref: str, *, allow_patterns: list[str] | None = None, revision: str | None = None, what: str = "model") -> Resolved:
@@ -113,7 +119,7 @@ def resolve(ref: str, *, allow_patterns: list[str] | None = None, revision: str 
         if not path.is_dir():
             raise InputError(f"the {what} must be a folder, not a file", where=str(path))
         return Resolved(path.resolve(), str(path.resolve()), None, False)
-    if _looks_like_path(ref):
+    if looks_like_path(ref):
         raise InputError(f"{what} folder not found", where=ref, hint="check the path")
     _validate_repo_id(ref)
     from huggingface_hub import snapshot_download
@@ -121,5 +127,22 @@ def resolve(ref: str, *, allow_patterns: list[str] | None = None, revision: str 
     try:
         folder = snapshot_download(ref, revision=revision, allow_patterns=allow_patterns)
     except Exception as e:  # huggingface_hub raises many classes; all become one clear line
-        raise _hub_error(ref, revision, e) from None
+        raise download_failure(ref, revision, e) from None
     return Resolved(Path(folder), ref, revision, True)
+
+
+def fetch(res: Resolved, allow_patterns: list[str]) -> Path:
+    """More files of an already resolved Hub id (same revision): ``snapshot_download`` with
+    ``allow_patterns``; files already in the cache are not downloaded again.
+
+    Raises:
+        HubError: the files cannot be fetched (offline and not cached, ...).
+    """
+    from huggingface_hub import snapshot_download
+
+    if not res.is_hub:
+        return res.folder
+    try:
+        return Path(snapshot_download(res.name_or_path, revision=res.revision, allow_patterns=allow_patterns))
+    except Exception as e:  # huggingface_hub raises many classes; all become one clear line
+        raise download_failure(res.name_or_path, res.revision, e) from None

@@ -1,16 +1,19 @@
 """``specfmt train``: build a draft (new, or read from any source), fill its gaps, train it, write it, check it.
 
-The pipeline behind the CLI, one request at a time:
+The pipeline behind the CLI, one request at a time; what differs per algorithm is asked of
+the algorithm (:mod:`specfmt.algorithms`):
 
-1. the draft: read with :func:`specfmt.draft.load_draft` (``--init``), or a new config for
-   the verifier (:func:`specfmt.draft.new_config`) initialised as the references do;
-2. fill-ins (:mod:`specfmt.fill`): ``d2t``/``t2d`` from the data, embeddings and heads
-   copied from the verifier, Medusa heads added;
-3. training (:func:`specfmt.train.fit`) unless ``steps`` is 0 or it is a dry run, with the
-   state saved next to OUT (``OUT.train-state/``) for ``--resume``;
+1. the draft: read into memory with :func:`specfmt.convert.load_draft` (``--init``: a specfmt
+   folder, or a research checkpoint through its converter, no temporary folder), or a new
+   config for the verifier (:meth:`~specfmt.algorithms.base.Algorithm.new_config`) initialised
+   as the references do (:meth:`~specfmt.algorithms.base.Algorithm.new_draft`);
+2. fill-ins (``fill_vocab``, ``fill_embed``, ``fill_heads``): ``d2t``/``t2d`` from the data,
+   embeddings and heads copied from the verifier, Medusa heads added;
+3. training (:func:`specfmt.training.loop.fit`) unless ``steps`` is 0 or it is a dry run, with
+   the state saved next to OUT (``OUT.train-state/``) for ``--resume``;
 4. the draft written atomically in the specfmt format (:func:`specfmt.draft.save_draft`);
 5. a short validation run: the static checks and the reference run of
-   :func:`specfmt.validate_run.validate_run` (no vLLM), its figures written to
+   :func:`specfmt.validation.run.validate_run` (no vLLM), its figures written to
    ``validation.json``.
 
 Under ``torchrun`` every process trains on its own windows through
@@ -27,12 +30,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import InputError
+from ..algorithms import get
+from ..algorithms.base import REGISTRY, Algorithm, NewDraft
+from ..checkpoint.output import check_output
+from ..convert import load_draft
+from ..draft import Draft, save_draft
+from ..errors import InputError
+from ..verifier import Verifier
+from .data import FeatureCache, Windows, read_documents
+from .loop import fit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .draft import Draft
-    from .train import TrainOptions, TrainStats
-    from .validate_run import RunResult
+    from ..validation.run import RunResult
+    from .loop import TrainOptions, TrainStats
 
 
 @dataclass
@@ -43,12 +53,13 @@ class TrainRequest:
         algorithm: ``eagle3``, ``eagle`` or ``medusa``; None takes the ``init`` draft's.
         out: output folder.
         verifier: folder or Hub id.
-        data: training data files (:func:`specfmt.train_data.read_documents`).
+        data: training data files (:func:`specfmt.training.data.read_documents`).
         init: a draft to start from (specfmt folder or research checkpoint); None: new.
         source_format: ``--from`` of ``init``.
-        steps_only_fill: fill the gaps and write, no training (``specfmt train fill``).
+        fill_only: fill the gaps and write, no training (``specfmt train fill``).
         dry_run: write the initialised draft, no training.
         draft_vocab / taps / layers: a new EAGLE-3 / EAGLE draft's shape.
+        draft_layer: a new draft's decoder-layer family (``llama``, ``qwen3``).
         heads / head_layers: Medusa heads K (new, or the total after adding) and blocks L.
         train_all: Medusa: train the heads ``init`` had too (default: only new heads,
             or all when none are new).
@@ -76,6 +87,7 @@ class TrainRequest:
     draft_vocab: int | None = None
     taps: list[int] | None = None
     layers: int = 1
+    draft_layer: str = "llama"
     heads: int | None = None
     head_layers: int = 1
     train_all: bool = False
@@ -134,91 +146,40 @@ def _init_distributed(device: str | None):
     return 0, 1, torch.device(device)
 
 
-def _new_draft(req: TrainRequest, docs, notes: list[str]) -> tuple["Draft", dict[str, str]]:
+def _shape(req: TrainRequest) -> NewDraft:
+    return NewDraft(draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3, head_layers=req.head_layers,
+                    speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32", draft_layer=req.draft_layer)
+
+
+def _new_draft(req: TrainRequest, algo: Algorithm, verifier: Verifier, docs: Any, notes: list[str]) -> tuple[Draft, dict[str, str]]:
     """A new draft for the verifier, initialised as the reference trainers do."""
-    import torch
-
-    from .draft import Draft, new_config
-    from .fill import verifier_is_tied, fill_eagle3_head, verifier_tensor
-    from .reference import Eagle1Draft, Eagle3Draft
-
-    algo = req.algorithm
-    cfg = new_config(algo, req.verifier, draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3,
-                     head_layers=req.head_layers, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32")
-    filled: dict[str, str] = {}
-    draft = Draft(cfg, {})
-    if algo == "medusa":
-        K, L, H = cfg["num_heads"], cfg["num_hidden_layers"], cfg["hidden_size"]
-        head = verifier_tensor(req.verifier, "head", tied=verifier_is_tied(req.verifier))
-        for i in range(K):
-            for j in range(L):
-                draft.tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H)
-                draft.tensors[f"blocks.{i}.layers.{j}.bias"] = torch.zeros(H)
-            draft.tensors[f"lm_heads.{i}.weight"] = head.clone().float()
-            filled[f"lm_heads.{i}.weight"] = "the verifier's lm_head, copied (Medusa's initialisation); blocks zero"
-        return draft, filled
-    module = (Eagle3Draft if algo == "eagle3" else Eagle1Draft)(cfg)
-    draft.tensors = {n: t.detach().clone() for n, t in module.state_dict().items()}
-    if algo == "eagle3":
-        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
-        if Vd < V:
-            if docs is None:
-                raise InputError(f"a draft vocabulary of {Vd} < {V} is built from the training data", hint="pass --data")
-            draft.tensors.pop("d2t"), draft.tensors.pop("t2d")
-            from .fill import fill_vocab_map
-
-            filled.update(fill_vocab_map(draft, docs.ids))
-        filled.update(fill_eagle3_head(draft, req.verifier))
-    else:
-        draft.tensors["embed_tokens.weight"] = verifier_tensor(req.verifier, "embed").float()
-        filled["embed_tokens.weight"] = "the verifier's input embedding, copied (EAGLE-1 shares and freezes it)"
-    notes.append(f"new {algo} draft for {req.verifier}")
-    return draft, filled
+    cfg = algo.new_config(verifier, _shape(req))
+    tensors, filled = algo.new_draft(cfg, verifier, docs.ids if docs is not None else None)
+    notes.append(f"new {algo.name} draft for {req.verifier}")
+    return Draft(cfg, tensors), filled
 
 
-def _fill(req: TrainRequest, draft: "Draft", docs) -> dict[str, str]:
+def _fill(req: TrainRequest, algo: Algorithm, draft: Draft, verifier: Verifier, docs: Any) -> dict[str, str]:
     """The fill-ins a draft read from ``--init`` gets."""
-    from .fill import fill_embed, fill_medusa_lm_heads, fill_vocab_map
-
     filled: dict[str, str] = {}
     cfg = draft.config
-    if draft.algorithm == "eagle3":
-        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
-        needs = Vd < V and "d2t" not in draft.tensors
-        if req.vocab_map or (req.vocab_map is None and needs):
-            if docs is None:
-                raise InputError("the draft has no d2t/t2d (draft vocabulary map); they are built from token frequencies over a corpus",
-                                 hint="pass --data FILE")
-            filled.update(fill_vocab_map(draft, docs.ids))
-    elif req.vocab_map:
-        raise InputError(f"--vocab-map: a {draft.algorithm} draft has no draft vocabulary map")
+    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=docs.ids if docs is not None else None))
     if req.embed:
-        filled.update(fill_embed(draft, req.verifier))
-    if draft.algorithm == "medusa":
-        grow = req.heads is not None and req.heads > cfg["num_heads"]
-        if req.lm_heads or grow or (cfg["original_lm_head"] and not req.fill_only):
-            filled.update(fill_medusa_lm_heads(draft, req.verifier, req.heads))
-            if grow:
-                cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens or cfg["num_heads"]
-        elif req.heads is not None and req.heads < cfg["num_heads"]:
-            raise InputError(f"--heads {req.heads}: the draft already has {cfg['num_heads']} heads", hint="heads are only added, never removed")
-    elif req.heads is not None or req.lm_heads:
-        raise InputError(f"--heads / --lm-heads apply to Medusa drafts, not {draft.algorithm}")
+        filled.update(algo.fill_embed(draft, verifier))
+    filled.update(algo.fill_heads(draft, verifier, heads=req.heads, lm_heads=req.lm_heads, fill_only=req.fill_only))
     if req.speculative_tokens is not None:
-        if draft.algorithm == "medusa" and req.speculative_tokens > cfg["num_heads"]:
-            raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {cfg['num_heads']} Medusa heads")
+        limit = algo.speculative_token_limit(cfg)
+        if limit is not None and req.speculative_tokens > limit[0]:
+            raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {limit[0]} {algo.title} {limit[1]}")
         cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
     return filled
 
 
-def _module(draft: "Draft", device):
+def _module(algo: Algorithm, draft: Draft, device: Any) -> Any:
     import torch
 
-    from .reference import Eagle1Draft, Eagle3Draft, MedusaHeads
-
-    build = {"eagle3": Eagle3Draft, "eagle": Eagle1Draft, "medusa": MedusaHeads}[draft.algorithm]
     tensors = {n: t.float() if t.is_floating_point() else t for n, t in draft.tensors.items()}
-    module = build(draft.config, tensors).to(device, torch.float32)
+    module = algo.module(draft.config, tensors).to(device, torch.float32)
     if module.embed_tokens is not None:
         module.embed_tokens = module.embed_tokens.float().to(device)
     return module
@@ -230,16 +191,16 @@ def check_request(req: TrainRequest) -> None:
     Raises:
         InputError: options that contradict each other or the algorithm.
     """
-    if req.algorithm not in (None, "eagle3", "eagle", "medusa"):
-        raise InputError(f"unknown algorithm {req.algorithm!r}", hint="train eagle3, eagle or medusa")
+    trainable = [a.name for a in REGISTRY.values() if a.train_summary]
+    if req.algorithm is not None and req.algorithm not in trainable:
+        raise InputError(f"unknown algorithm {req.algorithm!r}", hint=f"train {', '.join(trainable[:-1])} or {trainable[-1]}")
     if req.algorithm is None and req.init is None:
         raise InputError("no algorithm and no --init draft to take it from")
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
-    if req.algorithm != "eagle3" and (req.draft_vocab is not None or req.taps is not None):
-        raise InputError("--draft-vocab and --aux-layers apply to new EAGLE-3 drafts")
-    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1):
-        raise InputError("--draft-vocab, --aux-layers and --layers shape a new draft; an --init draft keeps its own")
+    (get(req.algorithm) if req.algorithm else Algorithm()).check_new_draft(_shape(req), init=req.init is not None)
+    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1 or req.draft_layer != "llama"):
+        raise InputError("--draft-vocab, --aux-layers, --layers and --draft-layer shape a new draft; an --init draft keeps its own")
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
     if req.resume and (req.dry_run or req.fill_only):
@@ -253,7 +214,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     Args:
         req: what to do.
         opts: training hyper-parameters.
-        log: per-step callback (process 0), as for :func:`specfmt.train.fit`.
+        log: per-step callback (process 0), as for :func:`specfmt.training.loop.fit`.
         status: called with one-line phase messages ("reading data", ...).
 
     Returns:
@@ -266,12 +227,6 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     """
     import torch
 
-    from .convert import check_output
-    from .draft import load_draft
-    from .hub import resolve
-    from .train import fit
-    from .train_data import FeatureCache, Windows, read_documents
-
     say = status or (lambda msg: None)
     check_request(req)
     out = Path(req.out).expanduser().resolve()
@@ -283,29 +238,27 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         raise InputError("--ttt-steps must be at least 1")
     rank, world, device = _init_distributed(req.device)
     torch.manual_seed(opts.seed)
-    vres = resolve(req.verifier, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"], what="verifier")
-    req.verifier = vres.name_or_path
+    verifier = Verifier.load(req.verifier)  # resolved once: data, fill-ins, training and the validation run share it
+    req.verifier = verifier.name_or_path
     training = not (req.fill_only or req.dry_run) and opts.steps > 0
     docs = None
     if req.data:
-        from transformers import AutoTokenizer
-
         say("reading the training data")
-        tokenizer = AutoTokenizer.from_pretrained(str(vres.folder))
-        docs = read_documents(req.data, tokenizer)
+        docs = read_documents(req.data, verifier.tokenizer())
     elif training:
         raise InputError("training needs data", hint="pass --data FILE (text, or jsonl with \"text\" or \"messages\")")
 
     notes: list[str] = []
     if req.init is not None:
         say(f"reading the draft {req.init}")
-        draft = load_draft(req.init, source_format=req.source_format, verifier=req.verifier)
+        draft = load_draft(req.init, source_format=req.source_format, verifier=verifier, allow_missing=FILLABLE)
         notes += draft.notes
         if req.algorithm is not None and draft.algorithm != req.algorithm:
             raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
         req.algorithm = draft.algorithm
-        prior_heads = draft.config.get("num_heads", 0)
-        filled = _fill(req, draft, docs)
+        algo = get(draft.algorithm)
+        prior: dict[str, Any] | None = json.loads(json.dumps(draft.config))
+        filled = _fill(req, algo, draft, verifier, docs)
         if req.dtype is not None:
             for block in (draft.config, draft.config["transformer_layer_config"]):
                 if "dtype" in block:
@@ -313,44 +266,34 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     else:
         if req.fill_only:
             raise InputError("nothing to fill: no --init draft")
-        if req.heads is not None and req.algorithm != "medusa":
-            raise InputError("--heads applies to Medusa drafts")
-        draft, filled = _new_draft(req, docs, notes)
-        prior_heads = 0
+        algo = get(req.algorithm)
+        algo.check_new_heads(req.heads)
+        draft, filled = _new_draft(req, algo, verifier, docs, notes)
+        prior = None
 
-    module = _module(draft, device)
-    medusa_train = None
-    if draft.algorithm == "medusa":
-        K = draft.config["num_heads"]
-        medusa_train = list(range(K)) if (req.train_all or prior_heads in (0, K)) else list(range(prior_heads, K))
-        for i, block in enumerate(module.blocks):
-            block.requires_grad_(i in medusa_train)
-            module.lm_heads[i].requires_grad_(i in medusa_train)
+    module = _module(algo, draft, device)
+    subset = algo.heads_trained(module, draft.config, prior, req.train_all)
     trainable = [n for n, p in module.named_parameters() if p.requires_grad]
 
     stats = None
     sdir = state_dir(out)
     if training:
         import torch.distributed as dist
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
         say(f"loading the verifier {req.verifier} on {device}")
-        verifier = AutoModelForCausalLM.from_pretrained(str(vres.folder), dtype=torch.float32).to(device).eval()
-        verifier.requires_grad_(False)
+        model = verifier.load_model(device=device)
         windows = Windows(docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=world, rank=rank)
-        taps = list(draft.config.get("eagle_aux_hidden_state_layer_ids") or []) if draft.algorithm == "eagle3" else []
+        taps = algo.feature_taps(draft.config)
         cache = None
         if req.cache:
-            key = {"verifier": req.verifier, "verifier_config": _digest(json.loads((vres.folder / "config.json").read_text())),
+            key = {"verifier": req.verifier, "verifier_config": _digest(verifier.config),
                    "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": "float32"}
             cache = FeatureCache(req.cache, key)
             if world > 1:  # every process has read the folder before any writes to it
                 dist.barrier()
             if not cache.complete:
                 say(f"computing the verifier's features of {windows.n} windows into {req.cache}")
-                cache.build(windows, verifier, taps, device, rank=rank, world=world)
+                cache.build(windows, model, taps, device, rank=rank, world=world)
                 if world > 1:
                     dist.barrier()
                     if rank == 0:
@@ -361,19 +304,17 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         embed = module.embed_tokens  # the draft's own (EAGLE-1; EAGLE-3 with H != H_t), else the verifier's
         say(f"training {len(trainable)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
             + (f" on {world} processes" if world > 1 else ""))
-        stats = fit(draft.algorithm, module, verifier, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
-                    fingerprint=fingerprint, medusa_train=medusa_train, log=log)
-        del verifier
+        stats = fit(draft.algorithm, module, model, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
+                    fingerprint=fingerprint, subset=subset, log=log)
+        del model
 
     tensors = {n: t.detach().cpu() for n, t in module.state_dict().items()}
     if module.embed_tokens is not None:
         tensors["embed_tokens.weight"] = module.embed_tokens.detach().cpu()
-    draft.tensors = tensors  # d2t/t2d are the module's buffers
+    draft.tensors = tensors  # a vocabulary map is among the module's buffers
     result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes)
     if rank != 0:
         return result
-    from .draft import save_draft
-
     provenance = {
         "algorithm": draft.algorithm,
         "init": req.init,
@@ -396,10 +337,14 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         shutil.rmtree(sdir, ignore_errors=True)
     if req.validate:
         say("validating: static checks and the reference run (no vLLM)")
-        from .validate_run import validate_run
+        from ..validation.run import validate_run
 
-        result.validation = validate_run(result.out, verifier=str(vres.folder), prompts=req.prompts, use_vllm=False)
+        result.validation = validate_run(result.out, verifier=verifier, prompts=req.prompts, use_vllm=False)
     return result
+
+
+#: tensors a research checkpoint read with ``--init`` may lack: the fill-ins compute them
+FILLABLE = frozenset(n for a in REGISTRY.values() for n in a.fillable)
 
 
 __all__ = ["TrainRequest", "TrainResult", "check_request", "state_dir", "train_draft"]

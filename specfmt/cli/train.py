@@ -1,4 +1,4 @@
-"""``specfmt train``: the command-line layer over :mod:`specfmt.trainer`.
+"""``specfmt train``: the command-line layer over :mod:`specfmt.training.pipeline`.
 
 ``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source);
 ``specfmt train fill SRC`` fills a draft's gaps without training.
@@ -11,19 +11,13 @@ from typing import Optional
 
 import typer
 
-from .cli import _checks_table, _figures_table, _parse_layers, err, out
+from ..algorithms import trainable
+from .common import checks_table, err, figures_table, out, parse_layers, reports_errors
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
     no_args_is_help=True,
 )
-
-_SUMMARY = {
-    "eagle3": "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier.",
-    "eagle": "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier.",
-    "medusa": "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads.",
-}
-
 
 def _report(result, *, dry_run: bool) -> None:
     if result.out is None:
@@ -42,9 +36,9 @@ def _report(result, *, dry_run: bool) -> None:
     out.print(f"wrote {result.out}" + (" (initialised, not trained)" if dry_run else ""), markup=False)
     v = result.validation
     if v is not None:
-        out.print(_checks_table(v.report, f"validation of {result.out} (reference run, no vLLM)"))
+        out.print(checks_table(v.report, f"validation of {result.out} (reference run, no vLLM)"))
         if v.reference:
-            out.print(_figures_table(v))
+            out.print(figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
     out.print(f"serve it with: vllm serve {result.out}", markup=False)
 
@@ -52,8 +46,8 @@ def _report(result, *, dry_run: bool) -> None:
 def _run(req, opts) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from .train import acceptance_estimate
-    from .trainer import train_draft
+    from ..training.loop import acceptance_estimate
+    from ..training.pipeline import train_draft
 
     progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
                         TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not err.is_terminal)
@@ -75,7 +69,7 @@ def _run(req, opts) -> None:
         raise typer.Exit(1)
 
 
-def _make_command(algorithm: str):
+def _make_command(algorithm: str, summary: str):
     def command(
         output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end)."),
         verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen."),
@@ -93,6 +87,7 @@ def _make_command(algorithm: str):
         draft_vocab: Optional[int] = typer.Option(None, "--draft-vocab", help="EAGLE-3, new draft: draft vocabulary size Vd, the most frequent tokens of --data (default: the verifier's V)."),
         aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3, new draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3)."),
         layers: int = typer.Option(1, "--layers", help="EAGLE, new draft: decoder layers."),
+        draft_layer: str = typer.Option("llama", "--draft-layer", help="New draft: its decoder-layer family, llama or qwen3 (q/k RMSNorm per head; speculators' default)."),
         heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: heads K of a new set (default 3), or the total after adding heads to --init."),
         head_layers: int = typer.Option(1, "--head-layers", help="Medusa, new set: residual blocks per head."),
         train_all: bool = typer.Option(False, "--train-all", help="Medusa with --init and --heads: train the existing heads too (default: only the new ones)."),
@@ -108,27 +103,28 @@ def _make_command(algorithm: str):
         prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in)."),
         force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
     ) -> None:
-        from .train import TrainOptions
-        from .trainer import TrainRequest
+        from ..training.loop import TrainOptions
+        from ..training.pipeline import TrainRequest
 
         req = TrainRequest(out=str(output), verifier=verifier, algorithm=algorithm, data=[str(d) for d in data or []], init=init,
-                           source_format=source_format, dry_run=dry_run, draft_vocab=draft_vocab, taps=_parse_layers(aux_layers),
-                           layers=layers, heads=heads, head_layers=head_layers, train_all=train_all, embed=embed,
+                           source_format=source_format, dry_run=dry_run, draft_vocab=draft_vocab, taps=parse_layers(aux_layers),
+                           layers=layers, draft_layer=draft_layer, heads=heads, head_layers=head_layers, train_all=train_all, embed=embed,
                            speculative_tokens=speculative_tokens, device=device, cache=str(cache) if cache else None, resume=resume,
                            dtype=dtype, force=force, validate=validate, prompts=str(prompts) if prompts else None)
         opts = TrainOptions(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, ttt_steps=ttt_steps, noise=noise,
                             seed=seed, save_every=save_every)
         _run(req, opts)
 
-    command.__doc__ = _SUMMARY[algorithm]
-    return command
+    command.__doc__ = summary
+    return reports_errors(command)
 
 
-for _algo in ("eagle3", "eagle", "medusa"):
-    train_app.command(name=_algo)(_make_command(_algo))
+for _algo in trainable():
+    train_app.command(name=_algo.name)(_make_command(_algo.name, _algo.train_summary))
 
 
 @train_app.command()
+@reports_errors
 def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),
@@ -145,8 +141,8 @@ def fill(
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
 ) -> None:
     """Fill in what a draft lacks, without training: d2t/t2d from corpus frequencies, embed_tokens and lm_heads copied from the verifier, new Medusa heads."""
-    from .train import TrainOptions
-    from .trainer import TrainRequest
+    from ..training.loop import TrainOptions
+    from ..training.pipeline import TrainRequest
 
     req = TrainRequest(out=str(output), verifier=verifier, data=[str(d) for d in data or []], init=src, source_format=source_format,
                        fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, heads=heads,

@@ -11,7 +11,7 @@ pickle cannot execute code; it raises :class:`NotPlain` and the caller falls bac
 ``torch.load(weights_only=True)``, which refuses it with its own reason.
 
 The result is, for every tensor, where its bytes lie in the file: a contiguous tensor is a
-byte range that can be copied as it is, without loading it (:func:`specfmt.checkpoint.CheckpointReader.raw`).
+byte range that can be copied as it is, without loading it (:meth:`specfmt.checkpoint.reader.CheckpointReader.raw`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checkpoint import ST_DTYPES
+from .dtypes import ST_DTYPES
 
 #: ``torch.<Name>Storage`` -> safetensors dtype code
 STORAGE_DTYPES = {

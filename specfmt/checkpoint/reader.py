@@ -1,137 +1,33 @@
-"""Checkpoint I/O: read tensors one at a time, write safetensors as a stream.
+"""Read a checkpoint's weights lazily: headers first, one tensor at a time.
 
-Reading (:class:`CheckpointReader`):
-
-* safetensors: the header is read first with ``safe_open``; tensor data is only
-  touched by :meth:`CheckpointReader.get`, one tensor at a time;
-* pickles (``.bin``, ``.pt``): only ever ``torch.load(..., weights_only=True,
-  mmap=True)``: no code in the file runs, and tensors stay on disk until read;
+* safetensors: the header is read and checked against the file's length before anything
+  else; tensor data is only touched by :meth:`CheckpointReader.get` / :meth:`~CheckpointReader.raw`;
+* zip pickles (``.bin``, ``.pt``): indexed by specfmt's own restricted unpickler
+  (:mod:`specfmt.checkpoint.torchzip`), no code in the file runs; anything else goes to
+  ``torch.load(..., weights_only=True, mmap=True)``;
 * sharded checkpoints through their ``*.index.json``.
 
-Writing (:class:`SafetensorsStreamWriter`): the safetensors Python API has no
-incremental writer (``save_file`` wants every tensor in memory at once), so the
-header is computed from the plan and each tensor's bytes are appended in order.
-The layout follows the safetensors spec (8-byte little-endian header length,
-JSON header padded with spaces to 8 bytes, contiguous data in header order);
-every file written is re-opened with ``safe_open`` before it is published.
+File choice follows vLLM's loader (``research-formats.md`` §1): safetensors first, then pickles.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from .errors import InputError
+from ..errors import InputError
+from .dtypes import ST_DTYPES, torch_dtype_code
+from .files import check_inside
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-#: safetensors dtype code -> (torch dtype name, bytes per element)
-ST_DTYPES: dict[str, tuple[str, int]] = {
-    "F64": ("float64", 8),
-    "F32": ("float32", 4),
-    "F16": ("float16", 2),
-    "BF16": ("bfloat16", 2),
-    "F8_E4M3": ("float8_e4m3fn", 1),
-    "F8_E5M2": ("float8_e5m2", 1),
-    "I64": ("int64", 8),
-    "I32": ("int32", 4),
-    "I16": ("int16", 2),
-    "I8": ("int8", 1),
-    "U8": ("uint8", 1),
-    "BOOL": ("bool", 1),
-}
-TORCH_TO_ST = {name: code for code, (name, _) in ST_DTYPES.items()}
-FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
-
 SAFETENSORS_INDEX = "model.safetensors.index.json"
-#: bytes moved per read/write when a tensor is copied as it is (a multiple of every element size)
-COPY_CHUNK = 16 << 20
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")
-
-
-def containing_root(folder: Path) -> Path:
-    """The tree a checkpoint folder's files may resolve into: the folder itself, or for a
-    Hugging Face cache snapshot (``models--OWNER--NAME/snapshots/REV``, whose files are
-    symlinks to ``../../blobs/``) the repo's cache folder."""
-    folder = Path(folder).resolve()
-    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith(("models--", "datasets--")):
-        return folder.parent.parent
-    return folder
-
-
-def check_inside(folder: Path, path: Path) -> Path:
-    """``path`` (in ``folder``) with its symlinks resolved, refused if that leaves the folder's tree.
-
-    A draft from a stranger could link ``config.json`` or a weight file to any file on the
-    machine (``/etc/passwd``, a private key); specfmt would read it and, through ``push``,
-    publish it.
-
-    Raises:
-        InputError: the resolved path is outside :func:`containing_root`.
-    """
-    real = Path(path).resolve()
-    root = containing_root(folder)
-    if real != root and root not in real.parents:
-        raise InputError(f"{Path(path).name} is a symlink to {real}, outside the checkpoint folder", where=str(path),
-                         hint="copy the file into the folder; specfmt does not follow links out of an input")
-    return real
-
-
-def mapped_windows(f: BinaryIO, offset: int, nbytes: int, window: int = COPY_CHUNK):
-    """Yield ``(position, memoryview)`` over bytes ``offset .. offset + nbytes`` of the open file
-    ``f``, through read-only memory maps of ``window`` bytes: the data is never copied into Python
-    buffers and the resident set stays one window. The range is clamped to the file's current
-    size (a map past the end would raise SIGBUS on access); callers that need every byte check
-    the size first. Views must not outlive their iteration step.
-    """
-    import mmap
-
-    fd = f.fileno()
-    end = min(offset + nbytes, os.fstat(fd).st_size)
-    pos = offset
-    while pos < end:
-        n = min(window, end - pos)
-        lead = pos % mmap.ALLOCATIONGRANULARITY
-        with mmap.mmap(fd, lead + n, offset=pos - lead, access=mmap.ACCESS_READ) as m:
-            view = memoryview(m)[lead: lead + n]
-            try:
-                yield pos, view
-            finally:
-                view.release()
-        pos += n
-
-
-def sha256_file(path: Path, window: int = 64 << 20) -> str:
-    """Hex sha256 of a file, hashed through memory maps of 64 MiB windows (:func:`mapped_windows`)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for _, view in mapped_windows(f, 0, os.fstat(f.fileno()).st_size, window):
-            h.update(view)
-    return h.hexdigest()
-
-
-def weight_file_digests(folder: Path) -> dict[str, str]:
-    """sha256 (hex) of ``config.json`` and every safetensors weight file and index in ``folder``, by name.
-
-    ``validation.json`` stores these so that ``specfmt push`` can tell whether the figures in it
-    were measured on the files being published.
-    """
-    names = [p.name for p in sorted(folder.iterdir()) if p.is_file() and (p.name == "config.json" or p.name.endswith((".safetensors", ".safetensors.index.json")))]
-    return {n: sha256_file(folder / n) for n in names}
-
-
-def kind_of(dtype_code: str) -> str:
-    """``"float"``, ``"int64"``, ``"bool"`` or the lower-cased code, for matching a :class:`TensorSpec`."""
-    if dtype_code in FLOAT_CODES:
-        return "float"
-    return {"I64": "int64", "BOOL": "bool"}.get(dtype_code, dtype_code.lower())
 
 
 @dataclass(frozen=True)
@@ -156,13 +52,6 @@ class TensorInfo:
         for s in self.shape:
             n *= s
         return n
-
-
-def _torch_dtype_code(t) -> str:
-    name = str(t.dtype).removeprefix("torch.")
-    if name not in TORCH_TO_ST:
-        raise InputError(f"unsupported tensor dtype {name}")
-    return TORCH_TO_ST[name]
 
 
 class CheckpointReader:
@@ -314,7 +203,7 @@ class CheckpointReader:
         self._st_begin.update(begins)
 
     def _read_pickle(self, name: str) -> None:
-        """A zip ``torch.save`` state dict is indexed without torch (:mod:`specfmt.torchzip`: no
+        """A zip ``torch.save`` state dict is indexed without torch (:mod:`specfmt.checkpoint.torchzip`: no
         code in the file runs, no data is read); anything else goes to ``torch.load(weights_only=True)``."""
         from .torchzip import NotPlain, read_index
 
@@ -353,7 +242,7 @@ class CheckpointReader:
             raise InputError("the pickle is not a flat state dict of name -> tensor", where=str(path))
         self._pickles[name] = sd
         for key, t in sd.items():
-            self._add(TensorInfo(key, tuple(t.shape), _torch_dtype_code(t), name))
+            self._add(TensorInfo(key, tuple(t.shape), torch_dtype_code(t), name))
 
     # -- access ------------------------------------------------------------------
 
@@ -428,129 +317,3 @@ class CheckpointReader:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def install_folder(tmp: Path, out: Path) -> None:
-    """Move a finished temporary folder to ``out`` (same parent), replacing what is there.
-
-    ``out`` is swapped by renames: it is the old folder or the new one at every moment,
-    never a half-written one. The folder is made world-readable (``mkdtemp`` gives 0700).
-    """
-    import shutil
-
-    os.chmod(tmp, 0o755)
-    if out.exists():
-        old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
-
-
-class SafetensorsStreamWriter:
-    """Write one safetensors file tensor by tensor, holding one tensor in memory.
-
-    The header is fixed up front from ``layout`` ([(name, dtype_code, shape), ...]);
-    :meth:`write` must then be called once per tensor, in that order.
-
-    Raises:
-        ValueError: a tensor arrives out of order or with another shape or dtype
-            than announced, or :meth:`close` is called before every tensor came
-            (these are bugs in the caller, not user errors).
-    """
-
-    def __init__(self, path: Path, layout: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None):
-        self.path = Path(path)
-        self._layout = list(layout)
-        header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
-        offset = 0
-        for name, dtype, shape in self._layout:
-            n = ST_DTYPES[dtype][1]
-            for s in shape:
-                n *= s
-            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [offset, offset + n]}
-            offset += n
-        raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-        raw += b" " * (-len(raw) % 8)
-        # unbuffered: a BufferedWriter copies every large write once more (measured 3-5x slower on 16 MiB chunks)
-        self._f: BinaryIO = open(self.path, "wb", buffering=0)
-        self._write_all(struct.pack("<Q", len(raw)) + raw)
-        self._next = 0
-        self._kernel = True
-
-    def write(self, name: str, tensor) -> None:
-        """Append one tensor's bytes (little-endian, C order)."""
-        exp_name, exp_dtype, exp_shape = self._layout[self._next]
-        if name != exp_name or tuple(tensor.shape) != tuple(exp_shape) or _torch_dtype_code(tensor) != exp_dtype:
-            raise ValueError(f"writer expected {exp_name} {exp_dtype} {exp_shape}, got {name} {tensor.dtype} {tuple(tensor.shape)}")
-        t = tensor.detach().contiguous().reshape(-1)
-        if t.numel():
-            import torch
-
-            self._write_all(t.view(torch.uint8).numpy())
-        self._next += 1
-
-    def copy(self, name: str, src: Path, offset: int, nbytes: int, check: Callable[[memoryview], int] | None = None) -> int:
-        """Append one tensor's bytes copied from ``src`` at ``offset``, :data:`COPY_CHUNK` at a time:
-        ``check`` reads each chunk through a memory map of that window only (so the resident set
-        stays one chunk) and returns the NaN/Inf it found; the bytes are then copied by the kernel
-        (``os.copy_file_range``; a plain write where it is unavailable). Returns the sum of ``check``.
-
-        Raises:
-            InputError: ``src`` ends before ``offset + nbytes`` (checked before anything is mapped).
-        """
-        exp_name, exp_dtype, exp_shape = self._layout[self._next]
-        n = ST_DTYPES[exp_dtype][1]
-        for s in exp_shape:
-            n *= s
-        if name != exp_name or n != nbytes:
-            raise ValueError(f"writer expected {exp_name} ({n} bytes), got {name} ({nbytes} bytes)")
-        bad = 0
-        with open(src, "rb", buffering=0) as f:
-            if offset + nbytes > os.fstat(f.fileno()).st_size:
-                raise InputError(f"tensor {name} runs past the end of the file", where=str(src), hint="the file is truncated; download it again")
-            for pos, view in mapped_windows(f, offset, nbytes):
-                if check is not None:
-                    bad += check(view)
-                if not self._kernel_copy(f.fileno(), pos, len(view)):
-                    self._write_all(view)
-        self._next += 1
-        return bad
-
-    def _kernel_copy(self, fd: int, pos: int, n: int) -> bool:
-        """``os.copy_file_range`` of ``n`` bytes at ``pos`` to the end of the output; False when the
-        kernel or file system cannot (then nothing was copied and the caller writes them)."""
-        if not self._kernel or not hasattr(os, "copy_file_range"):
-            return False
-        done = 0
-        try:
-            while done < n:
-                got = os.copy_file_range(fd, self._f.fileno(), n - done, pos + done)
-                if got == 0:
-                    raise OSError("copy_file_range copied nothing")
-                done += got
-        except OSError:
-            if done:
-                raise
-            self._kernel = False
-            return False
-        return True
-
-    def _write_all(self, data) -> None:
-        view = memoryview(data).cast("B")
-        while len(view):
-            view = view[self._f.write(view):]
-
-    def close(self) -> None:
-        if self._next != len(self._layout):
-            self._f.close()
-            raise ValueError(f"writer closed after {self._next} of {len(self._layout)} tensors")
-        # No fsync: the folder appears by rename, so an interrupted run never leaves a partial
-        # OUT; power-loss durability is the file system's, as for cp or save_pretrained. (An
-        # fsync here cost 0.25-0.47 s on the 850 MB benchmark, more than the copy itself.)
-        self._f.close()
-
-    def abort(self) -> None:
-        if not self._f.closed:
-            self._f.close()

@@ -1,0 +1,307 @@
+"""EAGLE-1/2 and HASS (Li et al., "EAGLE: Speculative Sampling Requires Rethinking Feature
+Uncertainty", 2024; HASS, Zhang et al. 2024): everything specfmt knows of it.
+
+The draft reads ``fc(cat([embed(ids), h_verifier]))``, where ``h_verifier`` is the verifier's
+last hidden state after its final norm, through Llama layers whose first has no input norm,
+and proposes with the verifier's own ``lm_head`` (no final norm). EAGLE-2 changes only the
+tree search, HASS only the training; the weights are the same. Sources: SafeAILab/EAGLE
+``eagle/model/cnets1.py`` (branch ``v1``: ``cnets.py``); vLLM ``llama_eagle.py``
+(``EagleLlamaForCausalLM``, method ``eagle``). vLLM 0.32's speculators reader has no ``eagle``
+algorithm, so the config also carries vLLM's native Llama draft config at the top level.
+
+The reference forward pass, built on transformers' Llama layers::
+
+    x = fc(cat([embed(ids), h_verifier], -1))        # fc.bias when present
+    x = layer_0(x)                                   # Llama layer, input norm = Identity
+    x = layer_i(x)  for i >= 1                       # standard pre-norm Llama layers
+    return x                                          # fed to the verifier's lm_head
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..checkpoint.dtypes import DTYPE_CODES
+from ..errors import InputError
+from ..format.config import speculators_block
+from ..format.tensors import TensorSpec
+from ..format.versions import SPECULATORS_VERSION
+from . import layers
+from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..draft import Draft
+    from ..verifier import Verifier, VerifierInfo
+
+
+def build_config(verifier: "VerifierInfo", tlc: dict[str, Any], *, speculative_tokens: int) -> dict[str, Any]:
+    """An eagle config.json (without provenance): vLLM's native ``EagleLlamaForCausalLM`` draft
+    config at the top level, next to the speculators block."""
+    native = {key: val for key, val in tlc.items() if key != "architectures"}
+    return {
+        "architectures": ["EagleLlamaForCausalLM"],
+        **native,
+        "speculators_model_type": "eagle",
+        "speculators_version": SPECULATORS_VERSION,
+        "speculators_config": speculators_block("eagle", speculative_tokens, verifier),
+        "transformer_layer_config": tlc,
+    }
+
+
+def _llama_config(cfg: dict[str, Any], attention_bias: bool):
+    from transformers import LlamaConfig
+
+    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+            "head_dim", "hidden_act", "rms_norm_eps", "max_position_embeddings", "mlp_bias")
+    kwargs = {k: cfg[k] for k in keys if k in cfg}
+    theta = cfg.get("rope_theta", 10000.0)
+    c = LlamaConfig(**kwargs, attention_bias=attention_bias, rope_parameters={"rope_type": "default", "rope_theta": float(theta)})
+    c._attn_implementation = "sdpa"
+    return c
+
+
+def eagle1_forward(
+    tensors: dict[str, "torch.Tensor"],
+    cfg: dict[str, Any],
+    embeds: "torch.Tensor",
+    verifier_hidden: "torch.Tensor",
+) -> "torch.Tensor":
+    """Run an EAGLE-1 draft over one sequence.
+
+    Args:
+        tensors: the draft's tensors, in the research layout (``fc.bias`` allowed) or the
+            specfmt one (attention biases); names ``fc.*`` and ``layers.{i}.*``.
+        cfg: the decoder's Llama fields (``hidden_size``, heads, ``rope_theta`` ...).
+        embeds: [T, H] token embeddings of the input ids (already shifted as EAGLE does).
+        verifier_hidden: [T, H] the verifier's last hidden state (after its final norm).
+
+    Returns:
+        [T, H] the draft's output features, in the dtype of ``embeds``.
+
+    Raises:
+        KeyError: a tensor the layers need is missing.
+    """
+    import torch
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    dtype = embeds.dtype
+    # q/k/v biases without an o_proj bias (EAGLE-Qwen2's qkv_bias) are a Llama layer with a zero o_proj bias
+    attention_bias = any(n.endswith("_proj.bias") and ".self_attn." in n for n in tensors)
+    config = _llama_config(cfg, attention_bias)
+    n_layers = 1 + max(int(n.split(".")[1]) for n in tensors if n.startswith("layers."))
+    x = torch.cat([embeds, verifier_hidden], dim=-1) @ tensors["fc.weight"].to(dtype).T
+    if "fc.bias" in tensors:
+        x = x + tensors["fc.bias"].to(dtype)
+    x = x.unsqueeze(0)
+    positions = torch.arange(x.shape[1]).unsqueeze(0)
+    rope = LlamaRotaryEmbedding(config).to(dtype)
+    cos_sin = rope(x, positions)
+    for i in range(n_layers):
+        layer = LlamaDecoderLayer(config, layer_idx=i).to(dtype)
+        if i == 0:
+            layer.input_layernorm = torch.nn.Identity()
+        prefix = f"layers.{i}."
+        state = {n[len(prefix):]: t.to(dtype) for n, t in tensors.items() if n.startswith(prefix) and "rotary_emb" not in n}
+        if attention_bias:
+            for p, mod in (("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj), ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj)):
+                state.setdefault(f"self_attn.{p}_proj.bias", torch.zeros(mod.out_features, dtype=dtype))
+        layer.load_state_dict(state, strict=True)
+        layer.eval()
+        with torch.no_grad():
+            out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin)
+        x = out[0] if isinstance(out, tuple) else out
+    return x.squeeze(0)
+
+
+
+
+def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_head: "torch.Tensor", embed: "torch.Tensor") -> "Proposer":
+    """EAGLE-1 chain drafting (``cnets1.py``; vLLM ``EagleLlamaForCausalLM``) as a :data:`~specfmt.algorithms.base.Proposer`.
+
+    Position j of the draft reads the embedding of token j+1 and the verifier's last hidden
+    state at j (after its final norm); each drafted token's draft feature is fed back as the
+    hidden state of the next position. Logits are ``lm_head(feature)`` with the verifier's
+    head and no norm.
+
+    Args:
+        tensors / cfg: the draft, as for :func:`eagle1_forward`.
+        lm_head: [V, H] the verifier's head.
+        embed: [V, H] the embedding the draft uses (its own copy, else the verifier's).
+    """
+    import torch
+
+    def propose(tokens: list[int], states, k: int) -> list[int]:
+        dtype = states.hidden[-1].dtype
+        ids = list(tokens[1:])
+        feats = states.hidden[-1]
+        out: list[int] = []
+        for _ in range(k):
+            f = eagle1_forward(tensors, cfg, embed[torch.tensor(ids)].to(dtype), feats)
+            d = int((f[-1] @ lm_head.to(dtype).T).argmax())
+            out.append(d)
+            ids.append(d)
+            feats = torch.cat([feats, f[-1:]], dim=0)
+        return out
+
+    return propose
+
+
+@lru_cache(maxsize=1)
+def _module_class():
+    """The EAGLE-1 draft ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
+    import torch
+    from torch import nn
+
+    b = layers.blocks()
+    Layer, Decoder = b.Layer, b.Decoder
+
+    class Eagle1Draft(Decoder):
+        """See :func:`draft_module`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            self.cfg = cfg
+            H = cfg["hidden_size"]
+            self.fc = nn.Linear(2 * H, H, bias=False)
+            self.layers = nn.ModuleList([Layer(cfg, False, input_norm=i > 0) for i in range(cfg["num_hidden_layers"])])
+            self.embed_tokens = None
+            self._init_rope(cfg)
+
+        def forward(self, embeds, hidden, positions, past=None, mask=None):
+            """[B, T, H] embeddings and verifier (or fed-back) features -> ``(features [B, T, H], kv)``."""
+            if mask is None and not past:
+                T = embeds.shape[1]
+                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
+            past = past or [[] for _ in self.layers]
+            x = self.fc(torch.cat([embeds, hidden], dim=-1))
+            kv = []
+            for i, layer in enumerate(self.layers):
+                a, new = self._attend(layer.self_attn, layer.input_layernorm(x), positions, past[i], mask)
+                kv.append(new)
+                x = x + a
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            return x, kv
+
+    return Eagle1Draft
+
+
+def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """The EAGLE-1/2 (and HASS) draft as a trainable ``torch.nn.Module`` with specfmt tensor names.
+
+    The forward pass of :func:`eagle1_forward` (``cnets1.py``; vLLM ``llama_eagle.py``) over a
+    batch: ``x = fc(cat([embed, h], -1))``, then Llama layers, layer 0 without its input norm.
+    ``forward(embeds [B, T, H], hidden [B, T, H], positions [T], past=None, mask=None)``
+    returns ``(features [B, T, H], kv)``; logits are the verifier's ``lm_head(features)``.
+
+    Args:
+        cfg: a specfmt eagle ``config.json`` (the decoder's Llama fields at the top level).
+        tensors: the checkpoint's tensors (specfmt names; no ``fc.bias``), or None for a
+            random initialisation.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` do not fit the config.
+    """
+    return layers.load_state(_module_class()(cfg), tensors)
+
+
+def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor", last: "torch.Tensor", noise: float = 0.0,
+                generator: "torch.Generator | None" = None):
+    """EAGLE-1 loss of one batch: ``SmoothL1(f_t, h_{t+1}) + 0.1 · CE(head(f_t), softmax(head(h_{t+1})))``.
+
+    Args:
+        draft: a :func:`draft_module` (train mode).
+        embed: [V, H] the (frozen) embedding the draft reads.
+        head: the verifier's ``lm_head`` (frozen): [..., H] -> [..., V].
+        ids: [B, T] token ids.
+        last: [B, T, H] the verifier's last hidden state (after its final norm).
+        noise: half-width of the uniform noise added to the input features (EAGLE's
+            augmentation against its own feature errors at inference); 0 for none.
+        generator: the noise's random generator (seeded per step by :func:`fit`).
+
+    Returns:
+        ``(loss, [correct], [counted])``.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    L = ids.shape[1] - 1
+    h = last[:, :-1]
+    if noise:
+        h = h + (torch.rand(h.shape, generator=generator, device="cpu").to(h.device, h.dtype) * 2 - 1) * noise
+    f, _ = draft(embed[ids[:, 1:]], h, torch.arange(L, device=ids.device))
+    target = last[:, 1:]
+    with torch.no_grad():
+        p = head(target).float().softmax(-1)
+    logits = head(f).float()
+    loss = F.smooth_l1_loss(f.float(), target.float()) + 0.1 * -(p * logits.log_softmax(-1)).sum(-1).mean()
+    correct = int((logits.argmax(-1) == p.argmax(-1)).sum())
+    return loss, [correct], [p.shape[0] * p.shape[1]]
+
+
+@register
+class Eagle(Algorithm):
+    name = "eagle"
+    title = "EAGLE-1/2"
+    vllm_method = "eagle"
+    train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
+
+    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        return native_config_violations(cfg)
+
+    def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
+        """EAGLE-1/2 and HASS (``research-formats.md`` §2.3/§2.5; vLLM ``llama_eagle.py``):
+
+        ============================== ====================== =====================================
+        name                           shape                  when
+        ============================== ====================== =====================================
+        ``fc.weight``                  [H, 2H]                always (no ``fc.bias``: vLLM's fc has none)
+        ``layers.0.*``                 Llama layer            **without** ``input_layernorm`` (Identity)
+        ``layers.{i≥1}.*``             standard Llama layer   ``num_hidden_layers`` > 1
+        ``layers.{i}.self_attn.*.bias`` [nH·d] / [nKV·d] / [H] ``attention_bias`` (q/k/v and o_proj)
+        ``embed_tokens.weight``        [V, H]                 optional (vLLM shares the verifier's when equal)
+        ============================== ====================== =====================================
+
+        No ``norm.weight`` and no ``lm_head.weight``: the draft uses the verifier's head.
+        """
+        H = cfg["hidden_size"]
+        specs: dict[str, TensorSpec] = {"fc.weight": TensorSpec((H, 2 * H))}
+        for i in range(cfg["num_hidden_layers"]):
+            specs.update(layers.layer_specs(f"layers.{i}", cfg, H, input_norm=i > 0))
+        specs["embed_tokens.weight"] = TensorSpec((cfg["vocab_size"], H), required=False)
+        return specs
+
+    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+        info = verifier.info
+        tlc = layers.decoder_config(layers.verifier_decoder_fields(verifier.text_config), info.hidden_size,
+                                    verifier.text_config["num_attention_heads"], info.vocab_size, info, DTYPE_CODES[shape.dtype], shape.layers)
+        return build_config(info, tlc, speculative_tokens=self.default_speculative_tokens(shape))
+
+    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+        return draft_module(cfg, tensors)
+
+    def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
+        return eagle1_proposer(tensors, reading.cfg, lm_head, tensors.get("embed_tokens.weight", embed))
+
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
+             generator: Any, subset: list[int] | None):
+        return eagle1_loss(module, embed, head, ids, last, noise, generator)
+
+    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
+        tensors = {n: t.detach().clone() for n, t in draft_module(cfg).state_dict().items()}
+        tensors["embed_tokens.weight"] = verifier.embedding().float()
+        return tensors, {"embed_tokens.weight": "the verifier's input embedding, copied (EAGLE-1 shares and freezes it)"}
+
+    def fill_embed(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:
+        """Copy the verifier's embedding into ``embed_tokens.weight``, which the draft was trained with (frozen).
+
+        Raises:
+            InputError: the draft already has one, or the verifier's is not [V, H].
+        """
+        from .eagle3 import copy_embedding
+
+        if "embed_tokens.weight" in draft.tensors:
+            raise InputError("the draft already has embed_tokens.weight")
+        return copy_embedding(draft, verifier)

@@ -1,0 +1,643 @@
+"""EAGLE-3 (Li et al., "EAGLE-3: Scaling up Inference Acceleration of Large Language Models via
+Training-Time Test", 2025): everything specfmt knows of it.
+
+The draft fuses n_aux tapped verifier states through ``fc`` [H, n_aux·H_t], then runs decoder
+layers whose first one reads ``cat(input_layernorm(embed), hidden_norm(h))`` (2H wide), and
+proposes over a draft vocabulary of Vd ids mapped to the verifier's by ``d2t`` (offsets).
+Sources: SafeAILab/EAGLE ``eagle/traineagle3/cnets.py``; vLLM ``llama_eagle3.py`` /
+``qwen3_eagle3.py``; speculators ``models/eagle3``. The decoder layers are Llama or Qwen3
+(:mod:`.layers`): ``transformer_layer_config.model_type`` picks vLLM's
+``Eagle3LlamaForCausalLM`` or ``Eagle3Qwen3ForCausalLM``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from ..checkpoint.dtypes import DTYPE_CODES
+from ..errors import InputError
+from ..format.config import speculators_block
+from ..format.tensors import TensorSpec
+from ..format.versions import SPECULATORS_VERSION
+from . import layers
+from .base import Algorithm, NewDraft, Proposer, Variant, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..checkpoint.reader import CheckpointReader
+    from ..draft import Draft
+    from ..verifier import Verifier, VerifierInfo
+
+
+def default_taps(num_layers: int) -> list[int]:
+    """The EAGLE-3 reference tap layers ``(2, N//2, N-3)`` for a verifier with N layers.
+
+    Source: SafeAILab/EAGLE ``eagle/model/modeling_llama_kv.py`` (``idx==2``,
+    ``idx==len(self.layers)//2``, ``idx==len(self.layers)-3``); also vLLM's Llama
+    ``get_eagle3_aux_hidden_state_layers``.
+
+    Raises:
+        InputError: N < 6, where the three taps would not be distinct.
+    """
+    taps = sorted({2, num_layers // 2, num_layers - 3})
+    if num_layers < 6 or len(taps) != 3:
+        raise InputError(
+            f"the verifier has {num_layers} layers; the EAGLE-3 default taps (2, N//2, N-3) need N >= 6",
+            hint="give the tap layers with --aux-layers",
+        )
+    return taps
+
+
+def build_config(verifier: "VerifierInfo", tlc: dict[str, Any], *, speculative_tokens: int, draft_vocab_size: int, taps: list[int],
+                 norm_before_residual: bool = False, target_hidden_size: int | None = None, norm_before_fc: bool = False,
+                 fc_norm: bool = False, norm_output: bool = False, dtype: str) -> dict[str, Any]:
+    """An eagle3 config.json (without provenance), as converters and the trainer write it.
+
+    ``transformer_layer_config.num_aux_hidden_states`` is set to the number of taps: vLLM
+    sizes ``fc`` from it, else assumes 3 (``llama_eagle3.py``, vLLM 0.32).
+    """
+    tlc["num_aux_hidden_states"] = len(taps)
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": SPECULATORS_VERSION,
+        "speculators_config": speculators_block("eagle3", speculative_tokens, verifier),
+        "transformer_layer_config": tlc,
+        "draft_vocab_size": draft_vocab_size,
+        "norm_before_residual": norm_before_residual,
+        "target_hidden_size": target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": taps,
+        "norm_before_fc": norm_before_fc,
+        "fc_norm": fc_norm,
+        "norm_output": norm_output,
+        "tie_word_embeddings": False,
+        "dtype": dtype,
+    }
+
+
+def vocab_map_problems(d2t, t2d, vocab_size: int, draft_vocab_size: int) -> list[str]:
+    """Consistency of an EAGLE-3 draft vocabulary map.
+
+    ``d2t`` [Vd] int64 holds offsets (``target_id = draft_id + d2t[draft_id]``), ``t2d`` [V]
+    bool marks the target ids in the draft vocabulary (SafeAILab/EAGLE
+    ``traineagle3/cnets.py::scandata``). The rules:
+
+    * ``t2d.sum() == Vd``;
+    * ``arange(Vd) + d2t`` is strictly increasing, in ``[0, V)``, and equals the
+      positions where ``t2d`` is true.
+
+    Args:
+        d2t, t2d: numpy arrays or CPU torch tensors.
+    """
+    import numpy as np
+
+    d2t, t2d = np.asarray(d2t), np.asarray(t2d)
+    problems = []
+    if d2t.dtype != np.int64:
+        problems.append(f"d2t has dtype {d2t.dtype}, expected int64 offsets")
+    if t2d.dtype != np.bool_:
+        problems.append(f"t2d has dtype {t2d.dtype}, expected bool")
+    if problems:
+        return problems
+    if d2t.shape != (draft_vocab_size,) or t2d.shape != (vocab_size,):
+        return [f"d2t {list(d2t.shape)} / t2d {list(t2d.shape)} do not match Vd={draft_vocab_size}, V={vocab_size}"]
+    n = int(t2d.sum())
+    if n != draft_vocab_size:
+        problems.append(f"t2d marks {n} target ids, but the draft vocabulary has {draft_vocab_size}")
+    with np.errstate(over="ignore"):
+        target = np.arange(draft_vocab_size, dtype=np.int64) + d2t
+    if draft_vocab_size > 1 and not bool((target[1:] > target[:-1]).all()):
+        problems.append("arange(Vd) + d2t is not strictly increasing (are these absolute ids instead of offsets?)")
+    outside = (target < 0) | (target >= vocab_size)
+    if outside.any():
+        problems.append(f"{int(outside.sum())} draft ids map outside the verifier vocabulary [0, {vocab_size})")
+    if not problems and not np.array_equal(target, np.flatnonzero(t2d)):
+        problems.append("arange(Vd) + d2t differs from the positions marked in t2d")
+    return problems
+
+
+def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
+    """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
+
+    Tokens are counted at every position but each document's first (the reference's loss
+    mask zeroes it); the ``draft_vocab`` most frequent ids, sorted ascending, are the draft
+    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``.
+
+    Returns:
+        ``(d2t [Vd] int64, t2d [V] bool, coverage)``: coverage is the share of counted
+        positions whose token is in the draft vocabulary.
+
+    Raises:
+        InputError: the data has fewer distinct tokens than ``draft_vocab``.
+    """
+    import collections
+
+    import torch
+
+    counts: collections.Counter = collections.Counter()
+    for d in docs:
+        counts.update(d[1:])
+    top = counts.most_common(draft_vocab)
+    if len(top) < draft_vocab:
+        raise InputError(f"the training data has {len(top)} distinct tokens, fewer than the draft vocabulary of {draft_vocab}",
+                         hint="give more data or a smaller --draft-vocab")
+    used = sorted(t for t, _ in top)
+    if used[-1] >= vocab_size:
+        raise InputError(f"token id {used[-1]} is outside the verifier's vocabulary of {vocab_size}")
+    d2t = torch.tensor([t - i for i, t in enumerate(used)], dtype=torch.int64)
+    t2d = torch.zeros(vocab_size, dtype=torch.bool)
+    t2d[used] = True
+    return d2t, t2d, sum(c for _, c in top) / max(1, sum(counts.values()))
+
+
+@lru_cache(maxsize=1)
+def _module_class():
+    """The EAGLE-3 draft ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
+    import torch
+    from torch import nn
+
+    b = layers.blocks()
+    RMSNorm, Layer, Decoder = b.RMSNorm, b.Layer, b.Decoder
+
+    class Eagle3Draft(Decoder):
+        """See :func:`draft_module`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            tlc = cfg["transformer_layer_config"]
+            self.cfg = cfg
+            H = tlc["hidden_size"]
+            Ht = cfg.get("target_hidden_size") or H
+            n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
+            eps = tlc["rms_norm_eps"]
+            self.eps = eps
+            self.taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
+            self.norm_before_residual = bool(cfg.get("norm_before_residual"))
+            self.norm_output = bool(cfg.get("norm_output"))
+            if cfg.get("norm_before_fc"):
+                self.input_norm = RMSNorm(n_aux * Ht, eps)
+            if cfg.get("fc_norm"):
+                self.fc_norm = nn.ModuleList([RMSNorm(Ht, eps) for _ in range(n_aux)])
+            self.fc = nn.Linear(n_aux * Ht, H, bias=False)
+            self.layers = nn.ModuleList([Layer(tlc, i == 0) for i in range(tlc["num_hidden_layers"])])
+            self.norm = RMSNorm(H, eps)
+            V, Vd = tlc["vocab_size"], cfg["draft_vocab_size"]
+            self.lm_head = nn.Linear(H, Vd, bias=False)
+            if Vd != V:
+                self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
+                self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
+            self.embed_tokens = None
+            self._init_rope(tlc)
+
+        # -- pieces ---------------------------------------------------------
+        def combine(self, aux: "torch.Tensor") -> "torch.Tensor":
+            """[..., n_aux·H_t] verifier tap states -> [..., H] (``combine_hidden_states``)."""
+            if hasattr(self, "input_norm"):
+                aux = self.input_norm(aux)
+            if hasattr(self, "fc_norm"):
+                chunks = aux.chunk(len(self.fc_norm), dim=-1)
+                aux = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
+            return self.fc(aux)
+
+        def target_ids(self) -> "torch.Tensor":
+            """[Vd] verifier id of each draft id: ``i + d2t[i]`` (EAGLE-3 ``cnets.py``; vLLM ``compute_logits``)."""
+            base = torch.arange(self.lm_head.out_features, device=self.lm_head.weight.device)
+            return base + self.d2t if hasattr(self, "d2t") else base
+
+        def forward(self, embeds, hidden, positions, past=None, mask=None):
+            """One draft pass.
+
+            Args:
+                embeds: [B, T, H] token embeddings (of the token after each position).
+                hidden: [B, T, H] per position: ``combine(taps)`` for verified positions, the
+                    draft's own fed-back state for drafted ones.
+                positions: [T] rotary positions.
+                past: per layer, a list of (k, v) [B, n_kv, T', hd] from earlier passes that
+                    these queries may also attend to (training-time test); None for none.
+                mask: [T, T'+T] boolean attention mask (True = attend); None = causal.
+
+            Returns:
+                ``(logits [B, T, Vd], feedback [B, T, H], kv)``: draft-vocabulary logits, the
+                state fed back for the next drafted position (the pre-norm output, or the
+                normed one with ``norm_output``), and this pass's (k, v) per layer.
+            """
+            if mask is None and not past:
+                T = embeds.shape[1]
+                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
+            past = past or [[] for _ in self.layers]
+            kv = []
+            x = hidden
+            for i, layer in enumerate(self.layers):
+                if layer.first:
+                    e = layer.input_layernorm(embeds)
+                    if self.norm_before_residual:
+                        x = layer.hidden_norm(x)
+                        residual = x
+                    else:
+                        residual = x
+                        x = layer.hidden_norm(x)
+                    x = torch.cat([e, x], dim=-1)
+                else:
+                    residual = x
+                    x = layer.input_layernorm(x)
+                a, new = self._attend(layer.self_attn, x, positions, past[i], mask)
+                kv.append(new)
+                x = residual + a
+                x = x + layer.mlp(layer.post_attention_layernorm(x))
+            normed = self.norm(x)
+            return self.lm_head(normed), (normed if self.norm_output else x), kv
+
+    return Eagle3Draft
+
+
+def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """The EAGLE-3 draft as a ``torch.nn.Module``, with its state-dict names the specfmt tensor names.
+
+    The forward pass of vLLM's ``llama_eagle3.py`` / ``qwen3_eagle3.py`` and SafeAILab
+    ``eagle/traineagle3/cnets.py`` (layer 0 reads ``cat(input_layernorm(embed), hidden_norm(h))``,
+    2H wide; residual = h, or the normed h with ``norm_before_residual``), with every variant
+    the format allows: ``norm_before_fc`` (one RMSNorm over the n_aux·H_t taps,
+    ``input_norm.weight``), ``fc_norm`` (one RMSNorm per tap, ``fc_norm.{i}.weight``),
+    ``norm_output`` (the normed output is fed back instead of the pre-norm one), ``d2t`` (draft
+    id i proposes verifier id ``i + d2t[i]``), layers >= 1 as plain pre-norm layers, and the
+    Qwen3 layer family (q/k RMSNorm per head).
+
+    Args:
+        cfg: a specfmt eagle3 ``config.json`` (dict).
+        tensors: the checkpoint's tensors; None leaves the module randomly initialised
+            (``nn.Linear`` defaults, norms = 1). ``embed_tokens.weight`` is kept as the
+            attribute ``embed_tokens`` (a tensor, not a parameter) when present.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` lack a tensor the config implies or have a
+            different shape (``load_state_dict(strict=True)``).
+    """
+    return layers.load_state(_module_class()(cfg), tensors)
+
+
+def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Tensor | None" = None) -> "Proposer":
+    """EAGLE-3 chain drafting (vLLM ``EagleProposer`` with ``Eagle3LlamaForCausalLM``) as a :data:`~specfmt.algorithms.base.Proposer`.
+
+    Position j of the draft reads the embedding of token j+1 and ``combine`` of the verifier's
+    tap states at j (``hidden[l]`` for each tap id l: the residual stream entering layer l);
+    each drafted position reads the draft's fed-back state of the position before it. The
+    proposed verifier id is ``target_ids()[argmax(draft logits)]``.
+
+    Args:
+        draft: a :func:`draft_module` (eval mode).
+        embed: [V, H] the embedding the draft uses: its own ``embed_tokens`` when the
+            checkpoint has one, else the verifier's (vLLM shares it).
+        dtype: compute dtype (default: the verifier states' dtype).
+        targets: [Vd] verifier id of each draft id (default ``draft.target_ids()``, the
+            format's reading of ``d2t``); validation passes other readings to test them.
+    """
+    import torch
+
+    targets = draft.target_ids() if targets is None else targets
+
+    def propose(tokens: list[int], states, k: int) -> list[int]:
+        dt = dtype or states.hidden[0].dtype
+        d = draft.to(dt)
+        aux = torch.cat([states.hidden[j] for j in d.taps], dim=-1).to(dt)
+        with torch.no_grad():
+            hidden = d.combine(aux)[None]
+            ids = list(tokens[1:])
+            out: list[int] = []
+            for _ in range(k):
+                e = embed[torch.tensor(ids)].to(dt)[None]
+                logits, feedback, _ = d(e, hidden, torch.arange(len(ids)))
+                t = int(targets[int(logits[0, -1].argmax())])
+                out.append(t)
+                ids.append(t)
+                hidden = torch.cat([hidden, feedback[:, -1:]], dim=1)
+        return out
+
+    return propose
+
+
+def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
+    """[L, (s+1)·L] attention mask of TTT step s: query t sees step-0 keys u <= t-s and step-j key t-s+j."""
+    import torch
+
+    t = torch.arange(L, device=device)[:, None]
+    u = torch.arange(L, device=device)[None, :]
+    blocks = [u <= t - s] + [u == t - s + j for j in range(1, s + 1)]
+    return torch.cat(blocks, dim=1)
+
+
+def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int):
+    """Loss of one batch, unrolled over ``ttt_steps`` drafting steps.
+
+    Args:
+        draft: a :func:`draft_module` (train mode).
+        embed: [V, H] the (frozen) token embedding the draft reads.
+        ids: [B, T] token ids.
+        aux: [B, T, n_aux·H_t] the verifier's tap states at each position.
+        target_logits: [B, T, V] the verifier's logits at each position.
+        ttt_steps: drafting steps to unroll (the k the draft will serve with).
+
+    Returns:
+        ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
+        counted positions whose top draft id is the verifier's top token, and of counted positions.
+    """
+    import torch
+
+    L = ids.shape[1] - 1  # position t reads ids[t+1]; its target is the verifier's logits at t+1
+    e = embed[ids[:, 1:]]
+    hidden = draft.combine(aux[:, :-1])
+    tgt = target_logits[:, 1:]
+    targets = draft.target_ids()
+    tgt_draft = tgt[..., targets]
+    top = tgt.argmax(-1)
+    in_vocab = torch.zeros(tgt.shape[-1], dtype=torch.bool, device=ids.device)
+    in_vocab[targets] = True
+    keep = in_vocab[top]
+    tp = tgt_draft.float().softmax(-1)
+    tgt_top_draft = tgt_draft.argmax(-1)
+    positions = torch.arange(L, device=ids.device)
+    past = [[] for _ in draft.layers]
+    loss = torch.zeros((), device=ids.device)
+    correct, counted = [], []
+    for s in range(ttt_steps):
+        mask = ttt_mask(L, s, ids.device)
+        logits, feedback, kv = draft(e, hidden, positions, past=past, mask=mask)
+        valid = keep.clone()
+        valid[:, :s] = False
+        n = valid.sum().clamp(min=1)
+        ce = -(tp * logits.float().log_softmax(-1)).sum(-1)
+        loss = loss + (0.8 ** s) * (ce * valid).sum() / n
+        correct.append(int(((logits.argmax(-1) == tgt_top_draft) & valid).sum()))
+        counted.append(int(valid.sum()))
+        for i, (k, v) in enumerate(kv):
+            past[i].append((k, v))
+        hidden = torch.cat([torch.zeros_like(feedback[:, :1]), feedback[:, :-1]], dim=1)
+    return loss, correct, counted
+
+
+@register
+class Eagle3(Algorithm):
+    name = "eagle3"
+    title = "EAGLE-3"
+    vllm_method = "eagle3"
+    train_summary = "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier."
+    map_tensors = ("d2t", "t2d")
+    vllm_aliases = {"draft_id_to_target_id": "d2t"}
+    fillable = frozenset({"d2t", "t2d"})
+
+    # -- format ------------------------------------------------------------------------------
+
+    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        out = []
+        tlc = cfg["transformer_layer_config"]
+        if cfg["draft_vocab_size"] > tlc["vocab_size"]:
+            out.append(("$.draft_vocab_size", f"{cfg['draft_vocab_size']} is larger than the verifier vocabulary transformer_layer_config.vocab_size={tlc['vocab_size']}"))
+        ids = cfg["eagle_aux_hidden_state_layer_ids"]
+        if list(ids) != sorted(ids):
+            out.append(("$.eagle_aux_hidden_state_layer_ids", f"{ids} is not ascending; vLLM concatenates the taps in ascending layer order"))
+        n_aux = tlc.get("num_aux_hidden_states")
+        if n_aux is not None and n_aux != len(ids):
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"{n_aux} differs from the {len(ids)} tap layers"))
+        if n_aux is None and len(ids) != 3:
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"missing with {len(ids)} tap layers; vLLM then sizes fc for 3"))
+        if cfg.get("norm_before_fc") and cfg.get("fc_norm"):
+            out.append(("$.fc_norm", "fc_norm and norm_before_fc cannot both be true"))
+        return out
+
+    def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
+        """EAGLE-3 (tensor table: ``research-formats.md`` §4.3; vLLM ``llama_eagle3.py``):
+
+        ============================== ====================== =====================================
+        name                           shape                  when
+        ============================== ====================== =====================================
+        ``fc.weight``                  [H, n_aux·H_t]         always
+        ``layers.0.self_attn.q_proj``  [nH·d, 2H]             k/v: [nKV·d, 2H]; o_proj [H, nH·d]
+        ``layers.0.hidden_norm``       [H]                    plus input/post-attention norms, MLP
+        ``layers.{i≥1}.*``             standard layer         ``num_hidden_layers`` > 1
+        ``layers.{i}.self_attn.q_norm`` [d]                   Qwen3 layers (and ``k_norm``)
+        ``norm.weight``                [H]                    always
+        ``lm_head.weight``             [Vd, H]                always
+        ``d2t`` / ``t2d``              [Vd] int64 / [V] bool  when Vd < V (never when Vd = V)
+        ``embed_tokens.weight``        [V, H]                 required when H_t ≠ H, else optional
+        ``input_norm.weight``          [n_aux·H_t]            ``norm_before_fc``
+        ``fc_norm.{k}.weight``         [H_t]                  ``fc_norm``
+        ============================== ====================== =====================================
+        """
+        tlc = cfg["transformer_layer_config"]
+        H = tlc["hidden_size"]
+        V = tlc["vocab_size"]
+        Vd = cfg["draft_vocab_size"]
+        Ht = cfg.get("target_hidden_size") or H
+        n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
+        specs: dict[str, TensorSpec] = {"fc.weight": TensorSpec((H, n_aux * Ht))}
+        for i in range(tlc["num_hidden_layers"]):
+            specs.update(layers.layer_specs(f"layers.{i}", tlc, 2 * H if i == 0 else H, hidden_norm=i == 0))
+        specs["norm.weight"] = TensorSpec((H,))
+        specs["lm_head.weight"] = TensorSpec((Vd, H))
+        if Vd < V:  # a full-vocabulary draft has no map: vLLM rejects d2t when Vd = V
+            why_vocab = "Vd < V: without d2t vLLM reads draft id i as target id i and acceptance collapses"
+            specs["d2t"] = TensorSpec((Vd,), "int64", why=why_vocab)
+            specs["t2d"] = TensorSpec((V,), "bool", why=why_vocab)
+        specs["embed_tokens.weight"] = TensorSpec(
+            (V, H), required=Ht != H, why="H_t != H: the verifier's embedding has the wrong width for the draft"
+        )
+        if cfg.get("norm_before_fc"):
+            specs["input_norm.weight"] = TensorSpec((n_aux * Ht,))
+        if cfg.get("fc_norm"):
+            for k in range(n_aux):
+                specs[f"fc_norm.{k}.weight"] = TensorSpec((Ht,))
+        return specs
+
+    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+        info = verifier.info
+        N, V = info.num_hidden_layers, info.vocab_size
+        tlc = layers.decoder_config(layers.verifier_decoder_fields(verifier.text_config, shape.draft_layer), info.hidden_size,
+                                    verifier.text_config["num_attention_heads"], V, info, DTYPE_CODES[shape.dtype], shape.layers)
+        taps = list(shape.taps) if shape.taps else default_taps(N)
+        if sorted(set(taps)) != taps or taps[0] < 0 or taps[-1] >= N:
+            raise InputError(f"tap layer ids {taps} must be distinct, ascending and in [0, {N - 1}]")
+        Vd = shape.draft_vocab or V
+        if not 0 < Vd <= V:
+            raise InputError(f"--draft-vocab {Vd} must be between 1 and the verifier's vocabulary ({V})")
+        return build_config(info, tlc, speculative_tokens=self.default_speculative_tokens(shape), draft_vocab_size=Vd, taps=taps,
+                            dtype=shape.dtype)
+
+    def verifier_hidden_size(self, cfg: dict[str, Any]) -> int:
+        return cfg.get("target_hidden_size") or cfg["transformer_layer_config"]["hidden_size"]
+
+    # -- static validation ---------------------------------------------------------------------
+
+    def vocab_map_check(self, cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
+        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+        if "d2t" in reader.infos and "t2d" in reader.infos:
+            vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), V, Vd)
+            return ("fail" if vp else "pass"), ("; ".join(vp) if vp else f"d2t/t2d consistent: {Vd} of {V} ids"), vp
+        if Vd == V:
+            return "pass", "full vocabulary (Vd = V); no map needed", []
+        return "skip", "d2t/t2d absent (reported under tensors)", []
+
+    def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list[str]:
+        out_of_range = [t for t in cfg["eagle_aux_hidden_state_layer_ids"] if t >= verifier.num_hidden_layers]
+        return [f"tap layers {out_of_range} are not below the verifier's {verifier.num_hidden_layers} layers"] if out_of_range else []
+
+    def tensor_problems(self, cfg: dict[str, Any], small: dict[str, Any]) -> list[str]:
+        if "d2t" not in small and "t2d" not in small:
+            return []
+        return vocab_map_problems(small.get("d2t"), small.get("t2d"), cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"])
+
+    # -- reference run ---------------------------------------------------------------------------
+
+    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+        return draft_module(cfg, tensors)
+
+    def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
+        """As written, then: tap ids (the reference default ``(2, N//2, N-3)``, and the written ids
+        shifted by ±1: the off-by-one between "the state entering layer j" and "the output of
+        layer j"); norm order (``norm_before_residual`` flipped, ``norm_output`` flipped); vocab
+        mapping (``d2t`` read as absolute ids, or with the opposite sign)."""
+        out = [Variant(None, "as written", cfg)]
+        taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
+        N = n_verifier_layers
+        seen = {tuple(taps)}
+        for label, alt in ((f"EAGLE-3 default taps {[2, N // 2, N - 3]}", [2, N // 2, N - 3]),
+                           ("taps + 1", [t + 1 for t in taps]), ("taps - 1", [t - 1 for t in taps])):
+            if len(alt) == len(taps) and tuple(alt) not in seen and all(0 <= t < N for t in alt):
+                seen.add(tuple(alt))
+                out.append(Variant("tap ids", f"{label}: {alt}", {**cfg, "eagle_aux_hidden_state_layer_ids": alt}))
+        nbr = bool(cfg.get("norm_before_residual"))
+        out.append(Variant("norm order", f"norm_before_residual {str(not nbr).lower()}", {**cfg, "norm_before_residual": not nbr}))
+        no = bool(cfg.get("norm_output"))
+        out.append(Variant("norm order", f"norm_output {str(not no).lower()}", {**cfg, "norm_output": not no}))
+        if cfg["draft_vocab_size"] != cfg["transformer_layer_config"]["vocab_size"]:
+            out.append(Variant("vocab mapping", "d2t as absolute ids", cfg, {"targets": "absolute"}))
+            out.append(Variant("vocab mapping", "d2t with the opposite sign", cfg, {"targets": "negated"}))
+        return out
+
+    def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
+        import torch
+
+        draft = draft_module(reading.cfg, tensors).eval()
+        own = draft.embed_tokens if draft.embed_tokens is not None else embed
+        targets = None
+        how = reading.extra.get("targets", "offsets")
+        if how != "offsets" and hasattr(draft, "d2t"):
+            base = torch.arange(draft.d2t.numel())
+            targets = draft.d2t.clone() if how == "absolute" else base - draft.d2t
+            targets = targets.clamp(0, reading.cfg["transformer_layer_config"]["vocab_size"] - 1)
+        return eagle3_proposer(draft, own, targets=targets)
+
+    # -- training --------------------------------------------------------------------------------
+
+    def feature_taps(self, cfg: dict[str, Any]) -> list[int]:
+        return list(cfg["eagle_aux_hidden_state_layer_ids"])
+
+    def train_positions(self, module: Any, ttt_steps: int) -> int:
+        return ttt_steps
+
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
+             generator: Any, subset: list[int] | None):
+        import torch
+
+        with torch.no_grad():
+            logits = head(last)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, ttt_steps)
+
+    def check_new_draft(self, shape: NewDraft, *, init: bool) -> None:
+        return None
+
+    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
+        from ..draft import Draft
+
+        module = draft_module(cfg)
+        draft = Draft(cfg, {n: t.detach().clone() for n, t in module.state_dict().items()})
+        filled: dict[str, str] = {}
+        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+        if Vd < V:
+            if docs is None:
+                raise InputError(f"a draft vocabulary of {Vd} < {V} is built from the training data", hint="pass --data")
+            draft.tensors.pop("d2t"), draft.tensors.pop("t2d")
+            filled.update(self.fill_vocab_map(draft, docs))
+        filled.update(self.fill_head(draft, verifier))
+        return draft.tensors, filled
+
+    def fill_vocab(self, draft: "Draft", *, wanted: bool | None, docs: list[list[int]] | None) -> dict[str, str]:
+        cfg = draft.config
+        needs = cfg["draft_vocab_size"] < cfg["transformer_layer_config"]["vocab_size"] and "d2t" not in draft.tensors
+        if not (wanted or (wanted is None and needs)):
+            return {}
+        if docs is None:
+            raise InputError("the draft has no d2t/t2d (draft vocabulary map); they are built from token frequencies over a corpus",
+                             hint="pass --data FILE")
+        return self.fill_vocab_map(draft, docs)
+
+    def fill_vocab_map(self, draft: "Draft", docs: list[list[int]]) -> dict[str, str]:
+        """``d2t``/``t2d`` of an EAGLE-3 draft with Vd < V that lacks them (:func:`vocab_map`).
+
+        Raises:
+            InputError: the draft's vocabulary is the verifier's, it already has a map, or the data is too small.
+        """
+        cfg = draft.config
+        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+        if Vd == V:
+            raise InputError("the draft's vocabulary is the verifier's (Vd = V): it needs no d2t/t2d")
+        if "d2t" in draft.tensors:
+            raise InputError("the draft already has d2t/t2d", hint="drop --vocab-map to keep them")
+        d2t, t2d, coverage = vocab_map(docs, V, Vd)
+        draft.tensors["d2t"], draft.tensors["t2d"] = d2t, t2d
+        how = f"top {Vd} token ids by frequency over the training data, covering {coverage:.1%} of its positions (cnets.py scandata)"
+        return {"d2t": how, "t2d": how}
+
+    def fill_embed(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:
+        """Copy the verifier's embedding into ``embed_tokens.weight`` (H = H_t only: the draft was
+        trained with it, frozen).
+
+        Raises:
+            InputError: the draft is narrower than the verifier (its embedding must be trained,
+                not copied), or already has one.
+        """
+        cfg = draft.config
+        H = cfg["transformer_layer_config"]["hidden_size"]
+        if "embed_tokens.weight" in draft.tensors:
+            raise InputError("the draft already has embed_tokens.weight")
+        if (cfg.get("target_hidden_size") or H) != H:
+            raise InputError(f"the draft is {H} wide and the verifier {cfg['target_hidden_size']}: the verifier's embedding cannot be copied",
+                             hint="such a draft's embedding is trained with it")
+        return copy_embedding(draft, verifier)
+
+    def fill_head(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:
+        """Initialise a new draft's ``lm_head`` [Vd, H] from the verifier's head rows ``t2d``.
+
+        Raises:
+            InputError: the draft is narrower than the verifier (the rows do not fit).
+        """
+        H = draft.config["transformer_layer_config"]["hidden_size"]
+        head = verifier.lm_head()
+        if head.shape[1] != H:
+            raise InputError(f"the verifier's lm_head is {head.shape[1]} wide, the draft {H}: it cannot start from it")
+        rows = draft.tensors["t2d"].nonzero().squeeze(1) if "t2d" in draft.tensors else slice(None)
+        draft.tensors["lm_head.weight"] = head[rows].clone()
+        return {"lm_head.weight": "the verifier's lm_head rows of the draft vocabulary (t2d), as a starting point"}
+
+    # -- publishing ------------------------------------------------------------------------------
+
+    def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        vd, v = cfg["draft_vocab_size"], cfg["transformer_layer_config"]["vocab_size"]
+        return [("draft vocabulary", f"{vd:,} of the verifier's {v:,} ids" + (" (`d2t`/`t2d` map)" if vd != v else "")),
+                ("tap layers (`eagle_aux_hidden_state_layer_ids`)", ", ".join(map(str, cfg["eagle_aux_hidden_state_layer_ids"]))),
+                ("`norm_before_residual`", str(cfg["norm_before_residual"]).lower())] + super().card_rows(cfg)
+
+
+def copy_embedding(draft: "Draft", verifier: "Verifier") -> dict[str, str]:
+    """``embed_tokens.weight`` = the verifier's input embedding, read alone from its weights.
+
+    Raises:
+        InputError: the verifier's embedding is not [V, H] of the draft.
+    """
+    cfg = draft.config
+    V, H = cfg["transformer_layer_config"]["vocab_size"], cfg["transformer_layer_config"]["hidden_size"]
+    embed = verifier.embedding()
+    if tuple(embed.shape) != (V, H):
+        raise InputError(f"the verifier's embedding is {list(embed.shape)}, the draft needs [{V}, {H}]")
+    draft.tensors["embed_tokens.weight"] = embed
+    return {"embed_tokens.weight": "the verifier's input embedding, copied"}

@@ -1,0 +1,347 @@
+"""Medusa (Cai et al., "Medusa: Simple LLM Inference Acceleration Framework with Multiple
+Decoding Heads", 2024): everything specfmt knows of it.
+
+K heads; head i maps the verifier's last hidden state h (after its final norm) through L
+residual blocks ``x + SiLU(W x + b)`` and its own head [V, H] (or the verifier's, shared, with
+``original_lm_head``) to the token i+2 places after the one h predicts. Sources:
+FasterDecoding/Medusa ``medusa/model/medusa_model.py`` (``ResBlock``, ``MedusaModel``),
+``medusa/train/train_legacy.py``; vLLM ``vllm/model_executor/models/medusa.py`` and
+``vllm/transformers_utils/configs/medusa.py``. vLLM 0.32's speculators reader has no ``medusa``
+algorithm, so the config carries vLLM's native Medusa config at the top level; and any other key
+holding "num" with "heads"/"layers" would be renamed onto ``num_heads`` /
+``num_hidden_layers`` by vLLM's ``MedusaConfig.from_pretrained``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
+from ..format.config import speculative_tokens, speculators_block
+from ..format.tensors import TensorSpec
+from ..format.versions import SPECULATORS_VERSION
+from . import layers
+from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from ..draft import Draft
+    from ..verifier import Verifier, VerifierInfo
+
+
+def build_config(verifier: "VerifierInfo", *, hidden_size: int, vocab_size: int, heads: int, layers_per_head: int, fc_bias: bool,
+                 original_lm_head: bool, dtype: str) -> dict[str, Any]:
+    """A medusa config.json (without provenance): vLLM's native Medusa config at the top level
+    (``num_heads`` = k, one head per speculative token), the speculators block beside it, and
+    ``medusa_fc_bias`` set whenever the blocks have biases (vLLM's default false drops them)."""
+    native = {
+        "model_type": "medusa",
+        "hidden_size": hidden_size,
+        "vocab_size": vocab_size,
+        "num_heads": heads,
+        "num_hidden_layers": layers_per_head,
+        "medusa_fc_bias": fc_bias,
+        "original_lm_head": original_lm_head,
+    }
+    return {
+        "architectures": ["MedusaModel"],
+        **native,
+        "truncated_vocab_size": vocab_size,
+        "speculators_model_type": "medusa",
+        "speculators_version": SPECULATORS_VERSION,
+        "speculators_config": speculators_block("medusa", heads, verifier),
+        "transformer_layer_config": dict(native),
+        "tie_word_embeddings": False,
+        "dtype": dtype,
+    }
+
+
+def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> "Proposer":
+    """Medusa heads (``medusa_model.py``; vLLM ``Medusa``) as a :data:`~specfmt.algorithms.base.Proposer`.
+
+    Head i reads the verifier's last hidden state (after its final norm) at the position
+    that produced the newest token x, applies its L blocks ``x + SiLU(W x + b)`` and its
+    head (``lm_heads.{i}``, or the shared ``lm_head`` with ``original_lm_head``), and
+    proposes the token i+1 places after x.
+
+    Args:
+        tensors: specfmt Medusa tensors (``blocks.{i}.layers.{j}.*``, ``lm_heads.{i}.weight``).
+        cfg: the specfmt config (``num_heads``, ``num_hidden_layers``, ``original_lm_head``).
+    """
+    import torch
+
+    def propose(tokens: list[int], states, k: int) -> list[int]:
+        h0 = states.hidden[-1][-1]
+        out = []
+        for i in range(k):
+            x = h0
+            for j in range(cfg["num_hidden_layers"]):
+                w = tensors[f"blocks.{i}.layers.{j}.weight"].to(x.dtype)
+                b = tensors.get(f"blocks.{i}.layers.{j}.bias")
+                y = x @ w.T + (b.to(x.dtype) if b is not None else 0)
+                x = x + torch.nn.functional.silu(y)
+            head = tensors["lm_head.weight"] if cfg["original_lm_head"] else tensors[f"lm_heads.{i}.weight"]
+            out.append(int((x @ head.to(x.dtype).T).argmax()))
+        return out
+
+    return propose
+
+
+@lru_cache(maxsize=1)
+def _module_class():
+    """The Medusa heads ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
+    import torch
+    from torch import nn
+
+    class MedusaHeads(nn.Module):
+        """See :func:`draft_module`."""
+
+        def __init__(self, cfg: dict[str, Any]):
+            super().__init__()
+            self.cfg = cfg
+            H, V, K, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_heads"], cfg["num_hidden_layers"]
+            bias = bool(cfg["medusa_fc_bias"])
+            self.blocks = nn.ModuleList()
+            for _ in range(K):
+                block = nn.Module()
+                block.layers = nn.ModuleList([nn.Linear(H, H, bias=bias) for _ in range(L)])
+                self.blocks.append(block)
+            if cfg["original_lm_head"]:
+                self.lm_head = nn.Linear(H, V, bias=False)
+            else:
+                self.lm_heads = nn.ModuleList([nn.Linear(H, V, bias=False) for _ in range(K)])
+
+        def head(self, i: int, h):
+            """Head i on [..., H] verifier features -> [..., V] logits of the token i+2 places ahead."""
+            x = h
+            for lin in self.blocks[i].layers:
+                x = x + nn.functional.silu(lin(x))
+            return (self.lm_head if hasattr(self, "lm_head") else self.lm_heads[i])(x)
+
+        def forward(self, h):
+            """[..., H] -> [K, ..., V]: every head's logits."""
+            return torch.stack([self.head(i, h) for i in range(len(self.blocks))])
+
+    return MedusaHeads
+
+
+def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+    """K Medusa heads (``medusa_model.py`` ``ResBlock``; vLLM ``medusa.py``) as a trainable module.
+
+    Head i maps the verifier's last hidden state h [..., H] through L blocks
+    ``x + SiLU(W x + b)`` and its head [V, H] (``lm_heads.{i}``, or the shared ``lm_head``
+    with ``original_lm_head``) to the logits of the token i+2 places after the one h predicts.
+
+    Args:
+        cfg: a specfmt medusa ``config.json``.
+        tensors: ``blocks.{i}.layers.{j}.*`` and the heads, or None for a random initialisation.
+
+    Raises:
+        KeyError / RuntimeError: ``tensors`` do not fit the config.
+    """
+    return layers.load_state(_module_class()(cfg), tensors)
+
+
+def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list[int]):
+    """Medusa loss of one batch: head i at position t against the verifier's distribution at t+i+1, weight ``0.8**i``.
+
+    Args:
+        heads: a :func:`draft_module` (train mode).
+        last: [B, T, H] the verifier's last hidden state.
+        logits: [B, T, V] the verifier's logits (``lm_head(last)``).
+        train: the heads to train; the others are run without gradients, for the figures.
+
+    Returns:
+        ``(loss, correct per head, counted per head)``.
+    """
+    import contextlib
+
+    import torch
+
+    K = len(heads.blocks)
+    loss = torch.zeros((), device=last.device)
+    correct, counted = [0] * K, [0] * K
+    for i in range(K):
+        n = last.shape[1] - (i + 1)
+        if n <= 0:
+            continue
+        p = logits[:, i + 1:].float().softmax(-1)
+        with contextlib.nullcontext() if i in train else torch.no_grad():
+            out = heads.head(i, last[:, :n]).float()
+        if i in train:
+            loss = loss + (0.8 ** i) * -(p * out.log_softmax(-1)).sum(-1).mean()
+        correct[i] = int((out.argmax(-1) == p.argmax(-1)).sum())
+        counted[i] = p.shape[0] * p.shape[1]
+    return loss, correct, counted
+
+
+def add_heads(draft: "Draft", verifier: "Verifier", heads: int | None = None) -> dict[str, str]:
+    """Give every Medusa head its own ``lm_heads.{i}.weight`` and add heads up to ``heads``.
+
+    Shared-head drafts (``original_lm_head``) get per-head copies of the shared head;
+    new heads get zero blocks (biases zero) and a copy of the verifier's ``lm_head``.
+
+    Raises:
+        InputError: ``heads`` fewer than the draft has.
+    """
+    import torch
+
+    cfg = draft.config
+    K, L, H = cfg["num_heads"], cfg["num_hidden_layers"], cfg["hidden_size"]
+    heads = heads or K
+    if heads < K:
+        raise InputError(f"--heads {heads}: the draft already has {K} heads", hint="heads are only added, never removed")
+    how: dict[str, str] = {}
+    if cfg["original_lm_head"]:
+        shared = draft.tensors.pop("lm_head.weight")
+        for i in range(K):
+            draft.tensors[f"lm_heads.{i}.weight"] = shared.clone()
+            how[f"lm_heads.{i}.weight"] = "the shared lm_head.weight, copied (original_lm_head -> per-head heads)"
+    base = None
+    for i in range(K, heads):
+        if base is None:
+            base = verifier.lm_head()
+        dtype = next(t.dtype for n, t in draft.tensors.items() if n.startswith("blocks."))
+        for j in range(L):
+            draft.tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H, dtype=dtype)
+            how[f"blocks.{i}.layers.{j}.weight"] = "new head: zeros (Medusa ResBlock init)"
+            if cfg["medusa_fc_bias"]:
+                draft.tensors[f"blocks.{i}.layers.{j}.bias"] = torch.zeros(H, dtype=dtype)
+                how[f"blocks.{i}.layers.{j}.bias"] = "new head: zeros"
+        draft.tensors[f"lm_heads.{i}.weight"] = base.clone()
+        how[f"lm_heads.{i}.weight"] = "new head: the verifier's lm_head, copied"
+    for block in (cfg, cfg["transformer_layer_config"]):
+        block["num_heads"] = heads
+        block["original_lm_head"] = False
+    return how
+
+
+@register
+class Medusa(Algorithm):
+    name = "medusa"
+    title = "Medusa"
+    vllm_method = "medusa"
+    train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
+
+    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        out = native_config_violations(cfg)
+        k = speculative_tokens(cfg)
+        if k != cfg["num_heads"]:
+            out.append(("$.speculators_config.proposal_methods[0].speculative_tokens", f"{k} differs from num_heads={cfg['num_heads']}; vLLM builds one head per speculative token"))
+        if cfg["truncated_vocab_size"] != cfg["vocab_size"]:
+            out.append(("$.truncated_vocab_size", f"{cfg['truncated_vocab_size']} differs from vocab_size={cfg['vocab_size']}; specfmt writes no token_map"))
+        for key in cfg:
+            # MedusaConfig.from_pretrained renames any key holding "num" and "heads"/"layers" (vLLM 0.32)
+            if "num" in key and ("heads" in key or "layers" in key) and key not in ("num_heads", "num_hidden_layers"):
+                out.append((f"$.{key}", "vLLM's MedusaConfig renames this key onto num_heads/num_hidden_layers; remove it"))
+        return out
+
+    def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
+        """Medusa (``research-formats.md`` §5.4; vLLM ``medusa.py``), K heads of L blocks:
+
+        ================================ ========= ==========================================
+        name                             shape     when
+        ================================ ========= ==========================================
+        ``blocks.{i}.layers.{j}.weight`` [H, H]    i < K, j < L
+        ``blocks.{i}.layers.{j}.bias``   [H]       ``medusa_fc_bias``
+        ``lm_heads.{i}.weight``          [V, H]    i < K, unless ``original_lm_head``
+        ``lm_head.weight``               [V, H]    ``original_lm_head`` (one head shared by all)
+        ================================ ========= ==========================================
+        """
+        H, V, K, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_heads"], cfg["num_hidden_layers"]
+        specs: dict[str, TensorSpec] = {}
+        for i in range(K):
+            for j in range(L):
+                specs[f"blocks.{i}.layers.{j}.weight"] = TensorSpec((H, H))
+                if cfg["medusa_fc_bias"]:
+                    specs[f"blocks.{i}.layers.{j}.bias"] = TensorSpec((H,))
+            if not cfg["original_lm_head"]:
+                specs[f"lm_heads.{i}.weight"] = TensorSpec((V, H))
+        if cfg["original_lm_head"]:
+            specs["lm_head.weight"] = TensorSpec((V, H), why="original_lm_head: the one head all Medusa heads share")
+        return specs
+
+    def default_speculative_tokens(self, shape: NewDraft) -> int:
+        return shape.speculative_tokens or shape.heads
+
+    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+        k = self.default_speculative_tokens(shape)
+        if k > shape.heads:
+            raise InputError(f"--speculative-tokens {k} is more than the {shape.heads} Medusa heads")
+        info = verifier.info
+        cfg = build_config(info, hidden_size=info.hidden_size, vocab_size=info.vocab_size, heads=shape.heads, layers_per_head=shape.head_layers,
+                           fc_bias=True, original_lm_head=False, dtype=shape.dtype)
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = k
+        return cfg
+
+    def speculative_token_limit(self, cfg: dict[str, Any]) -> tuple[int, str] | None:
+        return cfg["num_heads"], "heads"
+
+    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+        return draft_module(cfg, tensors)
+
+    def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
+        return medusa_proposer(tensors, reading.cfg)
+
+    def train_positions(self, module: Any, ttt_steps: int) -> int:
+        return len(module.blocks)
+
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
+             generator: Any, subset: list[int] | None):
+        import torch
+
+        with torch.no_grad():
+            logits = head(last)
+        return medusa_loss(module, last, logits, list(range(len(module.blocks))) if subset is None else subset)
+
+    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
+        """Medusa's own initialisation: zero blocks (biases zero) and a copy of the verifier's ``lm_head``
+        per head, so a new head first proposes what the verifier's head does."""
+        import torch
+
+        K, L, H = cfg["num_heads"], cfg["num_hidden_layers"], cfg["hidden_size"]
+        head = verifier.lm_head()
+        tensors: dict[str, torch.Tensor] = {}
+        filled: dict[str, str] = {}
+        for i in range(K):
+            for j in range(L):
+                tensors[f"blocks.{i}.layers.{j}.weight"] = torch.zeros(H, H)
+                tensors[f"blocks.{i}.layers.{j}.bias"] = torch.zeros(H)
+            tensors[f"lm_heads.{i}.weight"] = head.clone().float()
+            filled[f"lm_heads.{i}.weight"] = "the verifier's lm_head, copied (Medusa's initialisation); blocks zero"
+        return tensors, filled
+
+    def fill_embed(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:
+        raise InputError("Medusa heads read the verifier's hidden state, not token embeddings")
+
+    def fill_heads(self, draft: "Draft", verifier: "Verifier", *, heads: int | None, lm_heads: bool, fill_only: bool) -> dict[str, str]:
+        """Per-head copies of a shared head (``--lm-heads``, and before training), new heads up to ``heads``."""
+        cfg = draft.config
+        grow = heads is not None and heads > cfg["num_heads"]
+        if lm_heads or grow or (cfg["original_lm_head"] and not fill_only):
+            how = add_heads(draft, verifier, heads)
+            if grow:  # one speculative token per head (vLLM builds one head per token); --speculative-tokens may lower it
+                cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = cfg["num_heads"]
+            return how
+        if heads is not None and heads < cfg["num_heads"]:
+            raise InputError(f"--heads {heads}: the draft already has {cfg['num_heads']} heads", hint="heads are only added, never removed")
+        return {}
+
+    def check_new_heads(self, heads: int | None) -> None:
+        return None
+
+    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, train_all: bool) -> list[int] | None:
+        """Only the heads a ``--heads`` fill-in added (all when none were added, or with ``--train-all``)."""
+        K = cfg["num_heads"]
+        prior_heads = (prior or {}).get("num_heads", 0)
+        subset = list(range(K)) if (train_all or prior_heads in (0, K)) else list(range(prior_heads, K))
+        for i, block in enumerate(module.blocks):
+            block.requires_grad_(i in subset)
+            module.lm_heads[i].requires_grad_(i in subset)
+        return subset
+
+    def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        return [("Medusa heads", f"{cfg['num_heads']}, {cfg['num_hidden_layers']} residual block(s) each"),
+                ("lm_head", "one copy of the verifier's, shared" if cfg["original_lm_head"] else "one per head")]

@@ -1,0 +1,102 @@
+"""What the commands share: the consoles, the error line, tables and option parsing.
+
+A user error (:class:`specfmt.errors.SpecfmtError`) becomes one line on stderr --
+``specfmt: error: what [where]; how to fix`` -- and the exit code of its class (2; 130 for an
+interrupted training run), in every command (:func:`reports_errors`), so the same holds under
+``typer.testing.CliRunner`` as at the terminal. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Optional, TypeVar
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import InputError, SpecfmtError
+
+out = Console()
+err = Console(stderr=True)
+
+STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+DTYPES = ("float16", "bfloat16", "float32")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: set once a command has printed its error line (main() then prints nothing more)
+reported = {"error": False}
+
+
+def print_error(e: SpecfmtError) -> None:
+    err.print(f"specfmt: error: {e.one_line()}", markup=False, highlight=False, soft_wrap=True)
+    reported["error"] = True
+
+
+def reports_errors(fn: F) -> F:
+    """Wrap a command: a :class:`SpecfmtError` prints one line and exits with its code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except SpecfmtError as e:
+            print_error(e)
+            raise typer.Exit(e.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_layers(text: Optional[str], option: str = "--aux-layers") -> Optional[list[int]]:
+    """``"2,16,29"`` -> ``[2, 16, 29]``.
+
+    Raises:
+        InputError: not a comma-separated list of integers.
+    """
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise InputError(f"{option} {text!r} is not a comma-separated list of layer ids, e.g. 2,16,29") from None
+
+
+def checks_table(rep, title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("result", overflow="fold")
+    for c in rep.checks:
+        detail = c.summary
+        if c.details and c.status in ("fail", "warn"):
+            detail += "".join(f"\n  - {d}" for d in c.details[:20]) + (f"\n  ... {len(c.details) - 20} more" if len(c.details) > 20 else "")
+        # findings quote paths and config values ("[/tmp/x]", "[1, 2]"): never rich markup
+        table.add_row(c.name, f"[{STATUS_STYLE[c.status]}]{c.status}[/]", escape(detail))
+    return table
+
+
+def figures_table(res) -> Table:
+    """Reference and vLLM side by side: acceptance rate per position, mean acceptance length, counts."""
+    ref, vl = res.reference or {}, res.vllm or {}
+    table = Table(title=f"acceptance, k={res.k}, {len(res.prompts.ids) if res.prompts else 0} prompts x {res.max_tokens} tokens")
+    table.add_column("")
+    table.add_column(f"reference ({ref.get('dtype', '-')})", justify="right")
+    table.add_column(f"vLLM ({vl.get('dtype', '-')})", justify="right")
+
+    def cell(d, key, i=None):
+        v = d.get(key)
+        if v is None:
+            return "-"
+        if i is not None:
+            return f"{v[i]:.3f}" if i < len(v) else "-"
+        return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+    for i in range(res.k):
+        table.add_row(f"acceptance rate, position {i + 1}", cell(ref, "acceptance_rate_per_position", i), cell(vl, "acceptance_rate_per_position", i))
+    table.add_row("mean acceptance length", cell(ref, "mean_acceptance_length"), cell(vl, "mean_acceptance_length"))
+    table.add_row("drafts", cell(ref, "num_drafts"), cell(vl, "num_drafts"))
+    table.add_row("accepted / draft tokens", f"{ref.get('num_accepted_tokens', '-')} / {ref.get('num_draft_tokens', '-')}",
+                  f"{vl.get('num_accepted_tokens', '-')} / {vl.get('num_draft_tokens', '-')}")
+    return table

@@ -1,0 +1,115 @@
+"""``specfmt convert`` and ``specfmt upgrade``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from typing import TYPE_CHECKING
+
+from ..converters import Options
+from ..errors import InputError, SpecfmtError
+from .common import DTYPES, err, out, parse_layers, reports_errors
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..convert import ConvertResult
+    from ..verifier import Verifier
+
+
+def _run_convert(source_format: str, src: str, output: Optional[Path], verifier: "str | Verifier", opts: Options, *, force: bool, dry_run: bool,
+                 revision: Optional[str]) -> "ConvertResult":
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    from ..convert import convert as run
+
+    if opts.dtype not in (None, *DTYPES):
+        raise InputError(f"--dtype must be float16, bfloat16 or float32, not {opts.dtype!r}")
+    if output is None and not dry_run:
+        raise InputError("-o OUT is required (or use --dry-run)")
+    progress = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with progress:
+        task = progress.add_task("writing tensors", total=None)
+        result = run(source_format, src, output, verifier, opts=opts, force=force, dry_run=dry_run, revision=revision, progress=lambda done, total: progress.update(task, completed=done, total=total))
+    plan = result.plan
+    if dry_run:
+        table = Table(title=f"plan: {plan.source_format} ({plan.layout}) -> specfmt", show_lines=False)
+        for col in ("source tensor", "action", "output tensor", "shape", "dtype"):
+            table.add_column(col, overflow="fold")
+        for m in plan.moves:
+            dt = m.info.dtype if m.out_dtype == m.info.dtype else f"{m.info.dtype}->{m.out_dtype}"
+            action = f"{m.action}: {m.reason}" if m.action in ("drop", "fold") else m.action
+            table.add_row(escape(m.src), escape(action), escape(m.dst or "-"), str(list(m.info.shape)), dt)
+        for d in plan.derived:
+            table.add_row("-", f"derive: {d.how}", d.dst, str(list(d.shape)), d.out_dtype)
+        out.print(table)
+        for note in plan.notes:
+            out.print(f"note: {note}", markup=False)
+        out.print("output config.json:")
+        out.print_json(json.dumps(result.config))
+        out.print("dry run: nothing written")
+        return result
+    for note in plan.notes:
+        err.print(f"note: {note}", markup=False)
+    counts = {a: sum(m.action == a for m in plan.moves) for a in ("rename", "keep", "drop", "fold")}
+    folded = f", {counts['fold']} folded into {len(plan.derived)} derived" if counts["fold"] or plan.derived else ""
+    out.print(
+        f"converted {src} ({plan.source_format}, {plan.layout}) -> {result.out}: {len(plan.written) + len(plan.derived)} tensors "
+        f"({counts['rename']} renamed, {counts['keep']} kept, {counts['drop']} dropped{folded}), {result.bytes_written / 2**20:.1f} MiB"
+    )
+    out.print(f"serve it with: vllm serve {result.out}", markup=False)
+    return result
+
+
+
+@reports_errors
+def convert(
+    src: str = typer.Argument(..., help="Source checkpoint: a folder or a Hub id (OWNER/NAME)."),
+    source_format: str = typer.Option(..., "--from", help="Source format: eagle3, eagle (EAGLE-1/2), hass, medusa, speculators (older speculators/ModelOpt checkpoints), or auto."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
+    verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id. Written as a Hub id or an absolute path."),
+    speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step (default: 3; Medusa: its number of heads)."),
+    aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3 tap layer ids, e.g. 2,16,29 (default: from the source, else (2, N//2, N-3))."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 (default: keep)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
+) -> None:
+    """Convert a research draft checkpoint into the specfmt format that `vllm serve OUT` runs."""
+    opts = Options(speculative_tokens=speculative_tokens, aux_layers=parse_layers(aux_layers), dtype=dtype)
+    _run_convert(source_format, src, output, verifier, opts, force=force, dry_run=dry_run, revision=revision)
+
+
+@reports_errors
+def upgrade(
+    src: str = typer.Argument(..., help="A speculators-format checkpoint (speculators 0.1-0.9, NVIDIA ModelOpt): folder or Hub id."),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="The verifier (default: speculators_config.verifier.name_or_path of SRC)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the changes; write nothing."),
+) -> None:
+    """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""
+    from ..convert import config_changes, source_config
+    from ..format.config import verifier_ref
+    from ..verifier import Verifier
+
+    old = source_config(src, revision=revision)
+    resolved: "str | Verifier | None" = verifier
+    if resolved is None:
+        named = verifier_ref(old)
+        if named is None:
+            raise InputError("SRC names no verifier (speculators_config.verifier.name_or_path); pass --verifier")
+        try:
+            resolved = Verifier.load(named)
+        except SpecfmtError as e:
+            raise InputError(f"the verifier SRC names ({named}) is not reachable: {e.message}", hint="pass --verifier FOLDER_OR_HUB_ID") from None
+    result = _run_convert("speculators", src, output, resolved, Options(), force=force, dry_run=dry_run, revision=revision)
+    changes = config_changes(old, result.config)
+    out.print(f"config.json: {len(changes)} change(s)" + (":" if changes else " (already current)"))
+    for line in changes:
+        out.print(f"  {line}", markup=False, highlight=False)

@@ -1,0 +1,83 @@
+"""``specfmt validate`` (static checks, and ``--run``) and ``specfmt inspect``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ..errors import InputError
+from .common import checks_table, figures_table, out, reports_errors
+
+
+@reports_errors
+def validate(
+    path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against (default: the one named in config.json, when reachable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    run: bool = typer.Option(False, "--run", help="Also run the draft: the reference forward pass and vLLM, acceptance per position compared; writes validation.json into PATH."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="jsonl prompts ({\"prompt\": ...} or chat {\"messages\": [...]}) (default: a small built-in set)."),
+    max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens generated per prompt."),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="Speculative tokens per step (default: the config's)."),
+    min_acceptance_length: Optional[float] = typer.Option(None, "--min-acceptance-length", help="Fail below this mean acceptance length (tokens per step, counting the verifier's own)."),
+    tolerance: float = typer.Option(0.1, "--tolerance", help="Largest allowed gap between vLLM's and the reference's acceptance rate at any position."),
+    no_vllm: bool = typer.Option(False, "--no-vllm", help="With --run: the reference run only."),
+    timeout: float = typer.Option(900, "--timeout", help="Seconds allowed for each vLLM engine."),
+) -> None:
+    """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
+    from ..validation.static import validate_static
+
+    if not run:
+        if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length)) or no_vllm:
+            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length and --no-vllm need --run")
+        rep = validate_static(path, verifier)
+        if as_json:
+            out.print_json(json.dumps(rep.to_json()))
+        else:
+            out.print(checks_table(rep, f"specfmt validate {rep.path}"))
+            out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+        raise typer.Exit(0 if rep.ok else 1)
+    from ..validation.run import CAUSES, validate_run
+
+    res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
+                       num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
+                       tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout)
+    rep = res.report
+    if as_json:
+        out.print_json(json.dumps({**res.to_json(), "written": res.written}))
+    else:
+        out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
+        if res.reference or res.vllm:
+            out.print(figures_table(res))
+        if res.causes:
+            out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
+        if res.written:
+            out.print(f"wrote {res.written}", markup=False)
+        out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+    raise typer.Exit(0 if rep.ok else 1)
+
+
+@reports_errors
+def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+    """Detect which format a checkpoint folder is in (from tensor names and config fields) and summarise it."""
+    from dataclasses import asdict
+
+    from ..detect import detect
+
+    d = detect(path)
+    if as_json:
+        out.print_json(json.dumps(asdict(d)))
+        return
+    out.print(f"[bold]{d.format}[/] ({d.layout})")
+    for e in d.evidence:
+        out.print(f"  evidence: {e}", markup=False)
+    table = Table(show_header=False)
+    for k, v in d.summary.items():
+        table.add_row(escape(k), escape(str(v)))
+    out.print(table)
+    if d.convert_hint:
+        out.print(f"next: {d.convert_hint}", markup=False)

@@ -1,0 +1,161 @@
+"""The model card of a pushed draft (README.md): metadata the Hub understands, and a body that says
+what the draft is, how to serve it, how well it was measured to do and where it came from.
+
+Published speculators are hard to use when their Hub page is blank and the verifier is buried
+in config.json (speculators issue #1055). Built with huggingface_hub's ``ModelCard`` /
+``ModelCardData``; what differs per algorithm comes from the algorithm
+(:meth:`specfmt.algorithms.base.Algorithm.card_rows`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from ..algorithms import find
+from ..checkpoint.reader import CheckpointReader
+from .resolve import is_hub_id
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .push import UploadFile
+
+CARD_FILE = "README.md"
+#: the Hub's ``library_name``: the library that runs the draft (vLLM attaches it by itself)
+LIBRARY_NAME = "vllm"
+PIPELINE_TAG = "text-generation"
+
+
+def _parameters(folder: Path) -> tuple[int, str]:
+    with CheckpointReader(folder) as reader:
+        infos = reader.infos
+    n = 0
+    for name, info in infos.items():
+        if name not in ("d2t", "t2d"):
+            k = 1
+            for d in info.shape:
+                k *= d
+            n += k
+    dtypes = sorted({i.dtype for n_, i in infos.items() if n_ not in ("d2t", "t2d")})
+    return n, "/".join(dtypes)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+def _place(ref: str | None) -> str:
+    """A Hub id as a link; a local path by its folder name only (the uploader's paths stay private)."""
+    if not ref:
+        return "(not recorded)"
+    if is_hub_id(ref):
+        return f"[{ref}](https://huggingface.co/{ref})"
+    return f"a local folder `{PurePosixPath(ref.replace(chr(92), '/')).name}`"
+
+
+def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: dict[str, Any] | None, license: str | None,
+                files: list["UploadFile"], folder: Path) -> str:
+    """The README.md of a pushed draft, built with ``huggingface_hub.ModelCard``/``ModelCardData``.
+
+    Metadata: ``base_model`` = the verifier's Hub id, ``library_name`` = ``vllm``,
+    ``pipeline_tag`` = ``text-generation``, tags ``speculative-decoding``, the algorithm,
+    ``speculators``, ``specfmt``; ``license`` when given. Body: what the draft is, the
+    ``vllm serve`` command, its shape, the acceptance figures of ``validation.json`` (reference
+    and vLLM side by side) and the provenance block of config.json.
+
+    Returns:
+        The card text (YAML front matter + Markdown), which ``ModelCard`` parses back.
+    """
+    from huggingface_hub import ModelCard, ModelCardData
+
+    algo = cfg["speculators_model_type"]
+    algorithm = find(algo)
+    name = algorithm.title if algorithm else algo
+    spec = cfg["speculators_config"]
+    k = spec["proposal_methods"][0]["speculative_tokens"]
+    data = ModelCardData(base_model=verifier, library_name=LIBRARY_NAME, pipeline_tag=PIPELINE_TAG, license=license,
+                         tags=["speculative-decoding", algo, "speculators", "specfmt"])
+    n_params, dtypes = _parameters(folder)
+    weights = [f for f in files if f.path_in_repo.endswith(".safetensors")]
+    rows = [("algorithm", f"{name} (`speculators_model_type: {algo}`)"),
+            ("verifier", f"{_place(verifier)} ({', '.join(spec['verifier'].get('architectures') or [])})"),
+            ("speculative tokens", f"{k} per step ({spec['proposal_methods'][0]['proposal_type']} proposals)")]
+    rows += algorithm.card_rows(cfg) if algorithm else []
+    rows += [("parameters", f"{_count(n_params)} ({dtypes})"),
+             ("weights", ", ".join(f"`{f.path_in_repo}` ({_size(f.size)})" for f in weights))]
+    lines = [f"# {repo_id.split('/')[1]}", "",
+             f"{'An' if name[0] in 'AEIOU' else 'A'} **{name}** draft model (speculator) for {_place(verifier)}, in the speculators format "
+             f"(`speculators_version` {cfg.get('speculators_version')}) that vLLM detects by itself: `vllm serve` loads the verifier "
+             "named in config.json and attaches this draft for speculative decoding. The output is exactly what the verifier alone "
+             "would produce; the draft only makes it faster.", "",
+             "## Serve it with vLLM", "", "```bash", f"vllm serve {repo_id}", "```", "",
+             f"No speculative-decoding flags are needed: vLLM reads `speculators_config` from config.json, serves {verifier} and "
+             f"proposes {k} tokens per step with its `{algorithm.vllm_method if algorithm else algo}` method.", "",
+             "## The draft", "", "| | |", "| --- | --- |", *[f"| {a} | {b} |" for a, b in rows], ""]
+    lines += _figures_section(figures, repo_id)
+    lines += _provenance_section(cfg)
+    body = "\n".join(lines)
+    card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
+    return str(card)
+
+
+def _figures_section(figures: dict[str, Any] | None, repo_id: str) -> list[str]:
+    out = ["## Acceptance", ""]
+    if not figures:
+        return out + ["No acceptance figures were recorded for this upload. Measure them on your own prompts with",
+                      "", "```bash", f"specfmt validate {repo_id} --run --prompts prompts.jsonl", "```", ""]
+    runs = [(f"reference ({r.get('dtype')})", r) for r in [figures.get("reference")] if r] + \
+           [(f"{r.get('engine', 'vLLM')} ({r.get('dtype')})", r) for r in [figures.get("vllm")] if r]
+    prompts = figures.get("prompts") or {}
+    source = PurePosixPath(str(prompts.get("source") or "built-in prompts")).name
+    k = figures.get("num_speculative_tokens")
+    out += [f"Measured with `specfmt validate --run` (specfmt {figures.get('specfmt_version')}, {str(figures.get('date', ''))[:10]}): "
+            f"{prompts.get('count')} prompts from `{source}`, {figures.get('max_tokens')} tokens each, {k} speculative tokens, greedy. "
+            "The reference is specfmt's own forward pass of the draft" + ("; vLLM is the engine that serves it." if figures.get("vllm") else "."), "",
+            "| | " + " | ".join(name for name, _ in runs) + " |", "| --- |" + " ---: |" * len(runs)]
+    for i in range(k or 0):
+        out.append(f"| acceptance rate, position {i + 1} | " + " | ".join(_fmt(r.get("acceptance_rate_per_position"), i) for _, r in runs) + " |")
+    out.append("| **mean acceptance length** | " + " | ".join(f"**{_fmt(r.get('mean_acceptance_length'))}**" for _, r in runs) + " |")
+    out.append("| drafts | " + " | ".join(str(r.get("num_drafts", "-")) for _, r in runs) + " |")
+    out += ["", "Mean acceptance length counts the verifier's own token per step (1.0: no draft token accepted). "
+            "Acceptance depends on the prompts: measure on your own traffic before relying on a speed-up.", ""]
+    return out
+
+
+def _fmt(v, i: int | None = None) -> str:
+    if i is not None:
+        v = v[i] if isinstance(v, list) and i < len(v) else None
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _provenance_section(cfg: dict[str, Any]) -> list[str]:
+    prov = cfg.get("specfmt") or {}
+    out = ["## Provenance", ""]
+    if not prov:
+        return out + ["config.json carries no specfmt provenance block.", ""]
+    src = prov.get("source") or {}
+    rev = f" at revision `{src['revision']}`" if src.get("revision") else ""
+    train = prov.get("train")
+    if src.get("format") == "specfmt-train":
+        out.append(f"Trained from scratch with specfmt {prov.get('specfmt_version')} ({prov.get('created')}).")
+    else:
+        out.append(f"Converted with specfmt {prov.get('specfmt_version')} ({prov.get('created')}) from {_place(src.get('name_or_path'))}{rev} "
+                   f"(`--from {src.get('format')}`, {src.get('layout')} layout).")
+    t = prov.get("tensors") or {}
+    counts = [f"{len(t.get(key) or {})} {key}" for key in ("renamed", "kept", "folded", "derived", "dropped")]
+    out.append(f"Every source tensor is accounted for: {', '.join(counts)}.")
+    for tensor, why in sorted((t.get("dropped") or {}).items()):
+        out.append(f"- dropped `{tensor}`: {why}")
+    if train:
+        agree = train.get("top1_agreement")
+        out.append(f"Then {'initialised' if train.get('dry_run') else 'trained'} with `specfmt train {train.get('algorithm')}`: {train.get('steps')} steps, "
+                   f"{train.get('tokens'):,} tokens" + (f", top-1 agreement with the verifier {' / '.join(f'{a:.3f}' for a in agree)}" if agree else "") + ".")
+    files = {**(src.get("files") or {}), **({} if not train else {PurePosixPath(f).name: h for f, h in (train.get("data") or {}).items()})}
+    if files:
+        out += ["", "| source file | sha256 |", "| --- | --- |", *[f"| `{n}` | `{h}` |" for n, h in sorted(files.items())]]
+    out += ["", f"The full record is the `specfmt` block of config.json. Published with specfmt {__version__}.", ""]
+    return out

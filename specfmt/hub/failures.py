@@ -1,0 +1,105 @@
+"""Every Hugging Face Hub failure as one clear line: what, the status, how to fix it.
+
+huggingface_hub (and httpx below it) raise many classes. Downloads (:func:`download_failure`,
+for :func:`specfmt.hub.resolve.resolve`) and uploads (:func:`hub_failure`, for
+:mod:`specfmt.hub.transport`) map them here, in one place, to :class:`~specfmt.errors.HubError`.
+The token never appears in a message.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..errors import HubError
+
+
+def download_failure(ref: str, revision: str | None, exc: Exception) -> HubError:
+    """A failed download of ``ref`` (``snapshot_download``) as one :class:`HubError` line."""
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    if isinstance(exc, LocalEntryNotFoundError):
+        return HubError(
+            f"{ref!r} is not a local folder, not in the local Hugging Face cache, and the Hub cannot be reached"
+            + (" (HF_HUB_OFFLINE is set)" if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") else ""),
+            hint="download it once with network access, or pass a local folder",
+        )
+    if isinstance(exc, GatedRepoError):
+        return HubError(f"{ref!r} is gated on the Hub", hint="accept its terms on the Hub and log in with `hf auth login`")
+    if isinstance(exc, RepositoryNotFoundError):
+        return HubError(f"{ref!r} is not a local folder, and no Hub repo has that id (or it is private)", hint="check the path or id; log in with `hf auth login` for private repos")
+    if isinstance(exc, RevisionNotFoundError):
+        return HubError(f"revision {revision!r} not found in {ref!r}", hint="check --revision")
+    return HubError(f"could not fetch {ref!r} from the Hub: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+
+
+def status_of(exc: BaseException) -> int | None:
+    resp = getattr(exc, "response", None)
+    return getattr(resp, "status_code", None)
+
+
+def _server_message(exc: BaseException) -> str:
+    resp = getattr(exc, "response", None)
+    msg = (getattr(resp, "headers", None) or {}).get("X-Error-Message") if resp is not None else None
+    return f": {msg}" if msg else ""
+
+
+def is_transport(exc: BaseException) -> bool:
+    """A network failure: refused, dropped, timed out (httpx2's or httpx's ``TransportError``, or the OS's)."""
+    return isinstance(exc, (ConnectionError, TimeoutError)) or any(c.__name__ == "TransportError" for c in type(exc).__mro__)
+
+
+def cause_of(exc: BaseException) -> BaseException:
+    """The HTTP or network error behind ``exc`` (huggingface_hub wraps LFS upload failures in RuntimeError)."""
+    seen = exc
+    while seen is not None:
+        if status_of(seen) is not None or is_transport(seen):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return exc
+
+
+def is_transient(exc: BaseException) -> bool:
+    status = status_of(exc)
+    return is_transport(exc) or (status is not None and (status >= 500 or status == 429))
+
+
+def hub_failure(exc: BaseException, repo_id: str, stage: str, attempts: int = 1, outcome: str = "no commit was made") -> HubError:
+    """One clear line for a failed Hub call (what, status, how to fix); the token never appears.
+
+    Args:
+        exc: what huggingface_hub (or httpx below it) raised.
+        stage: what was being done ("creating the repo", "uploading", ...).
+        attempts: how many times it was tried.
+        outcome: what the failure left on the Hub, for 5xx answers and dropped connections.
+    """
+    from huggingface_hub.errors import OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError
+
+    exc = cause_of(exc)
+    status = status_of(exc)
+    tried = f" after {attempts} attempts" if attempts > 1 else ""
+    again = "re-run the same command: files the Hub already has are not sent again"
+    if isinstance(exc, OfflineModeIsEnabled):
+        return HubError("HF_HUB_OFFLINE is set; a push needs the network", hint="unset HF_HUB_OFFLINE (or use --dry-run)")
+    if status == 401:
+        return HubError(f"the Hub rejected the token (401 Unauthorized) while {stage}", hint="log in with `hf auth login`, or set HF_TOKEN to a valid token with write access")
+    if status == 403:
+        return HubError(f"the token may not write to {repo_id} (403 Forbidden{_server_message(exc)}) while {stage}",
+                        hint="use a token with write access to that namespace, or push to your own namespace")
+    if isinstance(exc, RevisionNotFoundError):
+        return HubError(f"the revision does not exist in {repo_id} (404) while {stage}", hint="check --revision")
+    if isinstance(exc, RepositoryNotFoundError) or status == 404:
+        return HubError(f"{repo_id} does not exist, or the token cannot see it (404) while {stage}",
+                        hint="check --repo-id and that the token may read the repo (`hf auth whoami`)")
+    if status is not None and status >= 500:
+        return HubError(f"the Hub failed with {status}{_server_message(exc)} while {stage}{tried}; {outcome}", hint=again)
+    if is_transport(exc):
+        return HubError(f"the connection to the Hub dropped while {stage}{tried} ({type(exc).__name__}); {outcome}", hint=again)
+    if status is not None:
+        return HubError(f"the Hub answered {status}{_server_message(exc)} while {stage}", hint="check --repo-id and --revision")
+    return HubError(f"{stage} failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+

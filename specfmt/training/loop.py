@@ -1,0 +1,274 @@
+"""The training loop: any algorithm's draft against a frozen verifier.
+
+:func:`fit` runs the objective of the draft's algorithm (:meth:`specfmt.algorithms.base.Algorithm.loss`:
+EAGLE-3's training-time test, EAGLE-1's feature regression, Medusa's self-distillation) with
+AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %, gradients clipped at 0.5, batches
+from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
+bit for bit), the verifier's features computed on the fly or read from a
+:class:`specfmt.training.data.FeatureCache`, and several processes through ``torch.distributed``
+(``torchrun``; the objective is wrapped in ``DistributedDataParallel``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..algorithms import get
+from ..algorithms.base import Algorithm
+from ..errors import InputError, TrainInterrupted
+from . import data
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .data import FeatureCache, Windows
+
+
+@dataclass
+class TrainStats:
+    """Figures of one training run.
+
+    Attributes:
+        steps: optimizer steps.
+        tokens: positions trained on (batch x window per step, all steps).
+        seconds: wall time.
+        loss: mean loss of the last 50 steps.
+        accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the
+            share of counted positions where the draft's top token equals the verifier's
+            (last 50 steps, all ranks).
+        resumed_from: the step a resumed run started at (0: from the start).
+    """
+
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    loss: float = float("nan")
+    accuracy: list[float] = field(default_factory=list)
+    resumed_from: int = 0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def estimated_acceptance_length(self) -> float:
+        """``1 + a1 + a1·a2 + ...`` from the per-position top-1 agreement: a rough running estimate."""
+        return acceptance_estimate(self.accuracy)
+
+
+def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
+    """Learning rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps to
+    ``peak``, then cosine decay to 10 % of ``peak``."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def acceptance_estimate(accuracy: list[float]) -> float:
+    """``1 + a1 + a1·a2 + ...``: the mean acceptance length if position j were accepted with
+    probability a_j once every earlier one was (a rough guide, not a measurement)."""
+    total, run = 1.0, 1.0
+    for a in accuracy:
+        run *= a
+        total += run
+    return total
+
+
+@dataclass
+class TrainOptions:
+    """Hyper-parameters of :func:`fit` (the ``specfmt train`` flags).
+
+    Attributes:
+        steps: optimizer steps.
+        batch_size: windows per step and process (B).
+        seq_len: tokens per window (T).
+        lr: peak learning rate.
+        warmup: warmup steps (None: 5 % of ``steps``, at least 1).
+        ttt_steps: EAGLE-3 drafting steps unrolled in training-time test.
+        noise: EAGLE-1 input feature noise (uniform half-width).
+        seed: seeds the windows, the noise and a new draft's initialisation.
+        save_every: steps between saved training states (0: only at the end or on Ctrl-C).
+    """
+
+    steps: int = 500
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup: int | None = None
+    ttt_steps: int = 3
+    noise: float = 0.0
+    seed: int = 0
+    save_every: int = 100
+
+    def warmup_steps(self) -> int:
+        return self.warmup if self.warmup is not None else max(1, self.steps // 20)
+
+
+STATE_FILE = "state.pt"
+
+
+def _objective(algo: Algorithm, draft: Any, embed: Any, head: Any, opts: TrainOptions, subset: list[int] | None) -> Any:
+    """The loss of one batch as an ``nn.Module`` (what ``DistributedDataParallel`` wraps)."""
+    import torch
+    from torch import nn
+
+    class Objective(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.draft = draft
+            self._frozen = (embed, head)  # a tuple: not registered, never synchronised or trained
+
+        def forward(self, ids, aux, last, step: int):
+            embed, head = self._frozen
+            g = torch.Generator().manual_seed(opts.seed * 7919 + step)  # the step's noise (EAGLE-1)
+            return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, ttt_steps=opts.ttt_steps,
+                             noise=opts.noise, generator=g, subset=subset)
+
+    return Objective()
+
+
+def fit(
+    algorithm: str,
+    draft: Any,
+    verifier: Any,
+    windows: "Windows",
+    opts: TrainOptions,
+    *,
+    embed: "torch.Tensor | None" = None,
+    cache: "FeatureCache | None" = None,
+    state_dir: str | Path | None = None,
+    resume: bool = False,
+    fingerprint: dict[str, Any] | None = None,
+    subset: list[int] | None = None,
+    log: Callable[[int, float, list[float]], None] | None = None,
+) -> TrainStats:
+    """Train ``draft`` in place against the frozen ``verifier``.
+
+    Args:
+        algorithm: the draft's algorithm (``speculators_model_type``).
+        draft: its module (:meth:`specfmt.algorithms.base.Algorithm.module`), on the verifier's
+            device; only its parameters with ``requires_grad`` are trained.
+        verifier: a transformers causal LM, eval mode, no gradients.
+        windows: :class:`specfmt.training.data.Windows` (this process's rank and world size).
+        opts: :class:`TrainOptions`.
+        embed: [V, H] the embedding the draft reads (default: the verifier's).
+        cache: a complete :class:`specfmt.training.data.FeatureCache` for ``windows`` (which
+            must then be fixed), or None to run the verifier every step.
+        state_dir: where the training state (weights, optimizer, step) is saved every
+            ``opts.save_every`` steps and on Ctrl-C; None: never.
+        resume: continue from the state in ``state_dir``.
+        fingerprint: what the run is (options, data, verifier); a resumed state must match.
+        subset: the parts the objective trains (Medusa heads; :meth:`~specfmt.algorithms.base.Algorithm.heads_trained`), None for all.
+        log: called on the main process as ``log(step, loss, accuracy_per_position)`` after
+            every step.
+
+    Returns:
+        :class:`TrainStats` (figures summed over processes).
+
+    Raises:
+        InputError: ``resume`` without a saved state, or a state of another run.
+        TrainInterrupted: Ctrl-C; the state of the last finished step was saved.
+    """
+    import torch
+    import torch.distributed as dist
+
+    algo = get(algorithm)
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if distributed else 0
+    device = next(draft.parameters()).device
+    head = verifier.get_output_embeddings()
+    embed = (embed if embed is not None else verifier.get_input_embeddings().weight).detach().to(device)
+    taps = algo.feature_taps(draft.cfg)
+    positions = algo.train_positions(draft, opts.ttt_steps)
+    obj = _objective(algo, draft, embed, head, opts, subset)
+    model = obj
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(obj, device_ids=[device.index] if device.type == "cuda" else None)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    state_path = Path(state_dir) / STATE_FILE if state_dir else None
+    fingerprint = fingerprint or {}
+
+    stats = TrainStats()
+    recent: list[tuple[float, list[int], list[int]]] = []
+    start = 0
+    if resume:
+        if state_path is None or not state_path.is_file():
+            raise InputError(f"--resume: no saved training state at {state_path}", hint="run without --resume to start from step 0")
+        state = torch.load(state_path, map_location=device, weights_only=True)
+        if state.get("fingerprint") != fingerprint:
+            old = state.get("fingerprint") or {}
+            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+            raise InputError(f"the saved state at {state_path} is of another run (differs in: {', '.join(diff)})",
+                             hint="resume with the same options, or start over without --resume")
+        draft.load_state_dict(state["draft"])
+        opt.load_state_dict(state["optimizer"])
+        start = stats.resumed_from = int(state["step"])
+        recent = [(float(a), list(b), list(c)) for a, b, c in state["recent"]]
+
+    def save(step: int) -> None:
+        if state_path is None or rank != 0:
+            return
+        state_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"step": step, "draft": draft.state_dict(), "optimizer": opt.state_dict(), "recent": recent,
+                    "fingerprint": fingerprint}, tmp)
+        os.replace(tmp, state_path)
+
+    verifier.eval()
+    draft.train()
+    t0 = time.perf_counter()
+    done = start
+    try:
+        for step in range(start, opts.steps):
+            ids = windows.ids(step).to(device)
+            if cache is not None:
+                aux, last = cache.get([i for _, i in windows.indices(step)])
+                aux, last = (aux.to(device) if aux is not None else None), last.to(device)
+            else:
+                aux, last = data.verifier_features(verifier, ids, taps)
+            for g in opt.param_groups:
+                g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
+            loss, correct, counted = model(ids, aux, last, step)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 0.5)
+            opt.step()
+            figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
+            if distributed:  # NCCL reduces device tensors only
+                figures = figures.to(device)
+                dist.all_reduce(figures)
+                figures = figures.cpu()
+                figures[0] /= dist.get_world_size()
+            c = [int(x) for x in figures[1:1 + positions]]
+            n = [int(x) for x in figures[1 + positions:]]
+            recent = (recent + [(float(figures[0]), c, n)])[-50:]
+            stats.steps += 1
+            stats.tokens += ids.numel() * (dist.get_world_size() if distributed else 1)
+            done = step + 1
+            if log and rank == 0:
+                log(step, recent[-1][0], [a / max(b, 1) for a, b in zip(c, n)])
+            if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
+                save(done)
+    except KeyboardInterrupt:
+        save(done)
+        raise TrainInterrupted(f"interrupted after step {done} of {opts.steps}",
+                               hint=f"the state is saved in {state_dir}; continue with the same command and --resume" if state_path else None) from None
+    save(done)
+    stats.seconds = time.perf_counter() - t0
+    if recent:
+        stats.loss = sum(r[0] for r in recent) / len(recent)
+        stats.accuracy = [sum(r[1][s] for r in recent) / max(1, sum(r[2][s] for r in recent)) for s in range(positions)]
+    draft.eval()
+    return stats
+
+
+__all__ = ["STATE_FILE", "TrainOptions", "TrainStats", "acceptance_estimate", "fit", "warmup_cosine"]

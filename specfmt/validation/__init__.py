@@ -1,0 +1,1 @@
+"""Validation: the static checks of a checkpoint, and ``validate --run`` (the draft run by the reference and by vLLM)."""

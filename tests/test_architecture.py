@@ -1,0 +1,251 @@
+"""The package's shape, checked: no import cycles, algorithm knowledge only in the algorithm modules,
+and converter plans testable without writing anything.
+
+The import graph is read from the source (every ``import`` statement, function-level ones
+included), so a cycle hidden inside a function fails here although Python would tolerate it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, WORLD
+
+#: where each importable package of the distribution lives in the repository (pyproject.toml's package-dir)
+PACKAGES = {"specfmt": REPO / "specfmt", "specfmt.converters": REPO / "converters"}
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package, by dotted name (``specfmt.algorithms.eagle3``; packages by their ``__init__``)."""
+    out = {}
+    for root_name, root in PACKAGES.items():
+        for path in root.rglob("*.py"):
+            rel = path.relative_to(root).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            out[".".join([root_name, *parts])] = path
+    return out
+
+
+def imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package modules ``name`` imports anywhere in its body: each target is the module that
+    provides the imported name (``from .x import y`` -> ``pkg.x.y`` when that is a module, else ``pkg.x``)."""
+    is_pkg = path.name == "__init__.py"
+    here = name if is_pkg else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod for a in node.names]
+        else:
+            continue
+        out.update(t for t in targets if t in known and t != name)
+    return out
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_there_are_no_import_cycles_function_level_imports_included():
+    mods = modules()
+    graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
+    assert sum(map(len, graph.values())) > 100  # the walk sees the package's imports
+    assert graph["specfmt.convert"] >= {"specfmt.converters", "specfmt.verifier"}
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+ALGORITHM_NAMES = {"eagle3", "eagle", "medusa", "hass"}
+
+
+def _branches_on_algorithm(tree: ast.AST) -> list[int]:
+    """Lines that compare something with an algorithm's name, or key a dict literal by one."""
+    lines = []
+
+    def names(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return {node.value}
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return {e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        return set()
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(names(c) & ALGORITHM_NAMES for c in [node.left, *node.comparators]):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Dict) and any(k is not None and names(k) & ALGORITHM_NAMES for k in node.keys):
+            lines.append(node.lineno)
+        if isinstance(node, ast.Match):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_module_outside_the_algorithm_modules_branches_on_an_algorithm_name():
+    offenders = {}
+    for name, path in modules().items():
+        if name.startswith("specfmt.algorithms"):
+            continue
+        found = _branches_on_algorithm(ast.parse(path.read_text()))
+        if found:
+            offenders[str(path.relative_to(REPO))] = found
+    assert offenders == {}
+
+
+def test_the_branch_finder_finds_branches():
+    code = 'if cfg["speculators_model_type"] == "eagle3": pass\nx = {"medusa": 1}\ny = algo in ("eagle", "hass")\nz = name == "other"\n'
+    assert _branches_on_algorithm(ast.parse(code)) == [1, 2, 3]
+
+
+# --------------------------------------------------------------------------- plans without a disk
+
+
+class FakeReader:
+    """A source's weights as headers only: what a converter plans from (no file, no torch)."""
+
+    def __init__(self, shapes: dict[str, tuple[tuple[int, ...], str]], fmt: str = "safetensors"):
+        from specfmt.checkpoint.reader import TensorInfo
+
+        self._infos = {n: TensorInfo(n, s, d, "model.safetensors") for n, (s, d) in shapes.items()}
+        self.format = fmt
+        self.folder = Path("/nonexistent-fake-source")
+        self.files, self.ignored = ["model.safetensors"], {}
+
+    @property
+    def infos(self):
+        return dict(self._infos)
+
+    def raw(self, name):
+        return None
+
+
+def _plan(converter: str, config: dict, shapes: dict, opts=None):
+    from specfmt.converters import Options, Source, get
+    from specfmt.hub.resolve import Resolved
+    from specfmt.verifier import Verifier
+
+    src = Source(Resolved(Path("/nonexistent-fake-source"), "fake/source", None, True), config, FakeReader(shapes), Verifier.load(str(WORLD / "verifier")))
+    return get(converter).plan(src, opts or Options())
+
+
+def _eagle3_shapes(H=128, V=2048, Vd=2048, I=384, nH=4, nKV=2, d=32, qwen3=False, midlayer=True):  # noqa: E741
+    p = "midlayer." if midlayer else "layers.0."
+    s = {
+        f"{p}self_attn.q_proj.weight": ((nH * d, 2 * H), "BF16"), f"{p}self_attn.k_proj.weight": ((nKV * d, 2 * H), "BF16"),
+        f"{p}self_attn.v_proj.weight": ((nKV * d, 2 * H), "BF16"), f"{p}self_attn.o_proj.weight": ((H, nH * d), "BF16"),
+        f"{p}mlp.gate_proj.weight": ((I, H), "BF16"), f"{p}mlp.up_proj.weight": ((I, H), "BF16"), f"{p}mlp.down_proj.weight": ((H, I), "BF16"),
+        f"{p}input_layernorm.weight": ((H,), "BF16"), f"{p}hidden_norm.weight": ((H,), "BF16"),
+        f"{p}post_attention_layernorm.weight": ((H,), "BF16"),
+        "fc.weight": ((H, 3 * H), "BF16"), "norm.weight": ((H,), "BF16"), "lm_head.weight": ((Vd, H), "BF16"),
+    }
+    if qwen3:
+        s[f"{p}self_attn.q_norm.weight"] = ((d,), "BF16")
+        s[f"{p}self_attn.k_norm.weight"] = ((d,), "BF16")
+    return s
+
+
+def _eagle3_config(**kw):
+    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 384,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 1, "vocab_size": 2048, "rms_norm_eps": 1e-5}
+    return {**cfg, **kw}
+
+
+def test_an_eagle3_plan_is_made_from_headers_alone():
+    from specfmt.validation.checks import inventory_problems
+
+    plan = _plan("eagle3", _eagle3_config(), _eagle3_shapes())
+    assert plan.layout == "safeailab" and plan.unknown == [] and not plan.derived
+    assert {m.src: m.dst for m in plan.moves}["midlayer.hidden_norm.weight"] == "layers.0.hidden_norm.weight"
+    assert plan.config["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]  # the reference default for the 8-layer verifier
+    assert plan.config["dtype"] == "bfloat16" and plan.config["draft_vocab_size"] == 2048
+    assert all(not v for v in inventory_problems(plan.config, plan.output_shapes()).values())
+
+
+def test_a_qwen3_layer_eagle3_plan_keeps_its_qk_norms_and_family():
+    from specfmt.algorithms.layers import FAMILIES
+    from specfmt.validation.checks import inventory_problems
+
+    plan = _plan("eagle3", _eagle3_config(model_type="qwen3", head_dim=32), _eagle3_shapes(qwen3=True, midlayer=False))
+    tlc = plan.config["transformer_layer_config"]
+    assert tlc["model_type"] == "qwen3" and tlc["architectures"] == list(FAMILIES["qwen3"].architectures)
+    assert "layers.0.self_attn.q_norm.weight" in plan.output_shapes()
+    assert all(not v for v in inventory_problems(plan.config, plan.output_shapes()).values())
+    # without the norms the inventory names them
+    bare = _plan("eagle3", _eagle3_config(model_type="qwen3"), _eagle3_shapes(midlayer=False))
+    missing = inventory_problems(bare.config, bare.output_shapes())["missing"]
+    assert missing == ["layers.0.self_attn.k_norm.weight", "layers.0.self_attn.q_norm.weight"]
+
+
+def test_a_medusa_plan_takes_its_sizes_from_the_tensors():
+    shapes = {f"{i}.0.linear.{w}": (((128, 128) if w == "weight" else (128,)), "F16") for i in range(2) for w in ("weight", "bias")}
+    shapes.update({f"{i}.1.weight": ((2048, 128), "F16") for i in range(2)})
+    plan = _plan("medusa", {"medusa_num_heads": 1, "medusa_num_layers": 1}, shapes)
+    assert plan.layout == "legacy-trainer" and plan.config["num_heads"] == 2 and plan.config["medusa_fc_bias"] is True
+    assert any("medusa_num_heads=1" in n for n in plan.notes)
+
+
+def test_plans_and_inspect_name_layouts_the_same_way(tmp_path):
+    """``inspect`` and the plan use the converter's own layout predicates: one set of names."""
+    from specfmt.convert import convert
+    from specfmt.detect import detect
+
+    for name, fmt in (("eagle3-safeailab", "eagle3"), ("eagle-safeailab", "eagle"), ("medusa-legacy", "medusa")):
+        res = convert(fmt, str(WORLD / name), None, str(WORLD / "verifier"), dry_run=True)
+        d = detect(WORLD / name)
+        assert d.layout == res.plan.layout and fmt in d.candidates, (name, d, res.plan.layout)
+        assert json.dumps(res.config)  # a whole config was planned
+
+
+@pytest.mark.parametrize("name", ["eagle3", "eagle", "medusa"])
+def test_every_algorithm_module_provides_the_contract(name):
+    from specfmt.algorithms import get
+    from specfmt.algorithms.base import Algorithm
+
+    algo = get(name)
+    own = {k for k, v in type(algo).__dict__.items() if callable(v)}
+    assert {"expected_tensors", "module", "proposer", "loss", "new_draft"} <= own | set(Algorithm.__dict__) and "expected_tensors" in own
+    assert algo.title and algo.vllm_method and algo.train_summary
