@@ -33,7 +33,8 @@ from .checkpoint.output import atomic_folder, check_output
 from .checkpoint.reader import CheckpointReader, TensorInfo
 from .checkpoint.writer import SafetensorsStreamWriter
 from .converters import Options, Plan, Source, get
-from .draft import Draft, is_specfmt_folder
+from .draft import read_draft
+from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError
 from .format import WEIGHTS_FILE
 from .format.provenance import provenance_block, utc_now
@@ -276,7 +277,7 @@ def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifi
     """
     local = Path(ref).expanduser()
     if source_format == "specfmt" or (source_format == "auto" and is_specfmt_folder(local)):
-        return Draft.read(local)
+        return read_draft(local)
     if verifier is None:
         raise InputError(f"{ref} is a research checkpoint; reading it needs the verifier", hint="pass --verifier")
     with open_plan(source_format, ref, verifier, revision=revision, allow_missing=allow_missing) as opened:

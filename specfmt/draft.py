@@ -1,15 +1,13 @@
-"""A draft in memory: its specfmt config and tensors.
+"""Reading and writing a draft folder in the specfmt format (:class:`specfmt.format.draft.Draft` in memory).
 
-What converters produce (:func:`specfmt.convert.load_draft` materialises a plan), what the
-trainer changes, what ``validate --run`` reads, and what :func:`save_draft` writes the way
-``convert`` does: schema and tensor inventory checked first, then a temporary folder renamed
-into place (:func:`specfmt.checkpoint.output.atomic_folder`), so OUT is never half-written.
+:func:`save_draft` writes the way ``convert`` does: schema and tensor inventory checked first,
+then a temporary folder renamed into place (:func:`specfmt.checkpoint.output.atomic_folder`),
+so OUT is never half-written. :func:`read_draft` reads a specfmt folder back.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +18,7 @@ from .checkpoint.finite import nonfinite_count
 from .checkpoint.output import atomic_folder, check_output
 from .errors import InputError
 from .format import WEIGHTS_FILE
+from .format.draft import Draft, is_specfmt_folder
 from .format.provenance import provenance_block, utc_now
 from .format.schema import validate_config
 from .validation.checks import inventory_problems
@@ -28,54 +27,21 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 
-@dataclass
-class Draft:
-    """A draft checkpoint in memory.
+def read_draft(folder: Path) -> Draft:
+    """A specfmt folder (:func:`is_specfmt_folder`) into memory.
 
-    Attributes:
-        config: the specfmt ``config.json`` (schema-valid).
-        tensors: specfmt tensor names -> tensors (CPU).
-        source: the provenance ``source`` block of where it was read from (None: new).
-        notes: what reading it did that the user should know.
+    Raises:
+        InputError: not a specfmt folder.
+        ConfigSchemaError: its config is invalid.
     """
+    from safetensors.torch import load_file
 
-    config: dict[str, Any]
-    tensors: dict[str, "torch.Tensor"]
-    source: dict[str, Any] | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def algorithm(self) -> str:
-        return self.config["speculators_model_type"]
-
-    @classmethod
-    def read(cls, folder: Path) -> "Draft":
-        """A specfmt folder (:func:`is_specfmt_folder`) into memory.
-
-        Raises:
-            InputError: not a specfmt folder.
-            ConfigSchemaError: its config is invalid.
-        """
-        from safetensors.torch import load_file
-
-        if not is_specfmt_folder(folder):
-            raise InputError(f"{folder} is not a specfmt folder (config.json with a specfmt block, model.safetensors)",
-                             hint="give a research checkpoint with --from FORMAT")
-        cfg = read_json(folder / CONFIG_FILE)
-        validate_config(cfg, where=str(folder / CONFIG_FILE))
-        return cls(cfg, load_file(str(folder / WEIGHTS_FILE)), (cfg.get("specfmt") or {}).get("source"))
-
-
-def is_specfmt_folder(folder: Path) -> bool:
-    """A folder written by specfmt: a config with the ``specfmt`` provenance block and ``model.safetensors``."""
-    cfg_path = folder / CONFIG_FILE
-    if not cfg_path.is_file() or not (folder / WEIGHTS_FILE).is_file():
-        return False
-    try:
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(cfg, dict) and isinstance(cfg.get("specfmt"), dict) and "speculators_model_type" in cfg
+    if not is_specfmt_folder(folder):
+        raise InputError(f"{folder} is not a specfmt folder (config.json with a specfmt block, model.safetensors)",
+                         hint="give a research checkpoint with --from FORMAT")
+    cfg = read_json(folder / CONFIG_FILE)
+    validate_config(cfg, where=str(folder / CONFIG_FILE))
+    return Draft(cfg, load_file(str(folder / WEIGHTS_FILE)), (cfg.get("specfmt") or {}).get("source"))
 
 
 def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: bool = False) -> Path:
@@ -128,4 +94,4 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
     return out
 
 
-__all__ = ["Draft", "is_specfmt_folder", "save_draft"]
+__all__ = ["Draft", "is_specfmt_folder", "read_draft", "save_draft"]

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..checkpoint.reader import CheckpointReader
-    from ..draft import Draft
+    from ..format.draft import Draft
     from ..format.tensors import TensorSpec
     from ..verifier import Verifier, VerifierInfo
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import InputError
 from ..format.config import speculators_block
+from ..format.draft import Draft
 from ..format.tensors import TensorSpec
 from ..format.versions import SPECULATORS_VERSION
 from . import layers
@@ -27,7 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..checkpoint.reader import CheckpointReader
-    from ..draft import Draft
     from ..verifier import Verifier, VerifierInfo
 
 
@@ -547,8 +547,6 @@ class Eagle3(Algorithm):
         return None
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
-        from ..draft import Draft
-
         module = draft_module(cfg)
         draft = Draft(cfg, {n: t.detach().clone() for n, t in module.state_dict().items()})
         filled: dict[str, str] = {}

@@ -27,7 +27,7 @@ from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violatio
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from ..draft import Draft
+    from ..format.draft import Draft
     from ..verifier import Verifier, VerifierInfo
 
 

@@ -10,15 +10,12 @@ in config.json (speculators issue #1055). Built with huggingface_hub's ``ModelCa
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import __version__
 from ..algorithms import find
 from ..checkpoint.reader import CheckpointReader
 from .resolve import is_hub_id
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .push import UploadFile
 
 CARD_FILE = "README.md"
 #: the Hub's ``library_name``: the library that runs the draft (vLLM attaches it by itself)
@@ -58,7 +55,7 @@ def _place(ref: str | None) -> str:
 
 
 def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: dict[str, Any] | None, license: str | None,
-                files: list["UploadFile"], folder: Path) -> str:
+                weights: list[tuple[str, int]], folder: Path) -> str:
     """The README.md of a pushed draft, built with ``huggingface_hub.ModelCard``/``ModelCardData``.
 
     Metadata: ``base_model`` = the verifier's Hub id, ``library_name`` = ``vllm``,
@@ -80,13 +77,12 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
     data = ModelCardData(base_model=verifier, library_name=LIBRARY_NAME, pipeline_tag=PIPELINE_TAG, license=license,
                          tags=["speculative-decoding", algo, "speculators", "specfmt"])
     n_params, dtypes = _parameters(folder)
-    weights = [f for f in files if f.path_in_repo.endswith(".safetensors")]
     rows = [("algorithm", f"{name} (`speculators_model_type: {algo}`)"),
             ("verifier", f"{_place(verifier)} ({', '.join(spec['verifier'].get('architectures') or [])})"),
             ("speculative tokens", f"{k} per step ({spec['proposal_methods'][0]['proposal_type']} proposals)")]
     rows += algorithm.card_rows(cfg) if algorithm else []
     rows += [("parameters", f"{_count(n_params)} ({dtypes})"),
-             ("weights", ", ".join(f"`{f.path_in_repo}` ({_size(f.size)})" for f in weights))]
+             ("weights", ", ".join(f"`{name}` ({_size(size)})" for name, size in weights))]
     lines = [f"# {repo_id.split('/')[1]}", "",
              f"{'An' if name[0] in 'AEIOU' else 'A'} **{name}** draft model (speculator) for {_place(verifier)}, in the speculators format "
              f"(`speculators_version` {cfg.get('speculators_version')}) that vLLM detects by itself: `vllm serve` loads the verifier "

@@ -247,7 +247,8 @@ def plan_push(
         card, origin = own.read_text(encoding="utf-8"), "kept"
         files.append(UploadFile(CARD_FILE, own.stat().st_size, local=own, note="the folder's own README.md (--overwrite-card replaces it)"))
     else:
-        card = render_card(cfg, repo_id=repo_id, verifier=verifier, figures=figures, license=license, files=files, folder=folder)
+        weights = [(f.path_in_repo, f.size) for f in files if f.path_in_repo.endswith(".safetensors")]
+        card = render_card(cfg, repo_id=repo_id, verifier=verifier, figures=figures, license=license, weights=weights, folder=folder)
         origin = "regenerated" if own.is_file() else "generated"
         data = card.encode()
         files.append(UploadFile(CARD_FILE, len(data), content=data, note=f"{origin} model card"))

@@ -34,7 +34,8 @@ from ..algorithms import get
 from ..algorithms.base import REGISTRY, Algorithm, NewDraft
 from ..checkpoint.output import check_output
 from ..convert import load_draft
-from ..draft import Draft, save_draft
+from ..draft import save_draft
+from ..format.draft import Draft
 from ..errors import InputError
 from ..verifier import Verifier
 from .data import FeatureCache, Windows, read_documents
