@@ -2,7 +2,7 @@
 """Training throughput of ``specfmt train`` on the example world: tokens per second and peak memory.
 
 Each case runs in its own child process (so peak RSS is that case's alone) through
-``specfmt.trainer.train_draft``, exactly what ``specfmt train`` runs, on the training files
+``specfmt.training.pipeline.train_draft``, exactly what ``specfmt train`` runs, on the training files
 of the example world (the Python standard library sources ``examples/make_world.py`` lists):
 
 * ``eagle3``: a new EAGLE-3 draft (Vd = 1024, training-time test over 3 steps);
@@ -47,8 +47,8 @@ def train_files() -> list[str]:
 def child(case: str, steps: int, batch: int, seq_len: int, warmup: int, device: str, cache: str) -> dict:
     import torch
 
-    from specfmt.train import TrainOptions
-    from specfmt.trainer import TrainRequest, train_draft
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     algo = case.split("-")[0]

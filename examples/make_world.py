@@ -17,7 +17,7 @@ minutes.  The output folder (default ``examples/world``) holds:
 * ``medusa-legacy/``    three Medusa heads in the Medusa legacy-trainer layout.
 
                         All three are trained against the frozen verifier with
-                        specfmt's trainer (``specfmt.trainer.train_draft``, what
+                        specfmt's trainer (``specfmt.training.pipeline.train_draft``, what
                         ``specfmt train`` runs).
 * ``prompts.jsonl``     prompts cut from held-out stdlib files (never trained on).
 * ``README.md``         what is here, sizes, the measured losses.
@@ -263,7 +263,7 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
     """Train the tiny Llama verifier on the token stream and save it."""
     from transformers import LlamaForCausalLM
 
-    from specfmt.train import warmup_cosine
+    from specfmt.training.loop import warmup_cosine
 
     torch.manual_seed(SEED)
     cfg = verifier_config()
@@ -333,9 +333,9 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
 
 
 def train_draft(algorithm: str, out: Path, verifier_dir: Path, data: list[Path], steps: int, **kw) -> tuple[dict, dict]:
-    """Train a new draft with ``specfmt.trainer.train_draft`` (the ``specfmt train`` pipeline) into a specfmt folder."""
-    from specfmt.train import TrainOptions
-    from specfmt.trainer import TrainRequest, train_draft as run
+    """Train a new draft with ``specfmt.training.pipeline.train_draft`` (the ``specfmt train`` pipeline) into a specfmt folder."""
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft as run
 
     opts = TrainOptions(steps=steps, batch_size=DRAFT_BATCH, seq_len=DRAFT_SEQ, lr=DRAFT_LR, seed=SEED + 3,
                         save_every=0, ttt_steps=3, noise=kw.pop("noise", 0.0))
@@ -421,7 +421,7 @@ def heldout_acceptance(out: Path, name: str, fmt: str) -> dict:
     import tempfile
 
     from specfmt.convert import convert
-    from specfmt.validate_run import validate_run
+    from specfmt.validation.run import validate_run
 
     with tempfile.TemporaryDirectory() as tmp:
         res = convert(fmt, str(out / name), Path(tmp) / "draft", str(out / "verifier"))
@@ -538,7 +538,7 @@ Files: {', '.join(f'`{f}`' for f in files)}.
 ### The drafts
 
 All three are new drafts trained against the frozen verifier by
-`specfmt.trainer.train_draft` (what `specfmt train eagle3|eagle|medusa` runs) on
+`specfmt.training.pipeline.train_draft` (what `specfmt train eagle3|eagle|medusa` runs) on
 the training files as `--data`, then saved in their research layouts, float16,
 exactly as the research trainers save them.
 
@@ -623,7 +623,7 @@ def main(argv: list[str] | None = None) -> None:
         stats = train_verifier(train_docs, heldout_docs, args.steps, out / "verifier")
         stats = {k: v for k, v in stats.items() if k != "embed"}
         steps = args.steps
-    from specfmt.train_data import vocab_map
+    from specfmt.algorithms.eagle3 import vocab_map
 
     ratio = vocab_map(train_docs, VOCAB, DRAFT_VOCAB)[2]
     stdlib = Path(sysconfig.get_paths()["stdlib"])
