@@ -72,6 +72,15 @@ try:
     def world_prompts() -> list[str]:
         return _world_prompts()
 
+    @pytest.fixture(scope="session", autouse=True)
+    def one_vllm_host():
+        """Every vLLM engine this session starts runs in one host process (``vllm_run.engines``): an engine
+        start then costs about 6 s instead of 35-45 s. The host's child starts only if an engine is asked for."""
+        from specfmt.validation import vllm_run
+
+        with vllm_run.engines() as host:
+            yield host
+
     @pytest.fixture(scope="session")
     def verifier_alone(world_prompts):
         """The example verifier served alone by vLLM (one engine start shared by every e2e test)."""

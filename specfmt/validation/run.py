@@ -325,8 +325,9 @@ def _vllm_checks(result: RunResult, algo: Algorithm, model_ref: str, vref: str, 
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
     override = {"num_speculative_tokens": k} if k != k_config else None
     try:
-        run = vllm_run.generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
-        alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
+        with vllm_run.engines():  # both engines in one host process
+            run = vllm_run.generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
+            alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())
         for n in ("vllm_exact", "agreement", "vllm_weights"):
