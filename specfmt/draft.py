@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .algorithms import of
 from .checkpoint.dtypes import TORCH_TO_ST
@@ -22,9 +22,6 @@ from .format.draft import Draft, is_specfmt_folder
 from .format.provenance import provenance_block, utc_now
 from .format.schema import validate_config
 from .validation.checks import inventory_problems
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
 
 
 def read_draft(folder: Path) -> Draft:

@@ -85,20 +85,36 @@ def eagle1_forward(
         KeyError: a tensor the layers need is missing.
     """
     import torch
+
+    layers, rope = _layers(tensors, cfg, embeds.dtype)
+    x = torch.cat([embeds, verifier_hidden], dim=-1) @ tensors["fc.weight"].to(embeds.dtype).T
+    if "fc.bias" in tensors:
+        x = x + tensors["fc.bias"].to(embeds.dtype)
+    x = x.unsqueeze(0)
+    positions = torch.arange(x.shape[1]).unsqueeze(0)
+    cos_sin = rope(x, positions)
+    with torch.no_grad():
+        for layer in layers:
+            out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin)
+            x = out[0] if isinstance(out, tuple) else out
+    return x.squeeze(0)
+
+
+def _layers(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], dtype: Any) -> tuple[list[Any], Any]:
+    """The draft's transformers Llama layers with ``tensors`` loaded (layer 0's input norm an
+    Identity), and the rotary embedding, in ``dtype``; built once per draft and dtype."""
+    key = (id(tensors), str(dtype))
+    hit = _BUILT.get(key)
+    if hit is not None and hit[0] is tensors:
+        return hit[1], hit[2]
+    import torch
     from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-    dtype = embeds.dtype
     # q/k/v biases without an o_proj bias (EAGLE-Qwen2's qkv_bias) are a Llama layer with a zero o_proj bias
     attention_bias = any(n.endswith("_proj.bias") and ".self_attn." in n for n in tensors)
     config = _llama_config(cfg, attention_bias)
     n_layers = 1 + max(int(n.split(".")[1]) for n in tensors if n.startswith("layers."))
-    x = torch.cat([embeds, verifier_hidden], dim=-1) @ tensors["fc.weight"].to(dtype).T
-    if "fc.bias" in tensors:
-        x = x + tensors["fc.bias"].to(dtype)
-    x = x.unsqueeze(0)
-    positions = torch.arange(x.shape[1]).unsqueeze(0)
-    rope = LlamaRotaryEmbedding(config).to(dtype)
-    cos_sin = rope(x, positions)
+    layers = []
     for i in range(n_layers):
         layer = LlamaDecoderLayer(config, layer_idx=i).to(dtype)
         if i == 0:
@@ -109,13 +125,15 @@ def eagle1_forward(
             for p, mod in (("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj), ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj)):
                 state.setdefault(f"self_attn.{p}_proj.bias", torch.zeros(mod.out_features, dtype=dtype))
         layer.load_state_dict(state, strict=True)
-        layer.eval()
-        with torch.no_grad():
-            out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin)
-        x = out[0] if isinstance(out, tuple) else out
-    return x.squeeze(0)
+        layers.append(layer.eval())
+    rope = LlamaRotaryEmbedding(config).to(dtype)
+    _BUILT.clear()  # one draft at a time: a proposer's chain reuses it, the next draft replaces it
+    _BUILT[key] = (tensors, layers, rope)
+    return layers, rope
 
 
+#: the layers :func:`_layers` built last, by (id of the tensors, dtype)
+_BUILT: dict[tuple[int, str], tuple[Any, list[Any], Any]] = {}
 
 
 def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_head: "torch.Tensor", embed: "torch.Tensor") -> "Proposer":

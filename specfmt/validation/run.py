@@ -48,7 +48,7 @@ from ..format.config import speculative_tokens
 from ..hub.resolve import resolve
 from ..verifier import Verifier
 from . import vllm_run
-from .acceptance import run_chain
+from .acceptance import run_chains
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts
 from .report import FAIL, PASS, SKIP, Report
 from .static import validate_static
@@ -245,11 +245,8 @@ def validate_run(
         rep.add("variants", SKIP, "no reference run")
     else:
         embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
-        try:
-            runs = []
-            for v in readings:
-                r = run_chain(model, result.prompts.ids, algo.proposer(v, tensors, embed, head), k, max_tokens)
-                runs.append((v, r))
+        try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
+            runs = list(zip(readings, run_chains(model, result.prompts.ids, [algo.proposer(v, tensors, embed, head) for v in readings], k, max_tokens)))
         except (RuntimeError, KeyError, IndexError) as e:
             rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
             rep.add("variants", SKIP, "no reference run")
