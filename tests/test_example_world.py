@@ -88,3 +88,22 @@ def test_manifest_figures_meet_the_bar():
     drafts = json.loads((WORLD / "world.json").read_text())["drafts"]
     assert drafts["eagle3"]["heldout"]["mean_acceptance_length"] >= 1.8
     assert all(d["heldout"]["k"] == 3 and d["heldout"]["prompts"] == 16 for d in drafts.values())
+
+
+def test_reference_figures_are_the_ones_the_world_was_made_with(tmp_path):
+    """``validate --run --no-vllm`` on the 16 held-out prompts x 32 tokens gives, for each shipped
+    draft, exactly the figures ``make_world.py`` recorded in world.json: the reference run that
+    simulates every reading against one verifier pass per prompt counts what the step-by-step loop
+    counted."""
+    from specfmt.validation.run import validate_run
+
+    drafts = json.loads((WORLD / "world.json").read_text())["drafts"]
+    for algo, (name, fmt) in {"eagle3": ("eagle3-safeailab", "eagle3"), "eagle": ("eagle-safeailab", "eagle"),
+                              "medusa": ("medusa-legacy", "medusa")}.items():
+        out = tmp_path / algo
+        convert(fmt, str(WORLD / name), out, str(WORLD / "verifier"))
+        res = validate_run(out, prompts=str(WORLD / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
+        want = drafts[algo]["heldout"]
+        got = res.reference
+        assert {k: got[k] for k in want if k in got} == {k: v for k, v in want.items() if k in got}, algo
+        assert got["num_drafts"] == want["num_drafts"] and got["accepted_per_position"] == want["accepted_per_position"]
