@@ -8,7 +8,6 @@ draft module vLLM built must hold the converted tensors (probed inside vLLM's wo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ import torch
 from safetensors import safe_open
 
 from builders import write_eagle1
-from conftest import E2E_TOKENS, WORLD
+from conftest import E2E_TOKENS, WORLD, assert_served
 from specfmt.convert import convert
 from specfmt.validation.vllm_run import generate, vllm_available
 
@@ -24,15 +23,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason=
 
 
 def _served(out: Path, prompts, alone, method: str):
-    run = generate(str(out), prompts, max_tokens=E2E_TOKENS)
-    assert run.speculative_method == method
-    assert alone.speculative_method is None and alone.num_drafts == 0
-    assert run.token_ids == alone.token_ids  # speculative decoding is exact
-    assert all(len(t) == E2E_TOKENS for t in run.token_ids)
-    k = json.loads((out / "config.json").read_text())["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-    assert run.num_drafts > 0 and run.num_draft_tokens == k * run.num_drafts
-    assert len(run.accepted_per_position) == k
-    return run
+    return assert_served(generate(str(out), prompts, max_tokens=E2E_TOKENS), alone, out, method, E2E_TOKENS)
 
 
 def _tensor(folder: Path, name: str) -> torch.Tensor:

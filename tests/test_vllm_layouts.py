@@ -8,14 +8,13 @@ greedy tokens equal to the verifier alone.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
 
 from builders import write_eagle1, write_speculators_eagle3
 from builders_medusa import write_full, write_legacy
-from conftest import E2E_TOKENS, WORLD
+from conftest import E2E_TOKENS, WORLD, assert_served
 from specfmt.convert import convert
 from specfmt.validation.vllm_run import generate, vllm_available
 
@@ -39,8 +38,4 @@ def test_layout_is_served_exactly(tmp_path, layout, world_prompts, verifier_alon
     source_format, build, method = LAYOUTS[layout]
     out = tmp_path / "out"
     convert(source_format, str(build(tmp_path / "src")), out, VERIFIER)
-    run = generate(str(out), world_prompts, max_tokens=E2E_TOKENS)
-    assert run.speculative_method == method
-    assert run.token_ids == verifier_alone.token_ids  # speculative decoding is exact
-    k = json.loads((out / "config.json").read_text())["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-    assert run.num_drafts > 0 and run.num_draft_tokens == k * run.num_drafts
+    assert_served(generate(str(out), world_prompts, max_tokens=E2E_TOKENS), verifier_alone, out, method, E2E_TOKENS)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 from builders_medusa import write_v01, write_v2
-from conftest import E2E_TOKENS, WORLD
+from conftest import E2E_TOKENS, WORLD, assert_served
 from safetensors.torch import load_file
 
 from specfmt.convert import convert
@@ -31,13 +31,9 @@ SIZES = {"hidden": 128, "vocab": 2048, "dtype": torch.float32}  # examples/world
 
 def _served_exactly(out: Path, prompts, alone) -> None:
     cfg = json.loads((out / "config.json").read_text())
-    k = cfg["num_heads"]
-    run = generate(str(out), prompts, max_tokens=E2E_TOKENS)
-    assert run.speculative_method == "medusa" and run.draft_class == "Medusa"
-    assert alone.speculative_method is None and alone.num_drafts == 0
-    assert run.token_ids == alone.token_ids  # speculative decoding is exact
-    assert run.num_drafts > 0 and run.num_draft_tokens == k * run.num_drafts
-    assert len(run.accepted_per_position) == k
+    assert cfg["num_heads"] == cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
+    run = assert_served(generate(str(out), prompts, max_tokens=E2E_TOKENS), alone, out, "medusa", E2E_TOKENS)
+    assert run.draft_class == "Medusa"
     # vLLM's Medusa parameters are named as the converted tensors and hold their values,
     # rounded to the dtype vLLM serves in (bfloat16 for this float32 verifier on vLLM's CPU build)
     ours = load_file(str(out / "model.safetensors"))
