@@ -48,7 +48,7 @@ def statuses(rep) -> dict[str, str]:
 def test_good_checkpoint_passes_every_check(good):
     rep = validate_static(good)
     assert rep.ok and set(statuses(rep).values()) == {"pass"}
-    assert [c.name for c in rep.checks] == ["config", "schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier"]
+    assert [c.name for c in rep.checks] == ["config", "schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier", "serving"]
 
 
 @pytest.mark.parametrize(
@@ -116,7 +116,7 @@ def test_validate_cli_table_json_and_exit_codes(good):
     assert r.returncode == 0 and "all checks passed" in r.stdout
     r = run_cli("validate", str(good), "--json")
     data = json.loads(r.stdout)
-    assert data["ok"] is True and len(data["checks"]) == 9
+    assert data["ok"] is True and len(data["checks"]) == 10  # the nine static checks and serving (issue 17)
     rewrite(good, edit_tensors=lambda sd: sd.pop("lm_head.weight"))
     r = run_cli("validate", str(good), "--json")
     assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False

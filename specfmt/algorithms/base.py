@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+from packaging.specifiers import SpecifierSet
+
 from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,6 +102,14 @@ class Algorithm:
     vllm_aliases: ClassVar[dict[str, str]] = {}
     #: tensors a research checkpoint may lack because ``specfmt train fill`` computes them
     fillable: ClassVar[frozenset[str]] = frozenset()
+    #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
+    vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()
+    #: what other tools make of the output (the model card and the README say it)
+    interop_note: ClassVar[str] = ""
+
+    def serving_note(self) -> str:
+        """What to tell a user whose vLLM cannot serve this algorithm (empty when every release can)."""
+        return ""
 
     # -- format ------------------------------------------------------------------------------
 

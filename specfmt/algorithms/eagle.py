@@ -265,6 +265,7 @@ class Eagle(Algorithm):
     title = "EAGLE-1/2"
     vllm_method = "eagle"
     train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
+    interop_note = "speculators 0.9 cannot load this draft: it has no EAGLE-1/2 class (its `eagle` model and converter were removed in speculators #332 and #672)."
 
     def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         return native_config_violations(cfg)

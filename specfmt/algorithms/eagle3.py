@@ -382,6 +382,7 @@ class Eagle3(Algorithm):
     title = "EAGLE-3"
     vllm_method = "eagle3"
     train_summary = "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier."
+    interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`), with every tensor as in the file, to train it further."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     fillable = frozenset({"d2t", "t2d"})

@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from packaging.specifiers import SpecifierSet
+
 from ..errors import InputError
 from ..format.config import speculative_tokens, speculators_block
 from ..format.tensors import TensorSpec
@@ -224,6 +226,18 @@ class Medusa(Algorithm):
     title = "Medusa"
     vllm_method = "medusa"
     train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
+    interop_note = "speculators 0.9 cannot load this draft: it has no Medusa class."
+    #: vLLM 0.33.0 deleted Medusa: the method, ``models/medusa.py``, ``configs/medusa.py`` and the
+    #: ``MedusaModel`` registry entry (read in the 0.33.0 wheel; ``tests/test_vllm_matrix.py``)
+    vllm_releases = SpecifierSet("<0.33")
+
+    def serving_note(self) -> str:
+        """Medusa on vLLM 0.33+: no route serves it there (its model, config and method are gone), and
+        Medusa heads cannot be turned into an EAGLE draft exactly (another architecture, trained on
+        other inputs). The honest choices are an older vLLM for these heads, or a new draft."""
+        return ("vLLM 0.33.0 removed Medusa (its method, model and config), so only vLLM 0.32 and older serve these heads: "
+                "pin it (pip install 'vllm<0.33'), or train an EAGLE-3 draft for the same verifier with `specfmt train eagle3`, "
+                "which every vLLM release serves")
 
     def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         out = native_config_violations(cfg)

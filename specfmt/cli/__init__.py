@@ -47,6 +47,7 @@ app.command(name="convert")(convert.convert)
 app.command(name="upgrade")(convert.upgrade)
 app.command(name="validate")(validate.validate)
 app.command(name="inspect")(validate.inspect)
+app.command(name="serve-command")(validate.serve_command)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")
 

@@ -49,6 +49,18 @@ def reports_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def print_serving(cfg: dict[str, Any], draft: str) -> None:
+    """The ``vllm serve`` line(s) for a draft just written (:func:`specfmt.serving.serving_lines`);
+    nothing for a config that is not schema-valid (``push --no-validate``)."""
+    from ..format.schema import schema_violations
+    from ..serving import serving_lines
+
+    if schema_violations(cfg):
+        return
+    for line in serving_lines(cfg, draft):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 def parse_layers(text: Optional[str], option: str = "--aux-layers") -> Optional[list[int]]:
     """``"2,16,29"`` -> ``[2, 16, 29]``.
 
@@ -100,3 +112,10 @@ def figures_table(res) -> Table:
     table.add_row("accepted / draft tokens", f"{ref.get('num_accepted_tokens', '-')} / {ref.get('num_draft_tokens', '-')}",
                   f"{vl.get('num_accepted_tokens', '-')} / {vl.get('num_draft_tokens', '-')}")
     return table
+
+
+def verdict(rep: Any) -> str:
+    """The last line of ``specfmt validate``: passed, failed, or recognised without being validated."""
+    if any(c.name == "schema" and c.status == "warn" for c in rep.checks):
+        return "[yellow]recognised, not validated by this specfmt version[/] (see schema)"
+    return "[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..converters import Options
 from ..errors import InputError, SpecfmtError
-from .common import DTYPES, err, out, parse_layers, reports_errors
+from .common import DTYPES, err, out, parse_layers, print_serving, reports_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..convert import ConvertResult
@@ -61,7 +61,7 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
         f"converted {src} ({plan.source_format}, {plan.layout}) -> {result.out}: {len(plan.written) + len(plan.derived)} tensors "
         f"({counts['rename']} renamed, {counts['keep']} kept, {counts['drop']} dropped{folded}), {result.bytes_written / 2**20:.1f} MiB"
     )
-    out.print(f"serve it with: vllm serve {result.out}", markup=False)
+    print_serving(result.config, str(result.out))
     return result
 
 

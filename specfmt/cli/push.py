@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import err, out, reports_errors
+from .common import err, out, print_serving, reports_errors
 
 
 @reports_errors
@@ -65,4 +65,4 @@ def push(
     else:
         out.print(f"pushed {len(plan.files)} files ({plan.total_bytes / 2**20:.2f} MiB) to {target}: {res.commit_url}", markup=False, soft_wrap=True)
     if not plan.revision and not plan.create_pr:
-        out.print(f"serve it with: vllm serve {plan.repo_id}", markup=False)
+        print_serving(plan.config, plan.repo_id)

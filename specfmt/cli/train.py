@@ -12,7 +12,7 @@ from typing import Optional
 import typer
 
 from ..algorithms import trainable
-from .common import checks_table, err, figures_table, out, parse_layers, reports_errors
+from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -40,7 +40,7 @@ def _report(result, *, dry_run: bool) -> None:
         if v.reference:
             out.print(figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
-    out.print(f"serve it with: vllm serve {result.out}", markup=False)
+    print_serving(result.draft.config, str(result.out))
 
 
 def _run(req, opts) -> None:

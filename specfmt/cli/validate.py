@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, figures_table, out, reports_errors
+from .common import checks_table, figures_table, out, reports_errors, verdict
 
 
 @reports_errors
@@ -39,7 +39,7 @@ def validate(
             out.print_json(json.dumps(rep.to_json()))
         else:
             out.print(checks_table(rep, f"specfmt validate {rep.path}"))
-            out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+            out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
     from ..validation.run import CAUSES, validate_run
 
@@ -57,7 +57,7 @@ def validate(
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
         if res.written:
             out.print(f"wrote {res.written}", markup=False)
-        out.print("[green]all checks passed[/]" if rep.ok else "[bold red]validation failed[/]")
+        out.print(verdict(rep))
     raise typer.Exit(0 if rep.ok else 1)
 
 
@@ -81,3 +81,28 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
     out.print(table)
     if d.convert_hint:
         out.print(f"next: {d.convert_hint}", markup=False)
+
+
+@reports_errors
+def serve_command(
+    path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
+    vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
+) -> None:
+    """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts)."""
+    from ..checkpoint.files import CONFIG_FILE, read_json
+    from ..errors import InputError
+    from ..format.schema import validate_config
+    from ..hub.resolve import resolve
+    from ..serving import NEWEST_VLLM, installed_vllm, parse_version, serve_command as command
+
+    res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
+    cfg = read_json(res.folder / CONFIG_FILE)
+    validate_config(cfg, where=str(res.folder / CONFIG_FILE))
+    version = vllm_version or installed_vllm() or NEWEST_VLLM
+    parse_version(version)
+    line = command(cfg, res.name_or_path, version)
+    if line is None:
+        from ..algorithms import get
+
+        raise InputError(f"vLLM {version} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
+    out.print(line.line, markup=False, highlight=False, soft_wrap=True)

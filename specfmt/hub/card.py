@@ -91,12 +91,25 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
              "## Serve it with vLLM", "", "```bash", f"vllm serve {repo_id}", "```", "",
              f"No speculative-decoding flags are needed: vLLM reads `speculators_config` from config.json, serves {verifier} and "
              f"proposes {k} tokens per step with its `{algorithm.vllm_method if algorithm else algo}` method.", "",
+             *_serving_section(cfg, repo_id, algorithm),
              "## The draft", "", "| | |", "| --- | --- |", *[f"| {a} | {b} |" for a, b in rows], ""]
     lines += _figures_section(figures, repo_id)
     lines += _provenance_section(cfg)
     body = "\n".join(lines)
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
     return str(card)
+
+
+def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any) -> list[str]:
+    """Which vLLM releases serve the draft (checked against each release's own code), and who else reads it."""
+    if algorithm is None:
+        return []
+    from ..serving import CHECKED_RELEASES, serving_summary
+
+    status, summary = serving_summary(cfg)
+    out = [f"Checked against the code of vLLM {CHECKED_RELEASES[0]}-{CHECKED_RELEASES[-1]}: {summary}."]
+    out += [algorithm.interop_note, ""] if algorithm.interop_note else [""]
+    return out
 
 
 def _figures_section(figures: dict[str, Any] | None, repo_id: str) -> list[str]:

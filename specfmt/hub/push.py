@@ -75,6 +75,7 @@ class PushPlan:
         checks: the static validation's checks as ``(name, status, summary)``, or None when skipped.
         figures: ``validation.json`` when it is for these files, else None.
         notes: lines worth printing (skipped files, omitted figures, --no-validate).
+        config: the config.json uploaded (the verifier's Hub id written in).
     """
 
     folder: Path
@@ -90,6 +91,7 @@ class PushPlan:
     checks: list[tuple[str, str, str]] | None = None
     figures: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -213,6 +215,9 @@ def plan_push(
         raise InputError(f"config.json names the verifier by a local path ({named!r}); on the Hub nobody else can load it",
                          where=str(folder / CONFIG_FILE), hint="pass --verifier-id OWNER/NAME, the verifier's Hub id, to write in the uploaded config.json")
     verifier = verifier_id or named
+    uploaded = json.loads(json.dumps(cfg))
+    if isinstance((uploaded.get("speculators_config") or {}).get("verifier"), dict):
+        uploaded["speculators_config"]["verifier"]["name_or_path"] = verifier
     notes: list[str] = []
     checks = None
     if validate:
@@ -257,7 +262,7 @@ def plan_push(
     message = commit_message or f"Upload {algorithm.title if algorithm else algo} draft for {verifier} (specfmt {__version__})"
     return PushPlan(folder=folder, repo_id=repo_id, revision=revision, create_pr=create_pr, private=private, verifier=verifier,
                     files=sorted(files, key=lambda f: f.path_in_repo), card=card, card_origin=origin, commit_message=message,
-                    checks=checks, figures=figures, notes=notes)
+                    checks=checks, figures=figures, notes=notes, config=uploaded)
 
 
 __all__ = ["PushPlan", "UploadFile", "plan_push"]

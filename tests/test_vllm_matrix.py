@@ -1,0 +1,164 @@
+"""Every converter output of the suite, through the code of each vLLM release users run (0.30.0, 0.31.0,
+0.32.0, 0.33.0), up to the engine config: the line ``specfmt serve-command OUT --vllm-version X``
+prints is accepted by that release's own ``vllm serve`` parser and engine-config builder, with the
+method and draft we mean and the EAGLE-3 fields as we wrote them; and what a release must refuse
+(0.33: a local verifier in ``vllm serve OUT``, and Medusa in any form) is refused.
+
+The releases' Python code is downloaded once from PyPI and cached (``tests/vllm_releases.py``);
+no engine starts and no weights load, so no vLLM build is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from packaging.version import Version
+
+import vllm_releases
+from builders import write_eagle1, write_speculators_eagle, write_speculators_eagle3
+from builders_medusa import write_full, write_legacy, write_v01, write_v2
+from conftest import WORLD
+from specfmt.algorithms import get
+from specfmt.convert import convert
+from specfmt.serving import CHECKED_RELEASES, serve_command
+
+HUB_VERIFIER = "specfmt-test/tiny-verifier"
+VERIFIER = str((WORLD / "verifier").resolve())
+W1 = {"hidden": 128, "vocab": 2048, "inter": 384, "heads": 4, "kv_heads": 2}
+
+#: every source layout the converter tests build, for the example verifier
+SOURCES = {
+    "eagle3-world": ("eagle3", lambda d: WORLD / "eagle3-safeailab"),
+    "eagle-world": ("eagle", lambda d: WORLD / "eagle-safeailab"),
+    "medusa-world": ("medusa", lambda d: WORLD / "medusa-legacy"),
+    "eagle-fc-bias": ("eagle", lambda d: write_eagle1(d, dtype=torch.float32, seed=3, **W1)),
+    "hass-safetensors": ("hass", lambda d: write_eagle1(d, fmt="safetensors", seed=5, **W1)),
+    "eagle-accelerate": ("eagle", lambda d: write_eagle1(d, fmt="accelerate", fc_bias=False, seed=6, **W1)),
+    "medusa-v0.1": ("medusa", lambda d: write_v01(d, hidden=128, vocab=2048, dtype=torch.float32, config_heads=2, heads=3, seed=1)),
+    "medusa-v2": ("medusa", lambda d: write_v2(d, hidden=128, vocab=2048, dtype=torch.float32, heads=2, layers=2, seed=2)),
+    "medusa-legacy": ("medusa", lambda d: write_legacy(d, hidden=128, vocab=2048, heads=3, dtype=torch.float32, seed=7)),
+    "medusa-2-full": ("medusa", lambda d: write_full(d, hidden=128, vocab=2048, heads=2)),
+    "speculators-0.1": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="converter-0.1", draft_vocab=1024, **W1)),
+    "speculators-0.8": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="trainer-0.8", draft_vocab=1024, **W1)),
+    "modelopt": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="modelopt", draft_vocab=1024, **W1)),
+    "speculators-eagle": ("speculators", lambda d: write_speculators_eagle(d, VERIFIER, fusion_bias=True, **W1)),
+}
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[str, Path]:
+    """Every source converted for the example verifier, plus the example's three drafts as pushed with the
+    verifier's Hub id (config.json naming ``specfmt-test/tiny-verifier``)."""
+    root = tmp_path_factory.mktemp("matrix")
+    outs = {}
+    for name, (fmt, build) in SOURCES.items():
+        outs[name] = root / name
+        convert(fmt, str(build(root / "src" / name)), outs[name], VERIFIER)
+    for name in ("eagle3-world", "eagle-world", "medusa-world"):
+        hub = root / f"{name}-hub"
+        shutil.copytree(outs[name], hub)
+        cfg = json.loads((hub / "config.json").read_text())
+        cfg["speculators_config"]["verifier"]["name_or_path"] = HUB_VERIFIER
+        (hub / "config.json").write_text(json.dumps(cfg, indent=2))
+        outs[f"{name}-hub"] = hub
+    return outs
+
+
+def _cases(outputs: dict[str, Path], release: str, neutral: Path) -> list[dict]:
+    cases = []
+    for name, out in outputs.items():
+        cfg = json.loads((out / "config.json").read_text())
+        command = serve_command(cfg, str(out), release)
+        if command is not None:
+            cases.append({"id": f"{name}/printed", "argv": list(command.argv[1:])})
+        # the auto form and the explicit form with the method, whichever the printed line is
+        cases.append({"id": f"{name}/auto", "argv": ["serve", str(out)]})
+        spec = {"model": str(out), "method": get(cfg["speculators_model_type"]).vllm_method, "num_speculative_tokens": 3}
+        verifier = cfg["speculators_config"]["verifier"]["name_or_path"]
+        cases.append({"id": f"{name}/explicit", "argv": ["serve", verifier, "--speculative-config", json.dumps(spec)]})
+    # without a method an EAGLE output is run as an independent draft model (unless its path happens to
+    # hold "eagle3" or "eagle-"): why every line specfmt prints names the method
+    cases.append({"id": "no-method", "argv": ["serve", VERIFIER, "--speculative-config", json.dumps({"model": str(neutral), "num_speculative_tokens": 3})]})
+    return cases
+
+
+@pytest.fixture(scope="module")
+def matrix(outputs, tmp_path_factory) -> dict[str, dict[str, dict]]:
+    hf_home = tmp_path_factory.mktemp("hf")
+    vllm_releases.fake_hub(hf_home, HUB_VERIFIER, WORLD / "verifier")
+    neutral = tmp_path_factory.mktemp("plain") / "d1"  # a path vLLM draws no method from
+    shutil.copytree(outputs["eagle-fc-bias"], neutral)
+    with ThreadPoolExecutor(2) as pool:  # two releases at a time, one per core
+        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral), hf_home=hf_home) for r in CHECKED_RELEASES}
+        return {r: f.result() for r, f in runs.items()}
+
+
+def _local(name: str) -> bool:
+    return not name.endswith("-hub")
+
+
+def _at_least(release: str, version: str) -> bool:
+    return Version(release) >= Version(version)
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_the_printed_serve_command_is_accepted_by_the_release_with_our_fields(release, outputs, matrix):
+    got = matrix[release]
+    for name, out in outputs.items():
+        cfg = json.loads((out / "config.json").read_text())
+        algo = get(cfg["speculators_model_type"])
+        command = serve_command(cfg, str(out), release)
+        if command is None:
+            continue  # refused below
+        rec = got[f"{name}/printed"]
+        assert rec["ok"], (name, rec)
+        assert rec["method"] == algo.vllm_method and Path(rec["draft_model"]).resolve() == out.resolve(), (name, rec)
+        assert rec["k"] == cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"], (name, rec)
+        if algo.name == "eagle3":  # read as we wrote them: vLLM guesses taps and the norm order otherwise
+            assert rec["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"], (name, rec)
+            assert rec["norm_before_residual"] is cfg["norm_before_residual"], (name, rec)
+            assert rec["num_aux_hidden_states"] == len(cfg["eagle_aux_hidden_state_layer_ids"]), (name, rec)
+            assert rec["draft_vocab_size"] == cfg["draft_vocab_size"], (name, rec)
+            family = cfg["transformer_layer_config"]["model_type"]
+            assert rec["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[family]], (name, rec)
+        if algo.name == "eagle":
+            assert rec["architectures"] == ["EagleLlamaForCausalLM"], (name, rec)
+        # the explicit form with the method serves every served algorithm on every release
+        assert got[f"{name}/explicit"]["ok"] and got[f"{name}/explicit"]["method"] == algo.vllm_method, (name, got[f"{name}/explicit"])
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_the_release_refuses_what_it_must(release, outputs, matrix):
+    got = matrix[release]
+    for name, out in outputs.items():
+        cfg = json.loads((out / "config.json").read_text())
+        served = serve_command(cfg, str(out), release) is not None
+        auto = got[f"{name}/auto"]
+        if not served:  # Medusa on 0.33: no form serves it
+            assert _at_least(release, "0.33") and cfg["speculators_model_type"] == "medusa"
+            assert not auto["ok"] and not got[f"{name}/explicit"]["ok"], (name, auto, got[f"{name}/explicit"])
+        elif _at_least(release, "0.33") and _local(name):  # a local verifier in config.json
+            assert not auto["ok"] and "must name a remote model repository" in auto["error"], (name, auto)
+        else:
+            assert auto["ok"], (name, auto)
+    assert got["no-method"]["ok"] and got["no-method"]["method"] == "draft_model"
+
+
+def test_serve_command_prints_one_line_per_version(outputs):
+    from conftest import run_cli
+
+    out = outputs["eagle3-world"]
+    r32 = run_cli("serve-command", out, "--vllm-version", "0.32.0")
+    r33 = run_cli("serve-command", out, "--vllm-version", "0.33.0")
+    assert r32.returncode == r33.returncode == 0 and r32.stdout.count("\n") == r33.stdout.count("\n") == 1
+    assert r32.stdout.strip() == f"vllm serve {out}"
+    assert r33.stdout.startswith(f"vllm serve {VERIFIER} --speculative-config ") and '"method": "eagle3"' in r33.stdout
+    r = run_cli("serve-command", outputs["medusa-world"], "--vllm-version", "0.33.0")
+    assert r.returncode == 2 and "vLLM 0.33.0 cannot serve this medusa draft" in r.stderr and "vllm<0.33" in r.stderr
+    r = run_cli("serve-command", outputs["eagle3-world-hub"], "--vllm-version", "0.33.0")
+    assert r.stdout.strip() == f"vllm serve {outputs['eagle3-world-hub']}"

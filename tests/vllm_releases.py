@@ -1,0 +1,208 @@
+"""Each vLLM release's own code, run on specfmt's outputs up to the engine config (no engine, no weights).
+
+:func:`release` puts the pure-Python part of a vLLM release into a cache folder
+(``$SPECFMT_VLLM_RELEASES``, else ``~/.cache/specfmt/vllm-releases``): the CUDA wheel from PyPI,
+``pip download --no-deps``, of which only ``vllm/**`` Python and small data files are kept
+(about 50-60 MB a release instead of 320-340 MB; the wheel is deleted).
+
+:func:`probe` runs, in a child process with that folder first on ``PYTHONPATH`` and
+``VLLM_TARGET_DEVICE=cpu`` against our torch and transformers, exactly what ``vllm serve ARGS``
+does before it builds the engine: the release's own ``vllm serve`` parser
+(``ServeSubcommand.subparser_init``), ``validate_parsed_serve_args``,
+``AsyncEngineArgs.from_cli_args(args).create_engine_config()``, which runs
+``maybe_override_with_speculators``, the speculators config classes and ``SpeculativeConfig``.
+Each case runs in a fork of that child, so one case's state never leaks into the next.
+
+**What is stubbed: nothing**, for 0.30.0, 0.31.0, 0.32.0 and 0.33.0. The compiled ``vllm._C`` is
+absent (no ``.so`` is extracted); vLLM itself logs that and goes on (``vllm/platforms/cpu.py``).
+The child checks that the ``vllm`` it imported is the release's, never the installed build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+MARK = "@@PROBE@@ "
+KEEP = (".py", ".json", ".jinja", ".txt", ".yaml", ".yml", "py.typed")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("SPECFMT_VLLM_RELEASES") or Path.home() / ".cache" / "specfmt" / "vllm-releases")
+
+
+def release(version: str) -> Path:
+    """The folder whose ``vllm/`` is release ``version``'s Python code (downloaded once, then cached).
+
+    Raises:
+        RuntimeError: the wheel cannot be downloaded.
+    """
+    dest = cache_root() / f"vllm-{version}"
+    if (dest / ".complete").is_file():
+        return dest
+    with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
+                            "--python-version", f"{sys.version_info.major}.{sys.version_info.minor}",
+                            "--platform", "manylinux_2_31_x86_64", "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+                            f"vllm=={version}", "-d", tmp], capture_output=True, text=True)
+        wheels = list(Path(tmp).glob(f"vllm-{version}-*.whl"))
+        if r.returncode != 0 or not wheels:
+            raise RuntimeError(f"cannot download vllm=={version}: {r.stderr.strip()[-500:]}")
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        with zipfile.ZipFile(wheels[0]) as z:
+            for info in z.infolist():
+                if info.filename.startswith("vllm/") and info.filename.endswith(KEEP) and info.file_size < 4_000_000:
+                    z.extract(info, partial)
+        (partial / ".complete").write_text(hashlib.sha256(wheels[0].read_bytes()).hexdigest() + f"  {wheels[0].name}\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        partial.rename(dest)
+    return dest
+
+
+def fake_hub(hf_home: Path, repo_id: str, src: Path) -> None:
+    """An offline Hugging Face cache entry for ``repo_id`` holding ``src``'s files (use with ``HF_HUB_OFFLINE=1``)."""
+    sha = hashlib.sha1(repo_id.encode()).hexdigest()
+    repo = hf_home / "hub" / ("models--" + repo_id.replace("/", "--"))
+    snap = repo / "snapshots" / sha
+    snap.mkdir(parents=True, exist_ok=True)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(sha)
+    for p in src.iterdir():
+        if p.is_file() and not (snap / p.name).exists():
+            shutil.copyfile(p, snap / p.name)
+
+
+def probe(version: str, cases: list[dict], *, hf_home: Path, timeout: float = 600) -> dict[str, dict]:
+    """Run ``vllm ARGV`` of every case (``{"id", "argv"}``, argv without ``vllm``) through release
+    ``version``'s code; returns each case's outcome by id (see :func:`_describe` / :func:`_run_one`).
+
+    Raises:
+        RuntimeError: the child crashed before it reported (its stderr's tail in the message).
+    """
+    folder = release(version)
+    env = {**os.environ, "PYTHONPATH": str(folder), "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
+           # vLLM's model-inspection cache, per release, kept with it
+           "VLLM_CACHE_ROOT": str(folder / ".vllm-cache"), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("HF_HUB_CACHE", None)
+    p = subprocess.run([sys.executable, __file__, str(folder)], input=json.dumps(cases), env=env, capture_output=True, text=True,
+                       timeout=timeout)
+    out = {}
+    for line in p.stdout.splitlines():
+        if line.startswith(MARK):
+            rec = json.loads(line[len(MARK):])
+            out[rec["id"]] = rec
+    if not out:
+        raise RuntimeError(f"vLLM {version}'s probe reported nothing (exit {p.returncode}): {p.stderr.strip()[-2000:]}")
+    return out
+
+
+# --------------------------------------------------------------------------- the child (the release on PYTHONPATH)
+
+
+def _jsonable(x):
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(i) for i in x]
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    return repr(x)
+
+
+def _describe(vllm_config) -> dict:
+    """What the engine config resolved: the target, and the draft as vLLM's models will read it."""
+    sc = vllm_config.speculative_config
+    out = {"target_model": vllm_config.model_config.model, "method": None}
+    if sc is None:
+        return out
+    hf = sc.draft_model_config.hf_config
+    out.update(method=sc.method, draft_model=sc.model, k=sc.num_speculative_tokens, hf_config=type(hf).__name__,
+               architectures=_jsonable(getattr(sc.draft_model_config, "architectures", None)))
+    # as llama_eagle3.py / qwen3_eagle3.py and the model runner read them (hf_config attributes)
+    for key in ("eagle_aux_hidden_state_layer_ids", "norm_before_residual", "num_aux_hidden_states", "target_hidden_size",
+                "draft_vocab_size", "hidden_size", "vocab_size", "norm_before_fc", "fc_norm", "norm_output", "attention_bias",
+                "num_heads", "medusa_fc_bias", "original_lm_head"):
+        if hasattr(hf, key):
+            out[key] = _jsonable(getattr(hf, key))
+    return out
+
+
+def _run_one(case: dict, ctx: dict) -> dict:
+    import contextlib
+    import io
+
+    rec = {"id": case["id"], "argv": case["argv"]}
+    buf = io.StringIO()
+    stage = "parse"
+    try:
+        with contextlib.redirect_stderr(buf):  # argparse prints its error, then SystemExit(2)
+            args = ctx["parser"].parse_args(case["argv"])
+        stage = "validate"
+        if getattr(args, "model_tag", None) is not None:  # ServeSubcommand.cmd
+            args.model = args.model_tag
+        ctx["validate"](args)
+        stage = "engine config"
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.usage.usage_lib import UsageContext
+
+        engine_args = AsyncEngineArgs.from_cli_args(args)
+        if ctx.get("propagate") is not None:  # 0.32+: the api_server entry calls it after from_cli_args
+            ctx["propagate"](args, engine_args)
+        rec.update(ok=True, **_describe(engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)))
+    except BaseException as e:  # noqa: BLE001 - whatever the release raises is the finding
+        text = str(e) if not isinstance(e, SystemExit) else (buf.getvalue().strip().splitlines() or [f"exit {e.code}"])[-1]
+        rec.update(ok=False, stage=stage, error=f"{type(e).__name__}: {text}"[:2000])
+    return rec
+
+
+def _child(folder: str) -> None:
+    import importlib
+
+    import vllm
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    if not os.path.abspath(vllm.__file__).startswith(os.path.abspath(folder) + os.sep):
+        raise SystemExit(f"imported {vllm.__file__}, not the release in {folder}")
+    parser = FlexibleArgumentParser(prog="vllm")
+    sub = parser.add_subparsers(dest="subparser")
+    import vllm.entrypoints.cli.serve as serve  # vllm/entrypoints/cli/main.py builds `vllm serve` this way
+
+    cmd = serve.cmd_init()[0]
+    cmd.subparser_init(sub).set_defaults(dispatch_function=cmd.cmd)
+    ctx = {"parser": parser, "validate": cmd.validate}
+    for name in ("vllm.entrypoints.common.cli_args", "vllm.entrypoints.launchers.cli_args"):  # 0.33 / 0.30-0.32
+        try:
+            ctx["propagate"] = getattr(importlib.import_module(name), "propagate_flash_late_interaction", None)
+            break
+        except ImportError:
+            continue
+    for case in json.loads(sys.stdin.read()):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # one case per fork: no state leaks between cases
+            os.close(r)
+            try:
+                data = json.dumps(_jsonable(_run_one(case, ctx)))
+            except BaseException as e:  # noqa: BLE001
+                data = json.dumps({"id": case["id"], "ok": False, "stage": "crash", "error": repr(e)})
+            with os.fdopen(w, "w") as f:
+                f.write(data)
+            os._exit(0)
+        os.close(w)
+        with os.fdopen(r) as f:
+            data = f.read()
+        os.waitpid(pid, 0)
+        print(MARK + (data or json.dumps({"id": case["id"], "ok": False, "stage": "crash", "error": "the case's process died"})), flush=True)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
