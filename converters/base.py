@@ -269,7 +269,8 @@ DECODER_FIELDS: dict[str, str] = {
     "max_position_embeddings": POSITIVE_INT, "rms_norm_eps": POSITIVE_REAL, "rope_theta": POSITIVE_REAL,
     "tie_word_embeddings": BOOL, "attention_bias": BOOL, "mlp_bias": BOOL, "model_type": STRING, "hidden_act": STRING,
     "torch_dtype": STRING, "dtype": STRING, "rope_scaling": OBJECT, "rope_parameters": OBJECT, "text_config": OBJECT,
-    "architectures": STRINGS,
+    "architectures": STRINGS, "layer_types": STRINGS, "sliding_window": POSITIVE_INT, "use_sliding_window": BOOL,
+    "max_window_layers": NON_NEGATIVE_INT,
 }
 
 

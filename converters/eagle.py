@@ -143,6 +143,9 @@ class EagleConverter(Converter):
         layers = list(range(n_layers))
 
         tlc = decoder_config({**cfg, "model_type": "llama"}, H, nH, V, verifier, out_code, n_layers)
+        if "sliding_attention" in (tlc.get("layer_types") or []):
+            raise ConversionError("sliding-window layers in an EAGLE-1 draft: the EAGLE-1 reference (transformers' Llama layers) runs them with full attention",
+                                  where="config.json", hint="specfmt converts EAGLE-1 drafts whose layers attend to the whole context")
         check_rotary_caches(src, tlc)
         d = tlc["head_dim"]
         widths = {"q": nH * d, "k": tlc["num_key_value_heads"] * d, "v": tlc["num_key_value_heads"] * d, "o": H}

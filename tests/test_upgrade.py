@@ -151,3 +151,35 @@ def test_auto_names_what_it_found_when_nothing_fits(tmp_path, verifier):
     (src / "config.json").write_text(json.dumps({"model_type": "llama"}))
     r = cli("convert", "--from", "auto", str(src), "-o", str(tmp_path / "out"), "--verifier", str(verifier))
     assert r.returncode == 2 and "detected causal-lm" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_sliding_window_draft_keeps_its_window_through_the_upgrade(tmp_path, verifier):
+    """speculators' trainer writes ``layer_types: [sliding_attention]`` with ``sliding_window``; vLLM's Llama and
+    Qwen3 layers read both. Dropping them would turn the window into full attention without a word."""
+    import torch
+
+    from specfmt.algorithms.eagle3 import draft_module
+
+    src = write_speculators_eagle3(tmp_path / "src", str(verifier.resolve()), style="trainer-0.8")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["transformer_layer_config"].update(layer_types=["sliding_attention"], sliding_window=4, use_sliding_window=True)
+    (src / "config.json").write_text(json.dumps(cfg))
+    convert("speculators", str(src), tmp_path / "out", str(verifier))
+    tlc = json.loads((tmp_path / "out" / "config.json").read_text())["transformer_layer_config"]
+    assert tlc["layer_types"] == ["sliding_attention"] and tlc["sliding_window"] == 4 and tlc["use_sliding_window"] is True
+    # the reference layer honours the window: within it a sliding layer is a full one, beyond it not
+    out_cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    full = {**out_cfg, "transformer_layer_config": {k: v for k, v in tlc.items() if k not in ("layer_types", "sliding_window")}}
+    torch.manual_seed(0)
+    a, b = draft_module(out_cfg).double(), draft_module(full).double()
+    b.load_state_dict(a.state_dict())
+    n_aux, H = len(out_cfg["eagle_aux_hidden_state_layer_ids"]), tlc["hidden_size"]
+    e, h = torch.randn(1, 9, H, dtype=torch.float64), torch.randn(1, 9, H, dtype=torch.float64)
+    la, lb = a(e, h, torch.arange(9))[0], b(e, h, torch.arange(9))[0]
+    assert torch.allclose(la[:, :4], lb[:, :4]) and not torch.allclose(la[:, 4:], lb[:, 4:])
+    assert n_aux == 4
+    bad = {**cfg["transformer_layer_config"], "layer_types": ["sliding_attention", "full_attention"]}
+    cfg["transformer_layer_config"] = bad
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConversionError, match="for each of the 1 draft layer"):
+        convert("speculators", str(src), tmp_path / "out2", str(verifier))

@@ -35,6 +35,7 @@ def test_example_passes_with_vllm_and_reference_side_by_side(example, few_prompt
     assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
     ref, vl = data["reference"], data["vllm"]
     assert vl["method"] == "eagle3" and vl["draft_class"] == "Eagle3LlamaForCausalLM" and vl["engine"].startswith("vllm ")
+    assert vl["form"] == "auto" and vl["command"] == f"vllm serve {example}"  # vLLM 0.32 auto-detects the local verifier
     assert vl["num_drafts"] > 0 and vl["num_draft_tokens"] == 3 * vl["num_drafts"]
     gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
     assert len(gaps) == 3 and max(gaps) <= 0.1
@@ -51,3 +52,16 @@ def test_tensor_missing_from_the_file_is_found_at_its_initial_value_inside_vllm(
     assert st["vllm_weights"].details == ["layers.0.post_attention_layernorm.weight: not in the file; vLLM keeps its initial value"]
     assert st["tensors"].status == "fail" and st["reference"].status == "fail"
     assert res.causes == ["unloaded tensors"] and not res.report.ok
+
+
+def test_where_the_release_refuses_the_local_verifier_the_explicit_form_runs(example, few_prompts, monkeypatch):  # noqa: F811
+    """vLLM 0.33 refuses `vllm serve OUT` with a local verifier; validate --run then starts the verifier with the
+    draft in an explicit speculative config, which the installed release runs as well (issue 17)."""
+    import specfmt.serving
+
+    monkeypatch.setattr(specfmt.serving, "installed_vllm", lambda: "0.33.0")
+    res = validate_run(example, prompts=str(few_prompts), max_tokens=TOKENS, write=False)
+    st = {c.name: (c.status, c.summary) for c in res.report.checks}
+    assert res.report.ok, st
+    assert res.vllm["form"] == "explicit" and res.vllm["method"] == "eagle3" and "explicit form" in st["vllm"][1]
+    assert res.vllm["command"].startswith("vllm serve ") and "--speculative-config" in res.vllm["command"]

@@ -185,6 +185,7 @@ def _module_class():
             H = cfg["hidden_size"]
             self.fc = nn.Linear(2 * H, H, bias=False)
             self.layers = nn.ModuleList([Layer(cfg, False, input_norm=i > 0) for i in range(cfg["num_hidden_layers"])])
+            layers.set_windows(self.layers, cfg)
             self.embed_tokens = None
             self._init_rope(cfg)
 

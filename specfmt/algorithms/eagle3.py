@@ -182,6 +182,7 @@ def _module_class():
                 self.fc_norm = nn.ModuleList([RMSNorm(Ht, eps) for _ in range(n_aux)])
             self.fc = nn.Linear(n_aux * Ht, H, bias=False)
             self.layers = nn.ModuleList([Layer(tlc, i == 0) for i in range(tlc["num_hidden_layers"])])
+            layers.set_windows(self.layers, tlc)
             self.norm = RMSNorm(H, eps)
             V, Vd = tlc["vocab_size"], cfg["draft_vocab_size"]
             self.lm_head = nn.Linear(H, Vd, bias=False)

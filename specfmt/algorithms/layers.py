@@ -197,7 +197,35 @@ def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "Veri
     }
     if isinstance(scaling, dict):
         tlc["rope_scaling"] = scaling
+    _carry_windows(cfg, tlc, n_layers)
     return tlc
+
+
+#: sliding-window fields a draft's layers may carry (speculators' trainer writes them; vLLM reads ``layer_types`` and ``sliding_window``)
+WINDOW_FIELDS = ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers")
+
+
+def _carry_windows(cfg: dict[str, Any], tlc: dict[str, Any], n_layers: int) -> None:
+    """Keep the source's sliding-window fields: dropping them turns a 2048-token window into full
+    attention in vLLM without a word.
+
+    Raises:
+        ConversionError: ``layer_types`` is not one entry per layer of ``full_attention`` /
+            ``sliding_attention``, or a sliding layer has no ``sliding_window``.
+    """
+    from ..errors import ConversionError
+
+    types = cfg.get("layer_types")
+    if types is None:
+        return
+    if not (isinstance(types, list) and len(types) == n_layers and set(types) <= {"full_attention", "sliding_attention"}):
+        raise ConversionError(f"layer_types {types!r} must name full_attention or sliding_attention for each of the {n_layers} draft layer(s)",
+                              where="config.json")
+    if "sliding_attention" in types and not (type(cfg.get("sliding_window")) is int and cfg["sliding_window"] > 0):
+        raise ConversionError(f"layer_types has sliding layers but sliding_window is {cfg.get('sliding_window')!r}", where="config.json")
+    for key in WINDOW_FIELDS:
+        if key in cfg:
+            tlc[key] = cfg[key]
 
 
 def verifier_decoder_fields(vcfg: dict[str, Any], model_type: str = "llama") -> dict[str, Any]:
@@ -248,6 +276,7 @@ def blocks() -> SimpleNamespace:
             if qk_norm:  # Qwen3: RMSNorm over each head's d features, before rope
                 self.q_norm = RMSNorm(hd, eps)
                 self.k_norm = RMSNorm(hd, eps)
+            self.window: int | None = None  # a sliding-window layer sees the last `window` positions (set_windows)
 
     class MLP(nn.Module):
         def __init__(self, H: int, inter: int, bias: bool):
@@ -302,11 +331,24 @@ def blocks() -> SimpleNamespace:
             q, k = self._rope(q, positions), self._rope(k, positions)
             keys = torch.cat([p[0] for p in past] + [k], dim=2)
             vals = torch.cat([p[1] for p in past] + [v], dim=2)
+            if attn.window is not None:  # key j is seen from query i while i - j < window (transformers, vLLM)
+                kpos = positions.repeat(len(past) + 1)  # every block of keys sits at the same positions (training-time test)
+                mask = mask & ((positions[:, None] - kpos[None, :]) < attn.window)
             rep = attn.nH // attn.nKV
             o = nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
             return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), (k, v)
 
     return SimpleNamespace(RMSNorm=RMSNorm, Attention=Attention, MLP=MLP, Layer=Layer, Decoder=Decoder)
+
+
+def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
+    """Give each reference layer its sliding window: ``layer_types[i] == "sliding_attention"`` with
+    ``sliding_window`` W (speculators' trainer writes such drafts; vLLM's Llama and Qwen3 layers read
+    both fields), else full attention."""
+    types = tlc.get("layer_types") or []
+    for i, layer in enumerate(layers):
+        if i < len(types) and types[i] == "sliding_attention":
+            layer.self_attn.window = int(tlc["sliding_window"])
 
 
 def load_state(model, tensors: dict[str, Any] | None):

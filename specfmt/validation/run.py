@@ -39,6 +39,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.version import InvalidVersion, Version
+
 from .. import __version__
 from ..algorithms import get
 from ..algorithms.base import Algorithm, Variant
@@ -314,10 +316,16 @@ def _static_causes(rep: Report) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _is_version(text: str) -> bool:
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
+
+
 def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, vref: str, k: int, ref_res: "ChainResult | None",
                  tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float) -> None:
-    from packaging.version import Version
-
     from ..serving import engine_args, installed_vllm, serve_command
 
     rep = result.report
@@ -342,7 +350,9 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
             rep.add(n, SKIP, "vLLM did not run")
         return
     override = spec if form == "auto" else None
-    command = serve_command(cfg, model_ref, run.vllm_version or version or "0")
+    # the release the engine really was (the installed one; vLLM's own report when metadata is absent)
+    served_by = version or run.vllm_version
+    command = serve_command(cfg, model_ref, served_by) if served_by and _is_version(served_by) else None
     expected = algo.vllm_method
     result.vllm = {"engine": f"vllm {run.vllm_version}", "dtype": run.dtype, "method": run.speculative_method,
                    "draft_class": run.draft_class, "form": form, "command": command.line if command else None,

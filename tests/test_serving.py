@@ -1,0 +1,115 @@
+"""Which vLLM serves a draft, and how: the rules of ``specfmt.serving`` (each checked against the
+releases' own code in ``test_vllm_matrix.py``), the ``serving`` check of ``validate``, the lines
+printed after a conversion, and what ``validate`` says of configs it recognises but does not validate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from conftest import WORLD, run_cli
+from specfmt.convert import convert
+from specfmt.serving import auto_detects, engine_args, serve_command, serve_commands, serving_lines
+from specfmt.validation.static import validate_static
+
+VERIFIER = str((WORLD / "verifier").resolve())
+
+
+@pytest.fixture(scope="module")
+def eagle3(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("serving") / "draft"
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, VERIFIER)
+    return out, json.loads((out / "config.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def medusa(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("serving") / "heads"
+    convert("medusa", str(WORLD / "medusa-legacy"), out, VERIFIER)
+    return out, json.loads((out / "config.json").read_text())
+
+
+def test_auto_detection_takes_a_local_verifier_only_before_0_33(tmp_path, monkeypatch):
+    assert auto_detects(Version("0.32.0"), "/abs/verifier") and auto_detects(Version("0.30.0"), "rel/verifier")
+    assert not auto_detects(Version("0.33.0"), "/abs/verifier")
+    assert auto_detects(Version("0.33.0"), "meta-llama/Llama-3.1-8B-Instruct")
+    assert not auto_detects(Version("0.34.1"), "/abs/verifier")
+    # a Hub-id-shaped folder under the working directory: 0.33 refuses it too
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert not auto_detects(Version("0.33.0"), "org/name") and auto_detects(Version("0.32.0"), "org/name")
+
+
+def test_validate_run_starts_vllm_in_the_form_the_installed_release_accepts(eagle3):
+    out, cfg = eagle3
+    # 0.32: exactly as `vllm serve OUT`; k is overridden only when it differs from the config's
+    assert engine_args(cfg, str(out), VERIFIER, "0.32.0", 3) == (str(out), None, "auto")
+    assert engine_args(cfg, str(out), VERIFIER, "0.32.0", 2) == (str(out), {"num_speculative_tokens": 2}, "auto")
+    # 0.33 refuses the local verifier named in config.json: the verifier is the model, the draft explicit, method and k given
+    model, spec, form = engine_args(cfg, str(out), VERIFIER, "0.33.0", 2)
+    assert (model, form) == (VERIFIER, "explicit") and spec == {"model": str(out), "method": "eagle3", "num_speculative_tokens": 2}
+    hub = {**cfg, "speculators_config": {**cfg["speculators_config"], "verifier": {**cfg["speculators_config"]["verifier"], "name_or_path": "org/verifier"}}}
+    assert engine_args(hub, str(out), "org/verifier", "0.33.0", 3) == (str(out), None, "auto")
+    assert engine_args(cfg, str(out), VERIFIER, None, 3)[2] == "auto"  # no vLLM installed: the run reports it
+
+
+def test_serve_lines_give_both_forms_when_both_matter(eagle3, medusa):
+    out, cfg = eagle3
+    commands, target = serve_commands(cfg, str(out), "0.33.0")
+    assert [c.form for c in commands] == ["auto", "explicit"] and target == "0.33.0"
+    assert commands[0].releases == "0.30.0-0.32.0" and commands[1].releases == "0.30.0-0.33.0"
+    assert serve_command(cfg, str(out), "0.33.0") == commands[1]
+    lines = serving_lines(cfg, str(out), "0.33.0")
+    assert lines[0] == f"serve it with vLLM 0.30.0-0.32.0: vllm serve {out}"
+    assert lines[1].startswith("serve it with vLLM 0.30.0-0.33.0 (the one asked for: 0.33.0): vllm serve ")
+    heads, mcfg = medusa
+    assert serve_command(mcfg, str(heads), "0.33.0") is None and serve_command(mcfg, str(heads), "0.32.0").form == "auto"
+    lines = serving_lines(mcfg, str(heads), "0.33.0")
+    assert len(lines) == 2 and lines[1].startswith("note: vLLM 0.33.0 removed Medusa") and "vllm<0.33" in lines[1]
+
+
+def test_a_medusa_output_gets_the_serving_warning(medusa, eagle3):
+    st = {c.name: c for c in validate_static(medusa[0]).checks}
+    assert st["serving"].status == "warn" and "0.30.0-0.32.0" in st["serving"].summary and "0.33.0 removed Medusa" in st["serving"].summary
+    st = {c.name: c for c in validate_static(eagle3[0]).checks}
+    assert st["serving"].status == "pass" and "0.30.0-0.33.0" in st["serving"].summary and "explicit form" in st["serving"].summary
+    r = run_cli("convert", "--from", "medusa", WORLD / "medusa-legacy", "-o", medusa[0].parent / "again", "--verifier", VERIFIER)
+    assert r.returncode == 0 and "vLLM 0.33.0 removed Medusa" in r.stdout
+
+
+def test_a_failed_schema_lists_finite_once_and_a_speculators_output_is_pointed_at_upgrade(eagle3, tmp_path):
+    import shutil
+
+    out = tmp_path / "theirs"
+    shutil.copytree(eagle3[0], out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg.pop("specfmt")  # written by speculators' converter: no provenance, taps left to the reader
+    cfg["eagle_aux_hidden_state_layer_ids"] = None
+    (out / "config.json").write_text(json.dumps(cfg))
+    rep = validate_static(out)
+    names = [c.name for c in rep.checks]
+    assert names == ["config", "schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier", "serving"]
+    schema = rep.checks[1]
+    assert schema.status == "fail" and "`specfmt upgrade` rewrites it" in schema.summary
+    assert any(f"specfmt upgrade {out}" in d for d in schema.details)
+
+
+@pytest.mark.parametrize("algo", ["peagle", "dflash", "dflash2", "dspark", "mtp", "xpress"])
+def test_configs_speculators_writes_are_recognised_never_unknown(eagle3, tmp_path, algo):
+    import shutil
+
+    out = tmp_path / algo
+    shutil.copytree(eagle3[0], out)
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["speculators_model_type"] = algo
+    cfg["speculators_config"]["algorithm"] = algo
+    (out / "config.json").write_text(json.dumps(cfg))
+    rep = validate_static(out)
+    st = {c.name: c for c in rep.checks}
+    assert st["schema"].status == "warn" and "recognised, not validated" in st["schema"].summary and "unknown" not in st["schema"].summary
+    assert st["finite"].status == "pass" and st["tensors"].status == "skip"
+    r = run_cli("validate", out)
+    assert r.returncode == 0 and "recognised, not validated by this specfmt version" in r.stdout
