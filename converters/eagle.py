@@ -9,7 +9,16 @@ Accepted layouts (``research-formats.md`` §2-§3):
 * **accelerate** -- ``eagle/train/main.py``'s ``accelerator.save_state`` folders: the
   same, plus ``pytorch_model_1.bin`` / ``model_1.safetensors`` (the frozen verifier
   ``lm_head``, not read) and optimizer/scheduler/RNG state (not weights);
-* **hass** -- HArmonizedSS/HASS: the same layout, always with ``fc.bias``.
+* **hass** -- HArmonizedSS/HASS: the same layout, always with ``fc.bias``;
+* **vllm-v0** -- vLLM V0's EAGLE wrapper (``abhigoyal/vllm-eagle-llama-68m-random``,
+  ``abhigoyal/EAGLE-LLaMA3-Instruct-8B-vllm``; written by the conversion script of vLLM
+  PR #6830): config ``{"model_type": "eagle", "model": {<the draft's Llama config>}}`` with
+  ``eagle_fc_bias`` beside or inside ``model`` (and sometimes an inner ``bias`` that
+  contradicts it), tensors sometimes under ``model.``, plus a copy of the verifier's
+  ``lm_head.weight`` (V0's ``EAGLE`` class loaded it). The nested config is unwrapped, the
+  tensors decide the bias (``fc.bias`` folded as below, a zero one dropped), and the head copy
+  is dropped: vLLM's EAGLE model applies the verifier's own head. A ``truncated_vocab_size``
+  below the vocabulary (V0's ``token_map``) is refused.
 
 The output is vLLM's ``EagleLlamaForCausalLM`` (``vllm/model_executor/models/llama_eagle.py``,
 method ``eagle``): the same names, no ``lm_head``/``norm`` (the verifier's head is
@@ -46,8 +55,9 @@ from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, Converter, Derived, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
-                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Converter, Derived, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
+                   TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register,
+                   restore_source_names)
 
 _FROZEN_HEAD = "accelerate save_state file of the second prepared module: the frozen verifier lm_head (EAGLE issue #100); vLLM uses the verifier's own"
 _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
@@ -57,6 +67,21 @@ _EXTRA_NORMS = ("embed_layernorm.weight", "post_embedding_layernorm.weight", "hi
 
 #: speculators-eagle (<= 0.6) tensor names -> EAGLE-1 research names
 _SPECULATORS_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
+
+
+def _v0_wrapper(cfg: dict[str, Any]) -> bool:
+    """vLLM V0's ``EAGLEConfig`` file: ``model_type: eagle`` with the draft's config nested under ``model``."""
+    return cfg.get("model_type") == "eagle" and isinstance(cfg.get("model"), dict)
+
+
+def _v0_names(names: set[str]) -> dict[str, str]:
+    """``{research name: source name}`` of a V0 wrapper's tensors: ``model.`` stripped, the head copy left out."""
+    out = {}
+    for name in names:
+        if name in ("lm_head.weight", "model.lm_head.weight"):
+            continue
+        out[name[len("model."):] if name.startswith("model.") else name] = name
+    return out
 
 
 def _eagle1(seen: Seen) -> bool:
@@ -83,15 +108,68 @@ class EagleConverter(Converter):
         Rule(r"layers\.\d+\.(input_layernorm|post_attention_layernorm)\.weight", KEEP),
         Rule(r"embed_tokens\.weight", KEEP),
     )
-    fields = {**DECODER_FIELDS, "bias": BOOL, "qkv_bias": BOOL, "fusion_bias": BOOL, "layernorms": BOOL}
+    fields = {**DECODER_FIELDS, "bias": BOOL, "qkv_bias": BOOL, "fusion_bias": BOOL, "layernorms": BOOL, "eagle_fc_bias": BOOL, "model": OBJECT,
+              "truncated_vocab_size": POSITIVE_INT}
+    nested_fields = ("model",)
     ignore_files = _FROZEN_FILES
     layouts = (
+        Layout("vllm-v0", lambda s: _v0_wrapper(s.config) and _eagle1(Seen(s.config, {n: s.shapes[o] for n, o in _v0_names(s.names).items()}, s.format, s.files)),
+               "config model_type 'eagle' with the draft's config nested under 'model' (vLLM V0's EAGLE wrapper)"),
         Layout("accelerate", _accelerate, "an accelerate save_state folder: the frozen verifier head in pytorch_model_1.bin / model_1.safetensors"),
         Layout("safeailab", _eagle1, "fc.weight [H, 2H] fuses token embedding and verifier state (EAGLE-1/2 / HASS)"),
     )
     fallback_layout = "safeailab"
 
+    def plan(self, src: Source, opts: Options) -> Plan:
+        """A vLLM V0 wrapper is unwrapped first (:meth:`unwrap_v0`); every other layout plans as is."""
+        if not _v0_wrapper(src.config):
+            return super().plan(src, opts)
+        check_source_types(src.config, self.fields, nested=self.nested_fields)
+        notes: list[str] = []
+        inner = self.unwrap_v0(src, notes)
+        plan = super().plan(inner, opts)
+        plan = restore_source_names(plan, inner.reader.new_to_old)
+        plan.layout = "vllm-v0"
+        V = inner.config.get("vocab_size")
+        for name in ("lm_head.weight", "model.lm_head.weight"):
+            info = src.reader.infos.get(name)
+            if info is None:
+                continue
+            if len(info.shape) != 2 or info.shape[0] != V:
+                raise ConversionError(f"{name} has shape {list(info.shape)}; a copy of the verifier's head is [vocab_size={V}, H]")
+            plan.moves.append(TensorMove(name, None, "drop", "copy of the verifier's lm_head that vLLM V0's EAGLE wrapper loaded; vLLM's EAGLE model "
+                                         "applies the verifier's own head", info, info.dtype))
+        plan.notes = notes + plan.notes
+        return plan
+
+    def unwrap_v0(self, src: Source, notes: list[str]) -> Source:
+        """vLLM V0's ``{"model_type": "eagle", "model": {...}}`` as the research layout: the nested config,
+        ``model.``-prefixed names stripped, the head copy set aside (the tensors decide ``fc.bias``).
+
+        Raises:
+            ConversionError: a truncated vocabulary (V0's ``token_map``), which vLLM's EAGLE model has no field for.
+        """
+        cfg = src.config
+        inner = dict(cfg["model"])
+        tv = cfg.get("truncated_vocab_size", inner.get("truncated_vocab_size"))
+        if tv is not None and tv != inner.get("vocab_size"):
+            raise ConversionError(f"truncated_vocab_size {tv} differs from vocab_size {inner.get('vocab_size')}: vLLM V0's token_map, "
+                                  "which vLLM's EAGLE model (V1) no longer has", where="config.json",
+                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
+        claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
+                                    ("model.bias", inner.get("bias"))) if v is not None}
+        new_to_old = _v0_names(set(src.reader.infos))
+        has_bias = "fc.bias" in new_to_old
+        if any(v != has_bias for v in claims.values()):
+            said = ", ".join(f"{k}={v}" for k, v in claims.items())
+            notes.append(f"vLLM V0 wrapper: {said}, but fc.bias is {'present' if has_bias else 'absent'}; the tensors decide")
+        notes.append("vLLM V0 EAGLE wrapper (model_type 'eagle'): the draft's config nested under 'model' was unwrapped")
+        research = {k: v for k, v in inner.items() if k not in ("eagle_fc_bias", "bias", "truncated_vocab_size", "architectures")}
+        return src.with_(research, RenamedReader(src.reader, new_to_old))
+
     def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
+        if _v0_wrapper(seen.config):
+            seen = Seen(seen.config["model"], {n: seen.shapes[o] for n, o in _v0_names(seen.names).items()}, seen.format, seen.files)
         bias = "fc.bias" in seen.shapes
         ev = ["fc.bias present: EAGLE-1/2 or HASS (HASS always trains it), the files cannot tell which" if bias
               else "no fc.bias: EAGLE-1/2 (HASS always saves fc.bias)"]
@@ -245,11 +323,12 @@ class HassConverter(EagleConverter):
     name = "hass"
     summary = "HASS drafts (HArmonizedSS/HASS: the EAGLE-1 layout, always with fc.bias)"
     upgrades = None
-    layouts = (EagleConverter.layouts[0], Layout("hass", _eagle1, EagleConverter.layouts[1].evidence))
+    layouts = (EagleConverter.layouts[1], Layout("hass", _eagle1, EagleConverter.layouts[2].evidence))
 
     def claims(self, seen: Seen) -> bool:
-        """Only with ``fc.bias``: HASS always trains and saves it, so a draft without one is EAGLE-1/2."""
-        return "fc.bias" in seen.shapes
+        """Only with ``fc.bias``: HASS always trains and saves it, so a draft without one is EAGLE-1/2;
+        never a vLLM V0 wrapper, which vLLM's EAGLE conversion wrote."""
+        return "fc.bias" in seen.shapes and not _v0_wrapper(seen.config)
     fallback_layout = "hass"
 
 

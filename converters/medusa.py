@@ -21,7 +21,15 @@ predicts the token i+2 positions ahead. Accepted layouts (``research-formats.md`
   ``medusa_head.{i}.{j}.linear.*`` and ``medusa_head.{i}.{L}.weight``. Only the heads are
   extracted; the base model is what ``--verifier`` serves.
 
-A ``medusa_head.`` prefix is accepted in every layout; heads with L > 1 blocks (the
+* **vllm** -- heads already in vLLM's names (``abhigoyal/vllm-medusa-vicuna-7b-v1.3``, written by
+  vLLM's own conversion for ``MedusaModel``): ``blocks.{i}.layers.{j}.weight`` [H, H] and
+  ``lm_heads.{i}.weight`` [V, H], config ``num_heads`` / ``num_hidden_layers`` /
+  ``truncated_vocab_size``. Old conversions dropped the blocks' biases (vLLM then built them
+  without bias); ``medusa_fc_bias`` is set from the tensors present, and a note says that
+  biases absent from the file cannot be recovered. A ``truncated_vocab_size`` below the
+  vocabulary (a ``token_map``) is refused.
+
+A ``medusa_head.`` prefix is accepted in every research layout; heads with L > 1 blocks (the
 reference's ``[ResBlock(H)] * L`` shares one block, but its state dict lists every index)
 and with L = 0 (only the Linear, ``Narsil/mistral-medusa``) are accepted.
 
@@ -48,7 +56,7 @@ from specfmt.algorithms.medusa import build_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
 
-from .base import (DECODER_FIELDS, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
                    decide_float_dtype, register, short)
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved
@@ -57,6 +65,10 @@ _PREFIX = r"(?:medusa_head\.)?"
 _BLOCK = re.compile(_PREFIX + r"(\d+)\.(\d+)\.linear\.(weight|bias)")
 #: the per-head Linear [V, H]: head i, at Sequential index L (after the L blocks)
 _HEAD_LINEAR = re.compile(_PREFIX + r"(\d+)\.(\d+)\.weight")
+
+#: the same tensors in vLLM's names (``Medusa.blocks`` / ``Medusa.lm_heads``)
+_VLLM_BLOCK = re.compile(r"blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)")
+_VLLM_HEAD = re.compile(r"lm_heads\.(\d+)\.weight")
 
 _BASE_REASON = "the base model of a Medusa-2 full checkpoint; vLLM serves the verifier (--verifier) itself"
 
@@ -82,13 +94,18 @@ class MedusaConverter(Converter):
     summary = "Medusa heads: v0.1 (medusa_lm_head.pt), legacy trainer (medusa_lm_head.safetensors), version 2 (no per-head lm_head), Medusa-2 full models (medusa_head.*)"
     detects_as = "medusa"
     rules = (
+        Rule(_VLLM_BLOCK.pattern, KEEP),
+        Rule(_VLLM_HEAD.pattern, KEEP),
         Rule(_BLOCK.pattern, r"blocks.\1.layers.\2.\3"),
         Rule(_HEAD_LINEAR.pattern, r"lm_heads.\1.weight"),  # the Sequential index is checked to be L in decide()
         Rule(r"model\..+", None, _BASE_REASON),
         Rule(r"lm_head\.weight", None, "the base model's next-token head (Medusa-2 full checkpoint); the verifier (--verifier) applies its own"),
     )
-    fields = {**DECODER_FIELDS, "medusa_num_heads": POSITIVE_INT, "medusa_num_layers": NON_NEGATIVE_INT, "base_model_name_or_path": STRING}
+    fields = {**DECODER_FIELDS, "medusa_num_heads": POSITIVE_INT, "medusa_num_layers": NON_NEGATIVE_INT, "base_model_name_or_path": STRING,
+              "num_heads": POSITIVE_INT, "truncated_vocab_size": POSITIVE_INT, "medusa_fc_bias": BOOL}
     layouts = (
+        Layout("vllm", lambda s: s.has(_VLLM_BLOCK.pattern) or s.has(_VLLM_HEAD.pattern),
+               "vLLM Medusa names blocks.{i}.layers.{j}.weight / lm_heads.{i}.weight (converted for vLLM's MedusaModel)"),
         Layout("medusa-1.0", lambda s: _medusa(s) and any(n.startswith("model.") or n == "lm_head.weight" for n in s.names),
                "Medusa-2 full model: medusa_head.* next to the base model's model.* (only the heads are converted)"),
         Layout("v2", lambda s: _medusa(s) and str(s.config.get("version")) == "2", "config version 2: heads without their own lm_head"),
@@ -139,7 +156,16 @@ class MedusaConverter(Converter):
             )
 
         full = plan.layout == "medusa-1.0"
-
+        vllm_names = plan.layout == "vllm"
+        if vllm_names:
+            # vLLM's MedusaConfig names: num_heads / num_hidden_layers (the research keys are read too)
+            cfg_heads = cfg_heads if cfg_heads is not None else _count(cfg, "num_heads", 1)
+            cfg_layers = cfg_layers if cfg_layers is not None else _count(cfg, "num_hidden_layers", 0)
+            tv = _count(cfg, "truncated_vocab_size", 1)
+            if tv is not None and "vocab_size" in cfg and tv < cfg["vocab_size"]:
+                raise ConversionError(
+                    f"truncated_vocab_size {tv} < vocab_size {cfg['vocab_size']}: the heads propose over a truncated vocabulary through a token_map, "
+                    "which vLLM's speculators loader has no field for", where="config.json", hint="specfmt converts Medusa heads over the full vocabulary")
 
         # -- head structure ------------------------------------------------------------
         blocks: dict[tuple[int, int], set[str]] = {}  # (i, j) -> {"weight", "bias"}
@@ -148,11 +174,15 @@ class MedusaConverter(Converter):
         for m in moves:
             if m.dst is None:
                 continue
-            if b := _BLOCK.fullmatch(m.src):
+            if b := _BLOCK.fullmatch(m.src) or _VLLM_BLOCK.fullmatch(m.src):
                 blocks.setdefault((int(b[1]), int(b[2])), set()).add(b[3])
             elif h := _HEAD_LINEAR.fullmatch(m.src):
                 linears[int(h[1])] = int(h[2])
+            elif h := _VLLM_HEAD.fullmatch(m.src):
+                linears[int(h[1])] = -1  # after the head's blocks, whatever their number (set below)
             prefix = "medusa_head." if m.src.startswith("medusa_head.") else prefix
+        for i in [i for i, j in linears.items() if j == -1]:
+            linears[i] = 1 + max((j for h, j in blocks if h == i), default=-1)
         heads = sorted({i for i, _ in blocks} | set(linears))
         if not heads:
             raise ConversionError(
@@ -197,6 +227,11 @@ class MedusaConverter(Converter):
                 raise ConversionError(f"residual blocks at or after the per-head Linear (index {L}): {short(deep)}")
 
         has_bias = any("bias" in parts for parts in blocks.values())
+        if vllm_names and L and not has_bias:
+            notes.append("the residual blocks hold no biases: medusa_fc_bias false, as vLLM ran them. Old vLLM conversions dropped the biases "
+                         "FasterDecoding's ResBlock trains; biases absent from the file cannot be recovered (convert the original heads to keep them)")
+        if vllm_names and "medusa_fc_bias" in cfg and cfg["medusa_fc_bias"] != has_bias:
+            notes.append(f"config medusa_fc_bias={cfg['medusa_fc_bias']} but the blocks {'hold' if has_bias else 'hold no'} biases; the tensors decide")
         missing = []
         for i in range(K):
             for j in range(L):

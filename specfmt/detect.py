@@ -86,13 +86,7 @@ class Foreign:
     figures: Callable[[Seen], dict[str, Any]] = lambda seen: {}
 
 
-def _heads(seen: Seen) -> dict[str, Any]:
-    heads = {int(m.group(1)) for n in seen.names if (m := re.match(r"blocks\.(\d+)\.", n))}
-    return {"heads": len(heads), "version": seen.config.get("version", "1")}
-
-
 FOREIGN = (
-    Foreign("medusa", "vllm", lambda s: s.has(r"blocks\.\d+\.layers\.\d+\.weight"), "vLLM Medusa tensors blocks.{i}.layers.{j}", _heads),
     Foreign("mlp_speculator", "fms-extras", lambda s: s.has(r"(speculator\.)?emb\.\d+\.weight") and s.has(r"(speculator\.)?head\.\d+\.weight"),
             "speculator.emb.* / speculator.head.* tensors (IBM MLP speculator)"),
     Foreign("causal-lm", None, lambda s: s.has(r"(model\.)?layers\.\d+\.self_attn\.[qkv]_proj\.weight") and s.has(r"(model\.)?embed_tokens\.weight"),

@@ -1,0 +1,137 @@
+"""Published layouts beyond each family's first one (issue 18): vLLM V0's EAGLE wrapper, Medusa
+heads in vLLM's names and without residual blocks, and how each is converted or refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from builders import eagle1_config, eagle1_tensors, write_eagle1
+from conftest import load_out, tree_digest
+from specfmt.convert import convert
+from specfmt.detect import detect
+from specfmt.errors import ConversionError
+from specfmt.validation.static import validate_static
+
+
+# --------------------------------------------------------------------------- vLLM V0 EAGLE wrapper
+
+
+def write_v0_wrapper(folder: Path, *, fc_bias: bool, outer_bias: bool | None = True, inner_bias: bool | None = None, prefix: str = "",
+                     head: bool = True, truncated: int | None = None) -> Path:
+    """vLLM V0's EAGLE conversion (``{"model_type": "eagle", "model": cfg}``, PR #6830's script): the
+    draft's Llama config nested, ``eagle_fc_bias``, a copy of the verifier's head, optional ``model.``."""
+    folder.mkdir(parents=True)
+    sd = eagle1_tensors(fc_bias=fc_bias, dtype=torch.float32)
+    if head:
+        sd["lm_head.weight"] = torch.randn(256, 64)
+    sd = {(prefix + k if k != "lm_head.weight" else k): v for k, v in sd.items()}
+    inner = eagle1_config(bias=inner_bias)
+    cfg = {"model_type": "eagle", "model": inner}
+    if outer_bias is not None:
+        cfg["eagle_fc_bias"] = outer_bias
+    if truncated is not None:
+        cfg["truncated_vocab_size"] = truncated
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file(sd, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("prefix", ["", "model."])
+def test_v0_wrapper_unwrapped_and_equal_to_the_plain_layout(tmp_path, verifier, prefix):
+    """The wrapper converts to exactly what the same draft in SafeAILab's layout gives: bias folded,
+    the head copy dropped with its reason, the source untouched."""
+    src = write_v0_wrapper(tmp_path / "v0", fc_bias=True, prefix=prefix)
+    plain = write_eagle1(tmp_path / "plain", fmt="safetensors", dtype=torch.float32)
+    before = tree_digest(src)
+    d = detect(src)
+    assert (d.format, d.layout, d.candidates) == ("eagle", "vllm-v0", ["eagle"])
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    convert("eagle", str(plain), tmp_path / "out-plain", str(verifier))
+    cfg, out = load_out(tmp_path / "out")
+    cfg_plain, out_plain = load_out(tmp_path / "out-plain")
+    assert res.plan.layout == "vllm-v0" and cfg["specfmt"]["source"]["layout"] == "vllm-v0"
+    assert out.keys() == out_plain.keys() and all(torch.equal(out[k], out_plain[k]) for k in out)
+    assert "verifier's lm_head" in cfg["specfmt"]["tensors"]["dropped"]["lm_head.weight"]
+    assert cfg["attention_bias"] is True and "fc.bias" not in out
+    assert cfg["specfmt"]["tensors"]["folded"].keys() == {prefix + "fc.bias"}
+    assert validate_static(tmp_path / "out", str(verifier)).ok
+    assert tree_digest(src) == before
+
+
+def test_v0_wrapper_tensors_decide_the_bias(tmp_path, verifier):
+    """eagle_fc_bias true outside, bias false inside, no fc.bias in the file: no bias, and a note says so."""
+    src = write_v0_wrapper(tmp_path / "v0", fc_bias=False, outer_bias=True, inner_bias=False)
+    res = convert("eagle", str(src), tmp_path / "out", str(verifier))
+    cfg, out = load_out(tmp_path / "out")
+    assert cfg["attention_bias"] is False and not any(k.endswith(".bias") for k in out)
+    assert any("eagle_fc_bias=True" in n and "the tensors decide" in n for n in res.plan.notes)
+
+
+def test_v0_wrapper_truncated_vocabulary_refused(tmp_path, verifier):
+    src = write_v0_wrapper(tmp_path / "v0", fc_bias=True, truncated=128)
+    with pytest.raises(ConversionError, match="token_map"):
+        convert("eagle", str(src), tmp_path / "out", str(verifier))
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- Medusa
+
+
+def write_vllm_medusa(folder: Path, *, heads: int = 3, bias: bool = False, cfg_extra: dict | None = None) -> Path:
+    """Heads in vLLM's names (``abhigoyal/vllm-medusa-vicuna-7b-v1.3``): blocks.{i}.layers.0, lm_heads.{i}."""
+    folder.mkdir(parents=True)
+    g = torch.Generator().manual_seed(3)
+    sd = {}
+    for i in range(heads):
+        sd[f"blocks.{i}.layers.0.weight"] = torch.randn(64, 64, generator=g) * 0.05
+        if bias:
+            sd[f"blocks.{i}.layers.0.bias"] = torch.randn(64, generator=g) * 0.05
+        sd[f"lm_heads.{i}.weight"] = torch.randn(256, 64, generator=g) * 0.05
+    save_file(sd, str(folder / "model.safetensors"))
+    cfg = {"architectures": ["MedusaModel"], "hidden_size": 64, "model_type": "medusa", "num_heads": heads, "num_hidden_layers": 1,
+           "truncated_vocab_size": 256, "vocab_size": 256, **(cfg_extra or {})}
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_medusa_vllm_names(tmp_path, verifier, bias):
+    src = write_vllm_medusa(tmp_path / "src", bias=bias)
+    d = detect(src)
+    assert (d.format, d.layout, d.candidates) == ("medusa", "vllm", ["medusa"])
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    cfg, out = load_out(tmp_path / "out")
+    assert cfg["medusa_fc_bias"] is bias and cfg["num_heads"] == 3 and cfg["num_hidden_layers"] == 1
+    src_sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    assert out.keys() == src_sd.keys() and all(torch.equal(out[k], src_sd[k]) for k in out)
+    assert any("cannot be recovered" in n for n in res.plan.notes) is (not bias)
+    assert validate_static(tmp_path / "out", str(verifier)).ok
+
+
+def test_medusa_vllm_names_truncated_vocabulary_refused(tmp_path, verifier):
+    src = write_vllm_medusa(tmp_path / "src", cfg_extra={"truncated_vocab_size": 128})
+    with pytest.raises(ConversionError, match="token_map"):
+        convert("medusa", str(src), tmp_path / "out", str(verifier))
+
+
+@pytest.mark.parametrize("fmt", ["pt", "safetensors"])
+def test_medusa_without_residual_blocks_is_recognised(tmp_path, verifier, fmt):
+    """medusa_num_layers 0: only {i}.0.weight per head; inspect and --from auto name it Medusa."""
+    src = tmp_path / "src"
+    src.mkdir()
+    sd = {f"{i}.0.weight": torch.randn(256, 64) for i in range(3)}
+    if fmt == "pt":
+        torch.save(sd, src / "medusa_lm_head.pt")
+    else:
+        save_file(sd, str(src / "medusa_lm_head.safetensors"))
+    (src / "config.json").write_text(json.dumps({"base_model_name_or_path": "x", "medusa_num_heads": 3, "medusa_num_layers": 0}))
+    d = detect(src)
+    assert d.format == "medusa" and d.candidates == ["medusa"]
+    convert("auto", str(src), tmp_path / "out", str(verifier))
+    cfg, out = load_out(tmp_path / "out")
+    assert cfg["num_hidden_layers"] == 0 and sorted(out) == [f"lm_heads.{i}.weight" for i in range(3)]
