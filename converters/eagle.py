@@ -196,6 +196,12 @@ class EagleConverter(Converter):
                 hint="this checkpoint cannot be served by vLLM's EAGLE-1 model without changing its output",
             )
         model_type = cfg.get("model_type", "llama")
+        if model_type == "mixtral" and not any(".block_sparse_moe." in n for n in infos):
+            # yuhuili/EAGLE-mixtral-instruct-8x7B: cnets.py builds LlamaDecoderLayer from any config, so a
+            # "mixtral" config with dense gate/up/down_proj tensors holds Llama layers
+            notes.append("model_type 'mixtral' but the layers hold dense gate/up/down_proj (SafeAILab's cnets.py builds Llama layers "
+                         "whatever model_type says): converted as Llama layers")
+            model_type = "llama"
         if model_type not in ("llama", "qwen2", "mistral"):
             raise ConversionError(f"draft decoder model_type {model_type!r}: vLLM serves EAGLE-1 drafts only as Llama layers", where="config.json")
         if "layers.0.input_layernorm.weight" in infos:

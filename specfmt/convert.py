@@ -115,7 +115,7 @@ def detect_source_format(folder: Path) -> str:
         return d.candidates[0]
     if not d.candidates:
         raise InputError(
-            f"--from auto: detected {d.format} ({d.layout}), which no converter reads",
+            f"--from auto: detected {d.format} ({d.layout}), which no converter reads" + (f": {d.served}" if d.served else ""),
             where=str(folder),
             hint="; ".join(d.evidence) + "; run `specfmt inspect` for details",
         )

@@ -21,6 +21,7 @@ from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.reader import CheckpointReader
 from .converters import REGISTRY
 from .converters.base import Seen
+from .algorithms.recognised import recognised
 from .hub.resolve import resolve
 
 
@@ -38,6 +39,8 @@ class Detection:
         convert_hint: the ``specfmt convert`` command that applies, if any.
         candidates: the ``--from`` names whose converter accepts this layout (more than
             one when the files cannot tell them apart, e.g. EAGLE-1 and HASS).
+        served: for a format no converter reads, what it is, how vLLM serves it and why
+            specfmt does not convert it (empty otherwise).
     """
 
     format: str
@@ -46,6 +49,7 @@ class Detection:
     summary: dict[str, Any] = field(default_factory=dict)
     convert_hint: str | None = None
     candidates: list[str] = field(default_factory=list)
+    served: str = ""
 
 
 def _speculators(cfg: dict[str, Any], ev: list[str], summary: dict[str, Any]) -> Detection:
@@ -77,6 +81,8 @@ class Foreign:
         test: ``test(seen) -> bool``.
         evidence: one line.
         figures: ``figures(seen) -> dict`` for the summary.
+        served: how vLLM serves it instead, and why specfmt does not convert it (the
+            refusal of ``--from auto`` and ``inspect`` print it).
     """
 
     format: str
@@ -84,16 +90,96 @@ class Foreign:
     test: Callable[[Seen], bool]
     evidence: str
     figures: Callable[[Seen], dict[str, Any]] = lambda seen: {}
+    served: "str | Callable[[Seen], str]" = ""
 
+
+def _mtp_serving(seen: Seen) -> str:
+    n = seen.config.get("num_nextn_predict_layers")
+    k = n if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else 1
+    return (f"a verifier with built-in multi-token-prediction (MTP) layers: there is no separate draft to convert. vLLM serves it "
+            f"from the verifier itself: `vllm serve VERIFIER --speculative-config '{{\"method\": \"mtp\", \"num_speculative_tokens\": {k}}}'` "
+            "(vLLM 0.30-0.33; the per-model aliases deepseek_mtp, qwen3_next_mtp, mimo_mtp, glm4_moe_mtp are rewritten to mtp)")
+
+
+def _recognised(name: str, arch: str, method: str) -> str:
+    r = recognised(name)
+    assert r is not None
+    return (f"{r.title}. vLLM builds {arch} from this config (method {method}; vllm/model_executor/models/registry.py). "
+            "specfmt does not convert it: serve the folder as it is")
+
+
+#: draft classes vLLM builds from their own config (``architectures``), with no speculators
+#: equivalent: the class and the ``--speculative-config`` method (vLLM 0.32 ``models/registry.py``)
+NATIVE_DRAFTS = {
+    "Eagle3DeepseekV2ForCausalLM": ("eagle3", "an EAGLE-3 draft with an MLA (DeepSeek-V2/V3, Kimi) attention layer"),
+    "Eagle3DeepseekV3ForCausalLM": ("eagle3", "an EAGLE-3 draft with an MLA (DeepSeek-V2/V3, Kimi) attention layer"),
+    "EagleMistralLarge3ForCausalLM": ("eagle", "an EAGLE draft for Mistral Large 3 (MLA attention)"),
+    "EagleMiniCPMForCausalLM": ("eagle", "an EAGLE draft with MiniCPM layers"),
+}
+
+
+def _native(seen: Seen) -> str | None:
+    archs = seen.config.get("architectures")
+    return next((a for a in archs if a in NATIVE_DRAFTS), None) if isinstance(archs, list) else None
+
+
+def _native_serving(seen: Seen) -> str:
+    arch = _native(seen) or ""
+    method, what = NATIVE_DRAFTS.get(arch, ("", ""))
+    return (f"{what}: vLLM builds {arch} natively from this config (method {method}, "
+            f"`--speculative-config '{{\"method\": \"{method}\", \"model\": DIR}}'`). The speculators format has no such decoder layer, "
+            "so specfmt does not convert it")
+
+
+def _arch(seen: Seen, *names: str) -> bool:
+    archs = seen.config.get("architectures")
+    return isinstance(archs, list) and any(a in names for a in archs)
+
+
+#: formats recognised before any converter's layouts: they resemble a draft a converter reads
+#: (a P-EAGLE draft is an EAGLE-3 draft plus ``mask_hidden``) or a causal LM, but are not one
+NAMED = (
+    Foreign("mtp", "deepseek", lambda s: s.has(r"model\.layers\.\d+\.eh_proj\.weight") and s.has(r"model\.layers\.\d+\.(enorm|hnorm)\.weight"),
+            "model.layers.{N}.eh_proj / enorm / hnorm / shared_head: DeepSeek-V3-style MTP layers after the N decoder layers (also GLM-4.5)",
+            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving),
+    Foreign("mtp", "mimo", lambda s: s.has(r"model\.mtp_layers\.\d+\.input_proj\.weight"),
+            "model.mtp_layers.{i}.input_proj / token_layernorm / hidden_layernorm: MiMo's MTP layers",
+            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving),
+    Foreign("mtp", "standalone-draft", lambda s: s.has(r"mtp\.fc\.weight") and any("MTPDraft" in str(a) for a in s.config.get("architectures") or []),
+            "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.0 with a *MTPDraftModel architecture: a standalone MTP draft (SpecForge)",
+            served="vLLM 0.30-0.33 register no class for a standalone MTP draft (Qwen3_5MTPDraftModel): vLLM serves MTP layers only from a "
+                   "verifier checkpoint that carries them (method mtp). specfmt does not convert it"),
+    Foreign("mtp", "qwen3-next", lambda s: s.has(r"mtp\.fc\.weight") and s.has(r"mtp\.layers\.\d+\..+"),
+            "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.*: Qwen3-Next / Qwen3.5 MTP layers",
+            lambda s: {"model_type": s.config.get("model_type")}, _mtp_serving),
+    Foreign("native-draft", None, lambda s: _native(s) is not None, "architectures names a draft class vLLM builds natively",
+            lambda s: {"architecture": _native(s)}, _native_serving),
+    Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden") or _arch(s, "PEagleDraftModel", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM"),
+            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=_recognised("peagle", "PEagleDraftModel", "eagle3 with parallel drafting")),
+    Foreign("dspark", "specforge", lambda s: _arch(s, "DSparkDraftModel", "Qwen3DSparkModel"),
+            "DSparkDraftModel: a DSpark block draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark")),
+    Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict) or _arch(s, "DFlashDraftModel"),
+            "dflash_config / DFlashDraftModel: a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash")),
+)
 
 FOREIGN = (
     Foreign("mlp_speculator", "fms-extras", lambda s: s.has(r"(speculator\.)?emb\.\d+\.weight") and s.has(r"(speculator\.)?head\.\d+\.weight"),
-            "speculator.emb.* / speculator.head.* tensors (IBM MLP speculator)"),
+            "speculator.emb.* / speculator.head.* tensors (IBM MLP speculator)",
+            served="an IBM MLP speculator (fms-extras): vLLM 0.30-0.32 accept method mlp_speculator but keep its model class out of the "
+                   "registry ('Temporarily disabled' until V1 supports it), and 0.33 removed it, so only the V0-engine releases served it; "
+                   "specfmt does not convert it (the speculators format has no MLP speculator)"),
     Foreign("causal-lm", None, lambda s: s.has(r"(model\.)?layers\.\d+\.self_attn\.[qkv]_proj\.weight") and s.has(r"(model\.)?embed_tokens\.weight"),
             "a full decoder stack with embeddings (a verifier-like causal LM, not a draft)",
             lambda s: {"model_type": s.config.get("model_type"), "layers": s.config.get("num_hidden_layers"),
                        "hidden_size": s.config.get("hidden_size"), "vocab_size": s.config.get("vocab_size")}),
 )
+
+
+def _foreign(foreign: Foreign, seen: Seen, ev: list[str], summary: dict[str, Any]) -> Detection:
+    ev.append(foreign.evidence)
+    summary.update(foreign.figures(seen))
+    served = foreign.served(seen) if callable(foreign.served) else foreign.served
+    return Detection(foreign.format, foreign.layout or str(seen.config.get("model_type")), ev, summary, None, served=served)
 
 
 def detect(folder: str | Path) -> Detection:
@@ -121,6 +207,10 @@ def detect(folder: str | Path) -> Detection:
     if "speculators_config" in cfg:
         return _speculators(cfg, ev, summary)
 
+    for foreign in NAMED:
+        if foreign.test(seen):
+            return _foreign(foreign, seen, ev, summary)
+
     matches = [(c, lay) for c in REGISTRY.values() for lay in [c.layout_of(seen)] if lay is not None and c.claims(seen)]
     if matches:
         first, layout = matches[0]
@@ -134,9 +224,7 @@ def detect(folder: str | Path) -> Detection:
 
     for foreign in FOREIGN:
         if foreign.test(seen):
-            ev.append(foreign.evidence)
-            summary.update(foreign.figures(seen))
-            return Detection(foreign.format, foreign.layout or str(cfg.get("model_type")), ev, summary, None)
+            return _foreign(foreign, seen, ev, summary)
 
     ev.append("no known draft layout matches the tensor names")
     return Detection("unknown", "unknown", ev, summary, None)

@@ -79,6 +79,8 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
     for k, v in d.summary.items():
         table.add_row(escape(k), escape(str(v)))
     out.print(table)
+    if d.served:
+        out.print(f"not converted: {d.served}", markup=False)
     if d.convert_hint:
         out.print(f"next: {d.convert_hint}", markup=False)
 

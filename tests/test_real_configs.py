@@ -1,0 +1,102 @@
+"""The real-config corpus (issue 18): published draft configs, weights of the published shapes.
+
+Each record of ``tests/data/real_configs`` holds a config.json as published (with its source URL
+and how close the text is to the Hub file), the checkpoint's tensor names, shapes, dtypes and
+file format, the verifier's sizes, and the expected outcome. :mod:`real_configs` builds it as
+zero-filled sparse files. Every record goes through ``inspect``, ``--from auto`` (or the ``--from``
+the files cannot decide, EAGLE-1 vs HASS), the conversion plan with all its checks, and for a
+conversion ``validate`` on the planned output; the outcome -- tap ids, norm order, head counts,
+dtypes, draft vocabulary, or the refusal's reason -- is asserted. Two records also run the whole
+``specfmt convert`` and ``specfmt validate`` commands (the others would only re-hash gigabytes of
+zeros: the full corpus is measured by ``benchmarks/real_configs.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import real_configs as rc
+from conftest import run_cli
+from sparse_weights import write_safetensors
+from specfmt.convert import open_plan, with_provenance
+from specfmt.detect import detect
+from specfmt.errors import SpecfmtError
+from specfmt.validation.static import validate_static
+
+#: records converted with the full commands in CI (the smallest two of different layouts)
+FULL = ["specforge--configs--qwen3-30B-A3B-eagle3.1", "specforge--configs--gpt-oss-120B-eagle3"]
+
+
+def test_corpus_has_30_records_each_with_its_source():
+    assert len(rc.RECORDS) >= 30
+    for slug in rc.RECORDS:
+        rec = rc.load(slug)
+        assert rec["source_url"] and rec["evidence"] and rec["config"] and rec["weights"]["tensors"], slug
+        assert rec["expect"]["outcome"] in ("converted", "refused"), slug
+
+
+def write_planned(opened, out: Path) -> None:
+    """The planned output as a folder: the config with its provenance block, the planned tensors
+    (sparse zeros; the vocabulary map copied from the source), as ``convert`` would write them."""
+    plan, reader = opened.plan, opened.reader
+    out.mkdir()
+    config = with_provenance(plan, opened.src, {f: "0" * 64 for f in ["config.json", *reader.files]})
+    (out / "config.json").write_text(json.dumps(config))
+    shapes = plan.output_shapes()
+    data = {m.dst: reader.read_bytes(m.src) for m in plan.written if m.dst in ("d2t", "t2d")}
+    write_safetensors(out / "model.safetensors", {n: (list(s), dt) for n, (s, dt) in shapes.items()}, data)
+
+
+@pytest.mark.parametrize("slug", rc.RECORDS)
+def test_record(slug, tmp_path):
+    rec = rc.load(slug)
+    exp = rec["expect"]
+    src, ver = rc.build(slug, tmp_path)
+    d = detect(src)
+    assert f"{d.format}/{d.layout}" == exp["inspect"]
+    if exp["outcome"] == "refused":
+        with pytest.raises(SpecfmtError) as e:
+            with open_plan(exp["from"], str(src), str(ver)):
+                pass
+        assert e.value.one_line().startswith(exp["reason"])
+        if d.served:  # a format no converter reads is named, with how vLLM serves it
+            assert d.served in e.value.one_line()
+        return
+    with open_plan(exp["from"], str(src), str(ver)) as opened:
+        plan = opened.plan
+        cfg = plan.config
+        tlc = cfg.get("transformer_layer_config") or cfg
+        assert cfg["speculators_model_type"] == exp["algorithm"]
+        assert (cfg.get("dtype") or tlc.get("dtype")) == exp["dtype"]
+        assert sorted({dt for _, dt in plan.output_shapes().values()}) == exp["written_dtypes"]
+        if exp["algorithm"] == "eagle3":
+            assert cfg["eagle_aux_hidden_state_layer_ids"] == exp["taps"]
+            assert cfg["draft_vocab_size"] == exp["draft_vocab_size"]
+            assert {k: cfg.get(k, False) for k in exp["norms"]} == exp["norms"]
+        if exp["algorithm"] in ("eagle", "eagle3"):
+            assert [tlc["num_attention_heads"], tlc["num_key_value_heads"], tlc["head_dim"]] == exp["heads"]
+        if exp["algorithm"] == "eagle":
+            assert tlc["attention_bias"] is exp["attention_bias"]
+            bias = [m for m in plan.moves if m.src == "fc.bias"]
+            # the built fc.bias is zero: dropped, never folded
+            assert all(m.action == "drop" and "zeros" in m.reason for m in bias) and not plan.derived
+        if exp["algorithm"] == "medusa":
+            assert [cfg["num_heads"], cfg["num_hidden_layers"], cfg["medusa_fc_bias"]] == exp["medusa"]
+        write_planned(opened, tmp_path / "out")
+    rep = validate_static(tmp_path / "out", str(ver))
+    assert rep.ok, [(c.name, c.summary) for c in rep.checks if c.status == "fail"]
+
+
+@pytest.mark.parametrize("slug", FULL)
+def test_record_full_commands(slug, tmp_path):
+    """``specfmt inspect``, ``convert --from auto`` and ``validate`` as a user runs them, on published shapes."""
+    src, ver = rc.build(slug, tmp_path)
+    r = run_cli("inspect", src)
+    assert r.returncode == 0 and rc.load(slug)["expect"]["inspect"].split("/")[0] in r.stdout
+    r = run_cli("convert", "--from", "auto", src, "-o", tmp_path / "out", "--verifier", ver)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("validate", tmp_path / "out", "--verifier", ver)
+    assert r.returncode == 0, r.stdout + r.stderr
