@@ -73,6 +73,31 @@ def mapped_windows(f: BinaryIO, offset: int, nbytes: int, window: int = COPY_CHU
         pos += n
 
 
+def data_extents(f: BinaryIO, offset: int, nbytes: int) -> list[tuple[int, int]]:
+    """The ``(start, length)`` parts of bytes ``offset .. offset + nbytes`` of ``f`` that hold data:
+    holes of a sparse file (``lseek`` ``SEEK_DATA``/``SEEK_HOLE``) read as zeros and are left out.
+    Where the file system cannot tell, the whole range is one extent."""
+    fd = f.fileno()
+    end = offset + nbytes
+    if not hasattr(os, "SEEK_DATA") or nbytes <= 0:
+        return [(offset, nbytes)] if nbytes > 0 else []
+    out, pos = [], offset
+    try:
+        while pos < end:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError:  # ENXIO: only a hole up to the end of the file
+                break
+            if start >= end:
+                break
+            stop = min(os.lseek(fd, start, os.SEEK_HOLE), end)
+            out.append((start, stop - start))
+            pos = stop
+    except OSError:
+        return [(offset, nbytes)]
+    return out
+
+
 def sha256_file(path: Path, window: int = 64 << 20) -> str:
     """Hex sha256 of a file, hashed through memory maps of 64 MiB windows (:func:`mapped_windows`)."""
     h = hashlib.sha256()

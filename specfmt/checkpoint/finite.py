@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .files import mapped_windows
+from .files import data_extents, mapped_windows
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -57,7 +57,8 @@ class NonfiniteCounter:
 
 def nonfinite_in(reader: "CheckpointReader", name: str) -> int:
     """NaN/Inf count of one tensor of a :class:`~specfmt.checkpoint.reader.CheckpointReader`, read in
-    chunks from its byte range when it has one (never whole in memory), else through torch."""
+    chunks from its byte range when it has one (never whole in memory; the holes of a sparse file,
+    zeros, are skipped), else through torch."""
     info = reader.infos[name]
     where = reader.raw(name)
     if where is None:
@@ -67,8 +68,9 @@ def nonfinite_in(reader: "CheckpointReader", name: str) -> int:
         return 0
     bad = 0
     with open(where[0], "rb", buffering=0) as f:
-        for _, view in mapped_windows(f, where[1], info.nbytes):  # a truncated file is the weights check's finding
-            bad += counter(view)
+        for start, n in data_extents(f, where[1], info.nbytes):  # holes of a sparse file read as zeros: finite
+            for _, view in mapped_windows(f, start, n):  # a truncated file is the weights check's finding
+                bad += counter(view)
     return bad
 
 
