@@ -69,9 +69,14 @@ _EXTRA_NORMS = ("embed_layernorm.weight", "post_embedding_layernorm.weight", "hi
 _SPECULATORS_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
 
 
+#: ``EAGLEConfig.model_type`` of vLLM V0 (``vllm/transformers_utils/configs/eagle.py``): a config file's
+#: model type, not the name of an algorithm
+_V0_MODEL_TYPE = "eagle"
+
+
 def _v0_wrapper(cfg: dict[str, Any]) -> bool:
     """vLLM V0's ``EAGLEConfig`` file: ``model_type: eagle`` with the draft's config nested under ``model``."""
-    return cfg.get("model_type") == "eagle" and isinstance(cfg.get("model"), dict)
+    return cfg.get("model_type") == _V0_MODEL_TYPE and isinstance(cfg.get("model"), dict)
 
 
 def _v0_names(names: set[str]) -> dict[str, str]:

@@ -11,7 +11,10 @@ Accepted layouts (``research-formats.md`` §4):
   ``eagle_config.eagle_aux_hidden_state_layer_ids``; ModelOpt multi-layer drafts use
   ``midlayer.{i}.*``.
 * drafts with ``target_hidden_size`` (H ≠ H_t) and their own ``embed_tokens``;
-  full-vocabulary drafts (Vd = V) without ``d2t``/``t2d``.
+  full-vocabulary drafts (Vd = V) without ``d2t``/``t2d``;
+* configs whose ``num_hidden_layers`` is the verifier's depth (e.g. 36) while the weights hold
+  one unnumbered ``midlayer.*``: SafeAILab's and SGLang's code build one layer whatever the
+  config says, so the tensors decide, with a note (issue 18).
 
 Forward pass of the reference (``eagle/model/cnets.py``): the residual is taken
 *before* ``hidden_norm``, i.e. ``norm_before_residual = false``; vLLM's speculators
@@ -20,6 +23,7 @@ loader assumes ``true`` when the key is missing, so it is always written.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from specfmt.algorithms.eagle3 import build_config, default_taps
@@ -211,6 +215,13 @@ class Eagle3Converter(Converter):
             for m in moves:
                 if m.src in ("d2t", "t2d"):
                     m.drop("full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here")
+        single = any(re.fullmatch(r"midlayer\.[a-z_]+\..+", m.src) for m in moves)
+        if single and cfg.get("num_hidden_layers", 1) != 1:
+            # SafeAILab's cnets.py and SGLang's llama_eagle3.py build one midlayer whatever the config says
+            # (issue 18: configs that copy the verifier's depth); the tensors are the truth
+            notes.append(f"config num_hidden_layers={cfg.get('num_hidden_layers')} but the weights hold one unnumbered midlayer.* "
+                         "(SafeAILab's and SGLang's EAGLE-3 code build one layer whatever the config says); converted as 1 layer")
+            cfg = {**cfg, "num_hidden_layers": 1}
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in moves if m.dst and m.dst.startswith("layers.")}, cfg)
 
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)

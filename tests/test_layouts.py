@@ -135,3 +135,20 @@ def test_medusa_without_residual_blocks_is_recognised(tmp_path, verifier, fmt):
     convert("auto", str(src), tmp_path / "out", str(verifier))
     cfg, out = load_out(tmp_path / "out")
     assert cfg["num_hidden_layers"] == 0 and sorted(out) == [f"lm_heads.{i}.weight" for i in range(3)]
+
+
+# --------------------------------------------------------------------------- EAGLE-3
+
+
+def test_eagle3_config_with_the_verifiers_depth_and_one_midlayer(tmp_path, verifier):
+    """num_hidden_layers 8 (the verifier's) but one unnumbered midlayer.*: converted as one layer, with a note."""
+    from builders import write_safeailab
+
+    src = write_safeailab(tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    (src / "config.json").write_text(json.dumps({**cfg, "num_hidden_layers": 8}))
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    out_cfg, out = load_out(tmp_path / "out")
+    assert out_cfg["transformer_layer_config"]["num_hidden_layers"] == 1
+    assert any("num_hidden_layers=8" in n and "one unnumbered midlayer" in n for n in res.plan.notes)
+    assert validate_static(tmp_path / "out", str(verifier)).ok
