@@ -17,6 +17,15 @@ Accepted (``speculators-format.md`` §1-§3):
   is refused. vLLM 0.32 has no speculators ``eagle`` algorithm, so the output is
   specfmt's ``eagle`` layout (``fusion_fc.bias`` folded exactly, see ``eagle.py``).
 
+* **the first EAGLE dialect** of speculators' pre-releases (the ``llama_eagle`` model of
+  speculators PR #31 and vLLM PR #20436, neither merged; no published checkpoint was found):
+  no ``speculators_model_type`` -- ``model_type: llama_eagle`` and
+  ``speculators_config.algorithm: "eagle"`` say the algorithm --, a proposal method that may be
+  ``static_tree`` with ``draft_tokens`` instead of ``speculative_tokens``, and the
+  ``fusion_fc.*`` / ``transformer.*`` tensors of ``eagle`` above. The algorithm is read from
+  ``speculators_config.algorithm`` and ``draft_tokens`` is k; vLLM 0.32 proposes a chain of k
+  tokens (a tree proposal is an inference setting, not a weight), which a note says.
+
 The upgrade hands the source to the research converter that :attr:`~Converter.upgrades` its
 algorithm (its :meth:`~Converter.from_speculators` translates the dialect), so every rule and
 check of a conversion applies; ``specfmt upgrade`` prints what changed.
@@ -65,6 +74,14 @@ class SpeculatorsConverter(Converter):
             if status.status == "newer":
                 raise VersionError(status.message, where="config.json")
         algo = cfg.get("speculators_model_type")
+        if algo is None:
+            algo = cfg["speculators_config"].get("algorithm")
+            notes.append(f"no speculators_model_type (model_type {cfg.get('model_type')!r}, the pre-release dialect); "
+                         f"algorithm {algo!r} read from speculators_config.algorithm")
+        proposal = _first_proposal(cfg)
+        if proposal.get("proposal_type") not in (None, "greedy"):
+            notes.append(f"proposal_type {proposal.get('proposal_type')!r}: vLLM proposes a chain of k tokens, written as greedy "
+                         "(a proposal method is an inference setting; the weights are the same)")
         if not isinstance(cfg.get("transformer_layer_config"), dict):
             raise ConversionError("transformer_layer_config must be an object", where="config.json")
         target = next((c for c in REGISTRY.values() if c.upgrades is not None and c.upgrades == algo), None)
@@ -87,11 +104,16 @@ class SpeculatorsConverter(Converter):
         return plan
 
 
+def _first_proposal(cfg: dict[str, Any]) -> dict[str, Any]:
+    methods = cfg["speculators_config"].get("proposal_methods")
+    first = methods[0] if isinstance(methods, list) and methods else None
+    return first if isinstance(first, dict) else {}
+
+
 def _speculative_tokens(cfg: dict[str, Any]) -> int | None:
-    try:
-        k = cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-    except (KeyError, IndexError, TypeError):
-        return None
+    """k of the first proposal method: ``speculative_tokens``, or the pre-release dialect's ``draft_tokens``."""
+    proposal = _first_proposal(cfg)
+    k = proposal.get("speculative_tokens", proposal.get("draft_tokens"))
     return k if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else None
 
 

@@ -55,6 +55,9 @@ class Detection:
 def _speculators(cfg: dict[str, Any], ev: list[str], summary: dict[str, Any]) -> Detection:
     algo = cfg.get("speculators_model_type")
     ev.append(f"config has speculators_config (speculators_model_type={algo!r})")
+    if algo is None and isinstance((cfg.get("speculators_config") or {}).get("algorithm"), str):
+        algo = cfg["speculators_config"]["algorithm"]  # the pre-release dialect (model_type llama_eagle)
+        ev.append(f"no speculators_model_type: speculators_config.algorithm={algo!r}, model_type={cfg.get('model_type')!r} (pre-release dialect)")
     fmt = "specfmt" if isinstance(cfg.get("specfmt"), dict) else "speculators"
     if fmt == "specfmt":
         src = cfg["specfmt"].get("source", {})

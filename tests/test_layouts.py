@@ -152,3 +152,31 @@ def test_eagle3_config_with_the_verifiers_depth_and_one_midlayer(tmp_path, verif
     assert out_cfg["transformer_layer_config"]["num_hidden_layers"] == 1
     assert any("num_hidden_layers=8" in n and "one unnumbered midlayer" in n for n in res.plan.notes)
     assert validate_static(tmp_path / "out", str(verifier)).ok
+
+
+# --------------------------------------------------------------------------- speculators' pre-release EAGLE dialect
+
+
+def test_speculators_pre_release_eagle_dialect(tmp_path, verifier):
+    """model_type llama_eagle, no speculators_model_type, speculators_config.algorithm eagle, a static_tree
+    proposal with draft_tokens, fusion_fc/transformer tensors: converted as speculators' eagle, k from draft_tokens."""
+    from builders import write_speculators_eagle
+
+    src = write_speculators_eagle(tmp_path / "src", str(verifier))
+    ref = write_speculators_eagle(tmp_path / "ref", str(verifier))
+    cfg = json.loads((src / "config.json").read_text())
+    del cfg["speculators_model_type"], cfg["speculators_version"], cfg["auto_map"]
+    cfg["model_type"] = "llama_eagle"
+    cfg["speculators_config"]["proposal_methods"] = [{"proposal_type": "static_tree", "draft_tokens": 4}]
+    cfg["speculators_config"]["default_proposal_method"] = "static_tree"
+    (src / "config.json").write_text(json.dumps(cfg))
+    d = detect(src)
+    assert d.format == "speculators" and d.summary["algorithm"] == "eagle"
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    convert("auto", str(ref), tmp_path / "out-ref", str(verifier))
+    out_cfg, out = load_out(tmp_path / "out")
+    _, out_ref = load_out(tmp_path / "out-ref")
+    assert out_cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 4
+    assert out.keys() == out_ref.keys() and all(torch.equal(out[k], out_ref[k]) for k in out)
+    assert any("pre-release dialect" in n for n in res.plan.notes) and any("static_tree" in n for n in res.plan.notes)
+    assert validate_static(tmp_path / "out", str(verifier)).ok
