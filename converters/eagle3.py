@@ -31,7 +31,7 @@ from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Converter, Layout, Options, Plan, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
                    check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
 
 #: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
@@ -130,6 +130,15 @@ class Eagle3Converter(Converter):
                 where="config.json",
                 hint="they may change the forward pass; remove them only if you know they do not",
             )
+        if ec.get("use_aux_hidden_state", True) is False:
+            # vLLM 0.32 llama_eagle3.py: with eagle_config.use_aux_hidden_state false the model has no fc and
+            # takes the verifier's last hidden state (nvidia/gpt-oss-120b-Eagle3-v2); the speculators
+            # reader (update_eagle3) carries no such field and specfmt's reference has no such pass
+            raise ConversionError(
+                "eagle_config.use_aux_hidden_state is false: an EAGLE-3 module fed only the verifier's last hidden state (no fc over taps). "
+                "vLLM builds it natively from this config (Eagle3LlamaForCausalLM reads eagle_config; serve the folder with "
+                "--speculative-config '{\"method\": \"eagle3\", \"model\": DIR}'), but the speculators format has no field for it",
+                where="config.json", hint="serve this ModelOpt export as it is; specfmt does not convert it")
         for key, need in _EAGLE_CONFIG_KEYS.items():
             if need is not None and key in ec and ec[key] != need:
                 raise ConversionError(
@@ -157,8 +166,11 @@ class Eagle3Converter(Converter):
             raise ConversionError(f"config draft_vocab_size={cfg_vd} but lm_head.weight has {Vd} rows", where="config.json")
         if cfg_vd is None:
             notes.append(f"draft_vocab_size not in the source config; taken from lm_head.weight rows ({Vd})")
-        if ("d2t" in infos) != ("t2d" in infos):
-            raise ConversionError("the source has only one of d2t and t2d", hint="both are written together by the EAGLE-3 trainer; re-export the draft")
+        if "t2d" in infos and "d2t" not in infos:
+            raise ConversionError("the source has t2d but no d2t", hint="d2t (draft id -> target id offsets) is the map vLLM reads; re-export the draft")
+        only_d2t = "d2t" in infos and "t2d" not in infos and Vd != V
+        if only_d2t:
+            self._t2d_from_d2t(src, plan, Vd, V)
 
         # -- widths ------------------------------------------------------------
         Ht = cfg.get("target_hidden_size")
@@ -235,6 +247,38 @@ class Eagle3Converter(Converter):
                                    fc_norm=flag("fc_norm"), norm_output=flag("norm_output"), dtype=DTYPE_NAMES[out_code])
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
+
+    @staticmethod
+    def _t2d_from_d2t(src: Source, plan: Plan, Vd: int, V: int) -> None:
+        """A draft saved with ``d2t`` only (int64 or int32; vLLM reads only ``d2t``): ``t2d`` [V] bool is
+        a function of it -- True at target id ``i + d2t[i]`` -- and an int32 ``d2t`` widens exactly to int64.
+
+        Raises:
+            ConversionError: ``d2t`` is not [Vd] integers giving Vd distinct, ascending target ids in [0, V).
+        """
+        import numpy as np
+
+        info = src.reader.infos["d2t"]
+        if info.dtype not in ("I64", "I32") or tuple(info.shape) != (Vd,):
+            raise ConversionError(f"d2t must be [{Vd}] int64 or int32 offsets, got {list(info.shape)} {info.dtype}")
+        ids = np.arange(Vd, dtype=np.int64) + src.reader.array("d2t").astype(np.int64)
+        if ids.min(initial=0) < 0 or ids.max(initial=0) >= V or (ids[1:] <= ids[:-1]).any():
+            raise ConversionError(f"d2t does not map the {Vd} draft ids to distinct, ascending target ids in [0, {V})",
+                                  hint="d2t holds offsets (target id - draft id), as SafeAILab's and SpecForge's trainers write it")
+
+        def t2d(get: Any) -> Any:
+            import torch
+
+            mask = torch.zeros(V, dtype=torch.bool)
+            mask[torch.arange(Vd, dtype=torch.int64) + get("d2t").to(torch.int64)] = True
+            return mask
+
+        move = next(m for m in plan.moves if m.src == "d2t")
+        if info.dtype == "I32":
+            move.drop("widened exactly to int64 (written as the derived d2t)", "fold")
+            plan.derived.append(Derived("d2t", (Vd,), "I64", "d2t (int32 in the source) widened to int64", lambda get: get("d2t").to(__import__("torch").int64)))
+        plan.derived.append(Derived("t2d", (V,), "BOOL", "built from d2t: True at target id i + d2t[i] (the source saved d2t only)", t2d))
+        plan.notes.append(f"the source has d2t ({info.dtype}) but no t2d; t2d built exactly from d2t (vLLM reads only d2t)")
 
     def from_speculators(self, src: Source, cfg: dict[str, Any], notes: list[str]) -> Source:
         """A speculators eagle3 config as the research config :meth:`decide` reads: the decoder

@@ -394,6 +394,8 @@ def _write_atomic(out: Path, plan: Plan, config: dict[str, Any], reader: Checkpo
             for d in plan.derived:
                 t = plan.derive(d, reader)
                 _finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
+                if d.dst in algo.map_tensors:
+                    small[d.dst] = t.numpy()
                 writer.write(d.dst, t)
                 done += t.numel() * t.element_size()
                 if progress:

@@ -180,3 +180,50 @@ def test_speculators_pre_release_eagle_dialect(tmp_path, verifier):
     assert out.keys() == out_ref.keys() and all(torch.equal(out[k], out_ref[k]) for k in out)
     assert any("pre-release dialect" in n for n in res.plan.notes) and any("static_tree" in n for n in res.plan.notes)
     assert validate_static(tmp_path / "out", str(verifier)).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_eagle3_d2t_without_t2d(tmp_path, verifier, dtype):
+    """d2t alone (int32 or int64), no t2d: t2d built exactly from d2t, d2t written as int64; the
+    output equals the same draft converted with both maps."""
+    from builders import write_specforge
+
+    ref = write_specforge(tmp_path / "ref")
+    src = write_specforge(tmp_path / "src")
+    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    del sd["t2d"]
+    sd["d2t"] = sd["d2t"].to(dtype)
+    save_file(sd, str(src / "model.safetensors"))
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    convert("auto", str(ref), tmp_path / "out-ref", str(verifier))
+    _, out = load_out(tmp_path / "out")
+    _, out_ref = load_out(tmp_path / "out-ref")
+    assert out.keys() == out_ref.keys() and all(torch.equal(out[k], out_ref[k]) for k in out)
+    assert out["d2t"].dtype == torch.int64 and out["t2d"].dtype == torch.bool
+    assert any("no t2d" in n for n in res.plan.notes)
+    assert validate_static(tmp_path / "out", str(verifier)).ok
+
+
+def test_eagle3_d2t_that_is_not_a_map_is_refused(tmp_path, verifier):
+    from builders import write_specforge
+
+    src = write_specforge(tmp_path / "src")
+    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    del sd["t2d"]
+    sd["d2t"] = torch.zeros_like(sd["d2t"]) - 1  # target id -1 for draft id 0
+    save_file(sd, str(src / "model.safetensors"))
+    with pytest.raises(ConversionError, match="distinct, ascending target ids"):
+        convert("auto", str(src), tmp_path / "out", str(verifier))
+
+
+def test_modelopt_without_aux_hidden_states_is_refused_with_how_vllm_serves_it(tmp_path, verifier):
+    """ModelOpt's eagle_config.use_aux_hidden_state false: vLLM builds it from its own config; no speculators field."""
+    from builders import write_specforge
+
+    src = write_specforge(tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["eagle_config"]["use_aux_hidden_state"] = False
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConversionError, match="use_aux_hidden_state is false.*method.*eagle3"):
+        convert("auto", str(src), tmp_path / "out", str(verifier))
+    assert not (tmp_path / "out").exists()
