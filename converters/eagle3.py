@@ -62,7 +62,7 @@ def _eagle3(seen: Seen) -> bool:
 
 
 #: eagle3 top-level keys carried over from a speculators config into the research-style config
-_SPECULATORS_FLAGS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc", "fc_norm", "norm_output")
+_SPECULATORS_FLAGS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc", "fc_norm")
 
 
 @register
@@ -239,12 +239,25 @@ class Eagle3Converter(Converter):
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
+        # norm_output means two things. In speculators, vLLM and a nested eagle_config (speculators'
+        # eagle3_converter reads it there) it is EAGLE-3.1's: the normed output is fed back to the next
+        # step. At the top level of a SpecForge config it is SpecForge's (llama3_eagle.py, compute_logits,
+        # default true): RMSNorm before lm_head, the pre-norm output fed back -- vLLM's norm_output false.
+        norm_output = bool(ec.get("norm_output", False))
+        if "norm_output" in cfg:
+            if cfg["norm_output"] is False:
+                raise ConversionError(
+                    "norm_output false at the top level of a SpecForge config: its logits come from the un-normed output "
+                    "(specforge/modeling/draft/llama3_eagle.py, compute_logits), but vLLM's EAGLE-3 model always norms before lm_head",
+                    where="config.json", hint="this draft cannot be served by vLLM without changing its output")
+            notes.append("norm_output true at the top level is SpecForge's (RMSNorm before lm_head, the pre-norm output fed back; "
+                         "llama3_eagle.py compute_logits): vLLM's norm_output false, written false")
         nbr = cfg.get("norm_before_residual", False)
         if not isinstance(nbr, bool):
             raise ConversionError(f"norm_before_residual must be true or false, got {nbr!r}", where="config.json")
         plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3, draft_vocab_size=Vd, taps=taps,
                                    norm_before_residual=nbr, target_hidden_size=Ht, norm_before_fc=flag("norm_before_fc"),
-                                   fc_norm=flag("fc_norm"), norm_output=flag("norm_output"), dtype=DTYPE_NAMES[out_code])
+                                   fc_norm=flag("fc_norm"), norm_output=norm_output, dtype=DTYPE_NAMES[out_code])
         if "norm_before_residual" not in cfg:
             notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
 
@@ -290,6 +303,8 @@ class Eagle3Converter(Converter):
         # vLLM assumes true when the key is absent -- decide() writes false and notes it
         if "norm_before_residual" in cfg:
             research["norm_before_residual"] = cfg["norm_before_residual"]
+        if cfg.get("norm_output") is not None:  # EAGLE-3.1's meaning, which decide() reads from eagle_config
+            research["eagle_config"] = {"norm_output": cfg["norm_output"]}
         if cfg.get("eagle_aux_hidden_state_layer_ids") is None:
             notes.append("eagle_aux_hidden_state_layer_ids missing or null: speculators then taps the reference default, written explicitly below")
         return src.with_(research)

@@ -227,3 +227,22 @@ def test_modelopt_without_aux_hidden_states_is_refused_with_how_vllm_serves_it(t
     with pytest.raises(ConversionError, match="use_aux_hidden_state is false.*method.*eagle3"):
         convert("auto", str(src), tmp_path / "out", str(verifier))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_specforge_top_level_norm_output_is_specforges_meaning(tmp_path, verifier, value):
+    """SpecForge's norm_output (llama3_eagle.py compute_logits): true = RMSNorm before lm_head with the pre-norm
+    output fed back, i.e. vLLM's norm_output false; false = no norm before lm_head, which vLLM cannot run."""
+    from builders import write_specforge
+
+    src = write_specforge(tmp_path / "src")
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["norm_output"] = value
+    (src / "config.json").write_text(json.dumps(cfg))
+    if not value:
+        with pytest.raises(ConversionError, match="un-normed output"):
+            convert("auto", str(src), tmp_path / "out", str(verifier))
+        return
+    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    out_cfg, _ = load_out(tmp_path / "out")
+    assert out_cfg["norm_output"] is False and any("SpecForge's" in n for n in res.plan.notes)
