@@ -246,3 +246,40 @@ def test_specforge_top_level_norm_output_is_specforges_meaning(tmp_path, verifie
     res = convert("auto", str(src), tmp_path / "out", str(verifier))
     out_cfg, _ = load_out(tmp_path / "out")
     assert out_cfg["norm_output"] is False and any("SpecForge's" in n for n in res.plan.notes)
+
+
+def test_gpt_oss_shaped_draft_head_dim_and_norm_before_fc(tmp_path):
+    """A gpt-oss-120b-Eagle3-shaped draft (ModelOpt/SpecForge export): head_dim 16 while H / nH = 12,
+    eagle_config.norm_before_fc with input_norm.weight [3 H]. Converted with both kept, and the reference
+    forward pass loads it strictly and runs."""
+    from builders import eagle3_config, write_safetensors, write_verifier
+
+    from specfmt.algorithms.eagle3 import draft_module
+
+    H, nH, kv, hd, V, Vd, inter = 48, 4, 2, 16, 256, 128, 96
+    ver = write_verifier(tmp_path / "verifier", hidden=H, vocab=V, layers=8)
+    g = torch.Generator().manual_seed(0)
+    r = lambda *s: (torch.randn(*s, generator=g) * 0.05).to(torch.bfloat16)  # noqa: E731
+    sd = {"midlayer.self_attn.q_proj.weight": r(nH * hd, 2 * H), "midlayer.self_attn.k_proj.weight": r(kv * hd, 2 * H),
+          "midlayer.self_attn.v_proj.weight": r(kv * hd, 2 * H), "midlayer.self_attn.o_proj.weight": r(H, nH * hd),
+          "midlayer.mlp.gate_proj.weight": r(inter, H), "midlayer.mlp.up_proj.weight": r(inter, H), "midlayer.mlp.down_proj.weight": r(H, inter),
+          "midlayer.input_layernorm.weight": r(H), "midlayer.post_attention_layernorm.weight": r(H), "midlayer.hidden_norm.weight": r(H),
+          "fc.weight": r(H, 3 * H), "input_norm.weight": r(3 * H), "norm.weight": r(H), "lm_head.weight": r(Vd, H)}
+    from builders import vocab_map
+
+    sd["d2t"], sd["t2d"] = vocab_map(V, Vd)
+    src = tmp_path / "src"
+    src.mkdir()
+    cfg = eagle3_config(hidden=H, vocab=V, draft_vocab=Vd, inter=inter, heads=nH, kv_heads=kv, head_dim=hd, architectures=["LlamaForCausalLMEagle3"],
+                        eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 4, 5], "use_aux_hidden_state": True, "norm_before_fc": True})
+    (src / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(src, sd)
+    convert("auto", str(src), tmp_path / "out", str(ver))
+    out_cfg, out = load_out(tmp_path / "out")
+    assert out_cfg["norm_before_fc"] is True and out_cfg["transformer_layer_config"]["head_dim"] == hd
+    assert tuple(out["layers.0.self_attn.q_proj.weight"].shape) == (nH * hd, 2 * H) and "input_norm.weight" in out
+    assert validate_static(tmp_path / "out", str(ver)).ok
+    m = draft_module(out_cfg, {k: v.float() for k, v in out.items()})
+    T = 5
+    logits, feedback, _ = m(torch.randn(1, T, H), m.combine(torch.randn(1, T, 3 * H)), torch.arange(T))
+    assert logits.shape == (1, T, Vd) and feedback.shape == (1, T, H) and torch.isfinite(logits).all()
