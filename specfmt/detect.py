@@ -123,7 +123,7 @@ NATIVE_DRAFTS = {
 
 def _native(seen: Seen) -> str | None:
     archs = seen.config.get("architectures")
-    return next((a for a in archs if a in NATIVE_DRAFTS), None) if isinstance(archs, list) else None
+    return next((a for a in archs if isinstance(a, str) and a in NATIVE_DRAFTS), None) if isinstance(archs, list) else None
 
 
 def _native_serving(seen: Seen) -> str:
@@ -136,7 +136,7 @@ def _native_serving(seen: Seen) -> str:
 
 def _arch(seen: Seen, *names: str) -> bool:
     archs = seen.config.get("architectures")
-    return isinstance(archs, list) and any(a in names for a in archs)
+    return isinstance(archs, list) and any(isinstance(a, str) and a in names for a in archs)
 
 
 #: formats recognised before any converter's layouts: they resemble a draft a converter reads

@@ -8,7 +8,10 @@ never another exception. Three families, derandomized so CI runs the same exampl
   version check and the tensor list;
 * research EAGLE-3 config.json files (random edits, and random bytes) through a dry-run
   ``convert`` against the example's real weights;
-* verifier configs through ``VerifierInfo.from_config``.
+* verifier configs through ``VerifierInfo.from_config``;
+* every other converter's config (issue 18): EAGLE-1 (SafeAILab layout and vLLM V0's wrapper,
+  whose nested ``model`` is edited too), HASS, Medusa (v0.1 and vLLM's names) and speculators
+  (eagle3 and eagle), each through a dry-run ``convert`` with its own ``--from`` and ``auto``.
 
 ``COUNTS`` records how many configs each family tried; the last test asserts the total
 (at least 1,000) and the README reports it.
@@ -28,8 +31,10 @@ from hypothesis import strategies as st
 
 from specfmt.errors import ConfigSchemaError, SpecfmtError
 
-COUNTS = {"specfmt config": 0, "research config": 0, "research config bytes": 0, "verifier config": 0}
-EXAMPLES = {"specfmt config": 600, "research config": 300, "research config bytes": 100, "verifier config": 200}
+COUNTS = {"specfmt config": 0, "research config": 0, "research config bytes": 0, "verifier config": 0, "eagle config": 0, "medusa config": 0,
+          "speculators config": 0}
+EXAMPLES = {"specfmt config": 600, "research config": 300, "research config bytes": 100, "verifier config": 200, "eagle config": 150,
+            "medusa config": 100, "speculators config": 100}
 FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None)
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70),
@@ -160,7 +165,52 @@ def test_fuzzed_verifier_configs_are_read_or_refused_cleanly():
     run()
 
 
+def _sources(root: Path, verifier: Path) -> dict[str, list[tuple[Path, str]]]:
+    """One source folder per layout, by COUNTS family: ``[(folder, --from)]``."""
+    import torch
+    from builders import write_eagle1, write_speculators_eagle, write_speculators_eagle3
+    from builders_medusa import write_v01
+    from test_layouts import write_v0_wrapper, write_vllm_medusa
+
+    return {
+        "eagle config": [(write_eagle1(root / "eagle1", dtype=torch.float32), "eagle"), (write_eagle1(root / "hass", dtype=torch.float32), "hass"),
+                         (write_v0_wrapper(root / "v0", fc_bias=True, prefix="model."), "eagle")],
+        "medusa config": [(write_v01(root / "medusa-v01"), "medusa"), (write_vllm_medusa(root / "medusa-vllm"), "medusa")],
+        "speculators config": [(write_speculators_eagle3(root / "spec-eagle3", str(verifier)), "speculators"),
+                               (write_speculators_eagle(root / "spec-eagle", str(verifier)), "speculators")],
+    }
+
+
+@pytest.mark.parametrize("family", ["eagle config", "medusa config", "speculators config"])
+def test_fuzzed_configs_of_every_converter_convert_or_refuse_cleanly(family, tmp_path):
+    """Random edits of each layout's config.json (nested objects included), through ``--from`` its
+    converter and ``--from auto``: a plan or a SpecfmtError, never another exception."""
+    from builders import write_verifier
+
+    from specfmt.convert import convert
+
+    verifier = write_verifier(tmp_path / "verifier")
+    sources = _sources(tmp_path, verifier)[family]
+    bases = [json.loads((src / "config.json").read_text()) for src, _ in sources]
+
+    @settings(FUZZ, max_examples=EXAMPLES[family])
+    @given(st.data())
+    def run(data):
+        i = data.draw(st.integers(0, len(sources) - 1))
+        src, frm = sources[i]
+        cfg = data.draw(edited(bases[i]))
+        COUNTS[family] += 1
+        (src / "config.json").write_text(json.dumps(cfg))
+        for source_format in (frm, "auto"):
+            try:
+                convert(source_format, str(src), None, str(verifier), dry_run=True)
+            except SpecfmtError:
+                pass
+
+    run()
+
+
 def test_at_least_1000_configs_were_tried():
-    """Runs after the three above (file order); the README reports these counts."""
+    """Runs after the tests above (file order); the README reports these counts."""
     assert all(COUNTS[k] >= EXAMPLES[k] for k in EXAMPLES), COUNTS
     assert sum(COUNTS.values()) >= 1000

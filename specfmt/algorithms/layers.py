@@ -164,6 +164,7 @@ def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "Veri
         ConversionError: a required field is missing or not a positive integer.
         InputError: ``model_type`` names no draft family.
     """
+    cfg = {k: v for k, v in cfg.items() if v is not None}  # null counts as absent (found by tests/test_fuzz.py)
     rope_params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else None
     theta = cfg.get("rope_theta", (rope_params or {}).get("rope_theta", 10000.0))
     scaling = cfg.get("rope_scaling")
