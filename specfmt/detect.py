@@ -111,32 +111,17 @@ def _recognised(name: str, arch: str, method: str) -> str:
             "specfmt does not convert it: serve the folder as it is")
 
 
-#: draft classes vLLM builds from their own config (``architectures``), with no speculators
-#: equivalent: the class and the ``--speculative-config`` method (vLLM 0.32 ``models/registry.py``)
-NATIVE_DRAFTS = {
-    "Eagle3DeepseekV2ForCausalLM": ("eagle3", "an EAGLE-3 draft with an MLA (DeepSeek-V2/V3, Kimi) attention layer"),
-    "Eagle3DeepseekV3ForCausalLM": ("eagle3", "an EAGLE-3 draft with an MLA (DeepSeek-V2/V3, Kimi) attention layer"),
-    "EagleMistralLarge3ForCausalLM": ("eagle", "an EAGLE draft for Mistral Large 3 (MLA attention)"),
-    "EagleMiniCPMForCausalLM": ("eagle", "an EAGLE draft with MiniCPM layers"),
-}
+#: EAGLE-3 drafts with an MLA attention layer (Kimi K2/K2.5, DeepSeek): vLLM builds them natively
+#: (``deepseek_eagle3.py``, registered as Eagle3DeepseekV2ForCausalLM and Eagle3DeepseekV3ForCausalLM)
+_MLA_DRAFT = r"(midlayer|layers\.\d+)\.(\d+\.)?self_attn\.(kv_a_proj_with_mqa|q_a_proj)\.weight"
 
 
-def _native(seen: Seen) -> str | None:
-    archs = seen.config.get("architectures")
-    return next((a for a in archs if isinstance(a, str) and a in NATIVE_DRAFTS), None) if isinstance(archs, list) else None
-
-
-def _native_serving(seen: Seen) -> str:
-    arch = _native(seen) or ""
-    method, what = NATIVE_DRAFTS.get(arch, ("", ""))
-    return (f"{what}: vLLM builds {arch} natively from this config (method {method}, "
-            f"`--speculative-config '{{\"method\": \"{method}\", \"model\": DIR}}'`). The speculators format has no such decoder layer, "
-            "so specfmt does not convert it")
-
-
-def _arch(seen: Seen, *names: str) -> bool:
-    archs = seen.config.get("architectures")
-    return isinstance(archs, list) and any(isinstance(a, str) and a in names for a in archs)
+def _mla_serving(seen: Seen) -> str:
+    archs = [a for a in seen.config.get("architectures") or [] if isinstance(a, str) and a.startswith("Eagle3Deepseek")]
+    arch = archs[0] if archs else "Eagle3DeepseekV2ForCausalLM"
+    return (f"an EAGLE-3 draft with an MLA (DeepSeek-V2/V3, Kimi) attention layer: vLLM builds {arch} natively from this config "
+            "(vllm/model_executor/models/deepseek_eagle3.py; method eagle3, `--speculative-config '{\"method\": \"eagle3\", \"model\": DIR}'`). "
+            "The speculators format has no MLA decoder layer, so specfmt does not convert it")
 
 
 #: formats recognised before any converter's layouts: they resemble a draft a converter reads
@@ -148,21 +133,22 @@ NAMED = (
     Foreign("mtp", "mimo", lambda s: s.has(r"model\.mtp_layers\.\d+\.input_proj\.weight"),
             "model.mtp_layers.{i}.input_proj / token_layernorm / hidden_layernorm: MiMo's MTP layers",
             lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving),
-    Foreign("mtp", "standalone-draft", lambda s: s.has(r"mtp\.fc\.weight") and any("MTPDraft" in str(a) for a in s.config.get("architectures") or []),
-            "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.0 with a *MTPDraftModel architecture: a standalone MTP draft (SpecForge)",
+    Foreign("mtp", "standalone-draft", lambda s: s.has(r"mtp\.fc\.weight") and not s.has(r"model\..+"),
+            "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.0 and no model.* tensors: a standalone MTP draft (SpecForge's Qwen3_5MTPDraftModel)",
             served="vLLM 0.30-0.33 register no class for a standalone MTP draft (Qwen3_5MTPDraftModel): vLLM serves MTP layers only from a "
                    "verifier checkpoint that carries them (method mtp). specfmt does not convert it"),
     Foreign("mtp", "qwen3-next", lambda s: s.has(r"mtp\.fc\.weight") and s.has(r"mtp\.layers\.\d+\..+"),
             "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.*: Qwen3-Next / Qwen3.5 MTP layers",
             lambda s: {"model_type": s.config.get("model_type")}, _mtp_serving),
-    Foreign("native-draft", None, lambda s: _native(s) is not None, "architectures names a draft class vLLM builds natively",
-            lambda s: {"architecture": _native(s)}, _native_serving),
-    Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden") or _arch(s, "PEagleDraftModel", "PeagleLlamaForCausalLM", "PeagleQwen3ForCausalLM"),
+    Foreign("native-draft", "mla-eagle3", lambda s: s.has(_MLA_DRAFT),
+            "self_attn.q_a_proj / kv_a_proj_with_mqa in the draft layer: an MLA attention layer (DeepSeek-V2/V3 style)",
+            lambda s: {"architectures": s.config.get("architectures")}, _mla_serving),
+    Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden"),
             "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=_recognised("peagle", "PEagleDraftModel", "eagle3 with parallel drafting")),
-    Foreign("dspark", "specforge", lambda s: _arch(s, "DSparkDraftModel", "Qwen3DSparkModel"),
-            "DSparkDraftModel: a DSpark block draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark")),
-    Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict) or _arch(s, "DFlashDraftModel"),
-            "dflash_config / DFlashDraftModel: a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash")),
+    Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
+            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark")),
+    Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict),
+            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash")),
 )
 
 FOREIGN = (

@@ -283,3 +283,22 @@ def test_gpt_oss_shaped_draft_head_dim_and_norm_before_fc(tmp_path):
     T = 5
     logits, feedback, _ = m(torch.randn(1, T, H), m.combine(torch.randn(1, T, 3 * H)), torch.arange(T))
     assert logits.shape == (1, T, Vd) and feedback.shape == (1, T, H) and torch.isfinite(logits).all()
+
+
+# --------------------------------------------------------------------------- named refusals
+
+
+def test_mlp_speculator_is_named_with_the_vllm_releases_that_serve_it(tmp_path, verifier):
+    """IBM's MLP speculator (fms-extras names): inspect and --from auto say what it is and which vLLM serves it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    sd = {f"speculator.emb.{i}.weight": torch.zeros(256, 32) for i in range(3)}
+    sd |= {f"speculator.head.{i}.weight": torch.zeros(256, 32) for i in range(3)}
+    sd |= {f"speculator.proj.{i}.weight": torch.zeros(32, 64 if i == 0 else 32) for i in range(3)}
+    save_file(sd, str(src / "model.safetensors"))
+    (src / "config.json").write_text(json.dumps({"architectures": ["MLPSpeculatorPreTrainedModel"], "model_type": "mlp_speculator", "n_predict": 3,
+                                                 "emb_dim": 64, "inner_dim": 32, "vocab_size": 256}))
+    d = detect(src)
+    assert d.format == "mlp_speculator" and "0.33 removed it" in d.served and "does not convert" in d.served
+    with pytest.raises(Exception, match="mlp_speculator.*V0-engine releases"):
+        convert("auto", str(src), tmp_path / "out", str(verifier))
