@@ -161,6 +161,14 @@ class EagleConverter(Converter):
             raise ConversionError(f"truncated_vocab_size {tv} differs from vocab_size {inner.get('vocab_size')}: vLLM V0's token_map, "
                                   "which vLLM's EAGLE model (V1) no longer has", where="config.json",
                                   hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
+        names = set(src.reader.infos)
+        if names & {"token_map", "model.token_map"}:
+            raise ConversionError("the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
+                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
+        extra = sorted(n for n in names if n.split(".")[-2:-1] and n.split(".")[-2] in ("enorm", "hnorm"))
+        if extra or cfg.get("add_para_norm") or inner.get("add_para_norm"):
+            raise ConversionError(f"add_para_norm (enorm/hnorm {extra}): V0's extra norms, which vLLM's EAGLE model (V1) has no place for",
+                                  where="config.json", hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
         claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
                                     ("model.bias", inner.get("bias"))) if v is not None}
         new_to_old = _v0_names(set(src.reader.infos))

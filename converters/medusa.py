@@ -109,8 +109,8 @@ class MedusaConverter(Converter):
         Layout("medusa-1.0", lambda s: _medusa(s) and any(n.startswith("model.") or n == "lm_head.weight" for n in s.names),
                "Medusa-2 full model: medusa_head.* next to the base model's model.* (only the heads are converted)"),
         Layout("v2", lambda s: _medusa(s) and str(s.config.get("version")) == "2", "config version 2: heads without their own lm_head"),
-        Layout("v0.1", lambda s: _medusa(s) and s.format == "pickle", "medusa_lm_head.pt with {i}.{j}.linear.* heads (FasterDecoding v0.1)"),
-        Layout("legacy-trainer", _medusa, "medusa_lm_head.safetensors with {i}.{j}.linear.* heads (train_legacy.py)"),
+        Layout("v0.1", lambda s: _medusa(s) and s.format == "pickle", "medusa_lm_head.pt with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (FasterDecoding v0.1)"),
+        Layout("legacy-trainer", _medusa, "medusa_lm_head.safetensors with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (train_legacy.py)"),
     )
     fallback_layout = "legacy-trainer"
     pickle_names = ("medusa_lm_head.pt",)

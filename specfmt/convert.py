@@ -127,6 +127,24 @@ def detect_source_format(folder: Path) -> str:
     )
 
 
+def _refuse_named(source_format: str, cfg: dict[str, Any], reader: CheckpointReader, folder: Path) -> None:
+    """An explicit ``--from`` on a format no converter reads but :mod:`specfmt.detect` names (an MTP
+    verifier, a P-EAGLE, DFlash or MLA draft) is refused with that name, not with its tensors.
+
+    Raises:
+        ConversionError: the source is one of those formats.
+    """
+    from .converters.base import Seen
+    from .detect import NAMED
+
+    seen = Seen.of(cfg, reader)
+    for foreign in NAMED:
+        if foreign.test(seen):
+            served = foreign.served(seen) if callable(foreign.served) else foreign.served
+            raise ConversionError(f"--from {source_format}: the source is {foreign.format} ({foreign.layout or cfg.get('model_type')}), "
+                                  f"not a {source_format} draft: {served}", where=str(folder), hint=foreign.evidence)
+
+
 @dataclass
 class Opened:
     """A source opened and planned: what :func:`convert` writes and :func:`load_draft` materialises.
@@ -171,6 +189,7 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
     ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
     src_cfg = read_json(src_res.folder / CONFIG_FILE)
     with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
+        _refuse_named(source_format, src_cfg, reader, src_res.folder)
         plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
         _check_plan(plan, allow_missing)
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())

@@ -302,3 +302,24 @@ def test_mlp_speculator_is_named_with_the_vllm_releases_that_serve_it(tmp_path, 
     assert d.format == "mlp_speculator" and "0.33 removed it" in d.served and "does not convert" in d.served
     with pytest.raises(Exception, match="mlp_speculator.*V0-engine releases"):
         convert("auto", str(src), tmp_path / "out", str(verifier))
+
+
+def test_explicit_from_on_a_named_format_says_what_it_is(tmp_path, verifier):
+    """--from eagle3 on a P-EAGLE draft: refused as P-EAGLE (how vLLM serves it), not with its tensor list."""
+    from builders import write_specforge
+
+    src = write_specforge(tmp_path / "src")
+    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    sd["mask_hidden"] = torch.zeros(1, 1, 3 * 64, dtype=torch.bfloat16)
+    save_file(sd, str(src / "model.safetensors"))
+    with pytest.raises(ConversionError, match="--from eagle3: the source is peagle.*parallel drafting"):
+        convert("eagle3", str(src), tmp_path / "out", str(verifier))
+
+
+def test_v0_wrapper_token_map_refused(tmp_path, verifier):
+    src = write_v0_wrapper(tmp_path / "v0", fc_bias=True)
+    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    sd["token_map"] = torch.arange(128)
+    save_file(sd, str(src / "model.safetensors"))
+    with pytest.raises(ConversionError, match="token_map"):
+        convert("eagle", str(src), tmp_path / "out", str(verifier))
