@@ -22,15 +22,16 @@ from specfmt.validation.static import validate_static
 
 
 def write_v0_wrapper(folder: Path, *, fc_bias: bool, outer_bias: bool | None = True, inner_bias: bool | None = None, prefix: str = "",
-                     head: bool = True, truncated: int | None = None) -> Path:
+                     head: bool = True, truncated: int | None = None, seed: int = 0, **sizes) -> Path:
     """vLLM V0's EAGLE conversion (``{"model_type": "eagle", "model": cfg}``, PR #6830's script): the
-    draft's Llama config nested, ``eagle_fc_bias``, a copy of the verifier's head, optional ``model.``."""
+    draft's Llama config nested, ``eagle_fc_bias``, a copy of the verifier's head, optional ``model.``;
+    ``sizes`` as :func:`builders.eagle1_config` takes them (hidden, vocab, inter, heads, kv_heads)."""
     folder.mkdir(parents=True)
-    sd = eagle1_tensors(fc_bias=fc_bias, dtype=torch.float32)
+    sd = eagle1_tensors(fc_bias=fc_bias, dtype=torch.float32, seed=seed, **sizes)
     if head:
-        sd["lm_head.weight"] = torch.randn(256, 64)
+        sd["lm_head.weight"] = torch.randn(sizes.get("vocab", 256), sizes.get("hidden", 64))
     sd = {(prefix + k if k != "lm_head.weight" else k): v for k, v in sd.items()}
-    inner = eagle1_config(bias=inner_bias)
+    inner = eagle1_config(bias=inner_bias, **sizes)
     cfg = {"model_type": "eagle", "model": inner}
     if outer_bias is not None:
         cfg["eagle_fc_bias"] = outer_bias
@@ -82,19 +83,19 @@ def test_v0_wrapper_truncated_vocabulary_refused(tmp_path, verifier):
 # --------------------------------------------------------------------------- Medusa
 
 
-def write_vllm_medusa(folder: Path, *, heads: int = 3, bias: bool = False, cfg_extra: dict | None = None) -> Path:
+def write_vllm_medusa(folder: Path, *, heads: int = 3, bias: bool = False, cfg_extra: dict | None = None, hidden: int = 64, vocab: int = 256) -> Path:
     """Heads in vLLM's names (``abhigoyal/vllm-medusa-vicuna-7b-v1.3``): blocks.{i}.layers.0, lm_heads.{i}."""
     folder.mkdir(parents=True)
     g = torch.Generator().manual_seed(3)
     sd = {}
     for i in range(heads):
-        sd[f"blocks.{i}.layers.0.weight"] = torch.randn(64, 64, generator=g) * 0.05
+        sd[f"blocks.{i}.layers.0.weight"] = torch.randn(hidden, hidden, generator=g) * 0.05
         if bias:
-            sd[f"blocks.{i}.layers.0.bias"] = torch.randn(64, generator=g) * 0.05
-        sd[f"lm_heads.{i}.weight"] = torch.randn(256, 64, generator=g) * 0.05
+            sd[f"blocks.{i}.layers.0.bias"] = torch.randn(hidden, generator=g) * 0.05
+        sd[f"lm_heads.{i}.weight"] = torch.randn(vocab, hidden, generator=g) * 0.05
     save_file(sd, str(folder / "model.safetensors"))
-    cfg = {"architectures": ["MedusaModel"], "hidden_size": 64, "model_type": "medusa", "num_heads": heads, "num_hidden_layers": 1,
-           "truncated_vocab_size": 256, "vocab_size": 256, **(cfg_extra or {})}
+    cfg = {"architectures": ["MedusaModel"], "hidden_size": hidden, "model_type": "medusa", "num_heads": heads, "num_hidden_layers": 1,
+           "truncated_vocab_size": vocab, "vocab_size": vocab, **(cfg_extra or {})}
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
 
