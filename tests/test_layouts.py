@@ -183,6 +183,18 @@ def test_speculators_pre_release_eagle_dialect(tmp_path, verifier):
     assert validate_static(tmp_path / "out", str(verifier)).ok
 
 
+def write_d2t_only(folder: Path, dtype=torch.int32, **kw) -> Path:
+    """A SpecForge-layout EAGLE-3 draft saved with ``d2t`` only (as ``dtype``), no ``t2d``."""
+    from builders import write_specforge
+
+    src = write_specforge(folder, **kw)
+    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+    del sd["t2d"]
+    sd["d2t"] = sd["d2t"].to(dtype)
+    save_file(sd, str(src / "model.safetensors"))
+    return src
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_eagle3_d2t_without_t2d(tmp_path, verifier, dtype):
     """d2t alone (int32 or int64), no t2d: t2d built exactly from d2t, d2t written as int64; the
@@ -190,11 +202,7 @@ def test_eagle3_d2t_without_t2d(tmp_path, verifier, dtype):
     from builders import write_specforge
 
     ref = write_specforge(tmp_path / "ref")
-    src = write_specforge(tmp_path / "src")
-    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
-    del sd["t2d"]
-    sd["d2t"] = sd["d2t"].to(dtype)
-    save_file(sd, str(src / "model.safetensors"))
+    src = write_d2t_only(tmp_path / "src", dtype)
     res = convert("auto", str(src), tmp_path / "out", str(verifier))
     convert("auto", str(ref), tmp_path / "out-ref", str(verifier))
     _, out = load_out(tmp_path / "out")

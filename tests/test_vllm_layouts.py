@@ -15,7 +15,7 @@ import torch
 from builders import write_eagle1, write_speculators_eagle3
 from builders_medusa import write_full, write_legacy
 from conftest import E2E_TOKENS, WORLD, assert_served
-from test_layouts import write_v0_wrapper, write_vllm_medusa
+from test_layouts import write_d2t_only, write_v0_wrapper, write_vllm_medusa
 from specfmt.convert import convert
 from specfmt.validation.vllm_run import generate, vllm_available
 
@@ -32,6 +32,7 @@ LAYOUTS = {
     "speculators-0.1-converter": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="converter-0.1", hidden=128, vocab=2048, draft_vocab=1024, inter=384, heads=4, kv_heads=2), "eagle3"),
     "eagle-vllm-v0-wrapper": ("auto", lambda d: write_v0_wrapper(d, fc_bias=True, prefix="model.", seed=8, **W1), "eagle"),
     "medusa-vllm-names": ("auto", lambda d: write_vllm_medusa(d, hidden=128, vocab=2048, bias=True), "medusa"),
+    "eagle3-d2t-int32-only": ("auto", lambda d: write_d2t_only(d, hidden=128, vocab=2048, draft_vocab=1024), "eagle3"),
     "modelopt-0.1.0.dev14": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="modelopt", hidden=128, vocab=2048, draft_vocab=1024, inter=384, heads=4, kv_heads=2), "eagle3"),
 }
 
