@@ -137,12 +137,14 @@ def _refuse_named(source_format: str, cfg: dict[str, Any], reader: CheckpointRea
     from .converters.base import Seen
     from .detect import NAMED
 
+    if isinstance(cfg.get("speculators_config"), dict):
+        return  # a speculators checkpoint names its algorithm itself (--from speculators says which it reads)
     seen = Seen.of(cfg, reader)
     for foreign in NAMED:
         if foreign.test(seen):
             served = foreign.served(seen) if callable(foreign.served) else foreign.served
             raise ConversionError(f"--from {source_format}: the source is {foreign.format} ({foreign.layout or cfg.get('model_type')}), "
-                                  f"not a {source_format} draft: {served}", where=str(folder), hint=foreign.evidence)
+                                  f"which no converter reads: {served}", where=str(folder), hint=foreign.evidence)
 
 
 @dataclass
