@@ -12,7 +12,6 @@ heads, the MLP speculator, a plain causal LM) are named here, with what identifi
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
