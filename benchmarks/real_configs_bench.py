@@ -65,7 +65,8 @@ def main() -> None:
         src, ver = rc.build(slug, root)
         size = sum(nbytes(s, d) for s, d in rc.tensors_of(rec).values())
         specfmt = [sys.executable, "-m", "specfmt"]
-        c = timed([*specfmt, "convert", "--from", rec["expect"]["from"], str(src), "-o", str(root / "out"), "--verifier", str(ver)])
+        tap_ids = ["--tap-ids", rec["expect"]["tap_ids"]] if rec["expect"].get("tap_ids") else []
+        c = timed([*specfmt, "convert", "--from", rec["expect"]["from"], str(src), "-o", str(root / "out"), "--verifier", str(ver), *tap_ids])
         v = timed([*specfmt, "validate", str(root / "out"), "--verifier", str(ver)])
         rows.append({"record": slug, "source_bytes": size, "convert_s": round(c[0], 2), "convert_rss_mib": round(c[1]), "convert_rc": c[2],
                      "validate_s": round(v[0], 2), "validate_rc": v[2], "error": "" if c[2] == 0 and v[2] == 0 else c[3] + v[3]})

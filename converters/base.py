@@ -146,7 +146,10 @@ class Options:
     Attributes:
         speculative_tokens: k written into ``proposal_methods[0].speculative_tokens``
             (None: the converter's default).
-        aux_layers: tap layer ids given by the user (None: from the source, else the default).
+        aux_layers: tap layer ids given by the user, in vLLM's convention (None: from the
+            source, else the default).
+        tap_ids: how to read tap ids whose convention the source file does not fix:
+            ``layer-output`` or ``layer-input`` (the EAGLE-3 converter's ``TAP_READINGS``).
         dtype: output dtype for floating tensors (``float16``/``bfloat16``/``float32``),
             None keeps the source dtype.
     """
@@ -154,6 +157,7 @@ class Options:
     speculative_tokens: int | None = None
     aux_layers: list[int] | None = None
     dtype: str | None = None
+    tap_ids: str | None = None
 
 
 @dataclass

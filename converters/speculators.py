@@ -33,6 +33,7 @@ check of a conversion applies; ``specfmt upgrade`` prints what changed.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from specfmt.errors import ConversionError, VersionError
@@ -93,7 +94,7 @@ class SpeculatorsConverter(Converter):
                 hint="dflash, peagle and mtp checkpoints are served by vLLM as they are",
             )
         k = opts.speculative_tokens or _speculative_tokens(cfg)
-        opts = Options(speculative_tokens=k, aux_layers=opts.aux_layers, dtype=opts.dtype)
+        opts = replace(opts, speculative_tokens=k)
         research = target.from_speculators(src, cfg, notes)
         plan = target.plan(research, opts)
         if isinstance(research.reader, RenamedReader):

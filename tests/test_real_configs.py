@@ -6,7 +6,9 @@ file format, the verifier's sizes, and the expected outcome. :mod:`real_configs`
 zero-filled sparse files. Every record goes through ``inspect``, ``--from auto`` (or the ``--from``
 the files cannot decide, EAGLE-1 vs HASS), the conversion plan with all its checks, and for a
 conversion ``validate`` on the planned output; the outcome -- tap ids, norm order, head counts,
-dtypes, draft vocabulary, or the refusal's reason -- is asserted. Two records also run the whole
+dtypes, draft vocabulary, or the refusal's reason -- is asserted. A record whose tap ids do not
+say their convention (``expect.tap_ids``: SpecForge/ModelOpt ``eagle_config`` ids) is refused without
+``--tap-ids``, naming both readings, and converted with it. Two records also run the whole
 ``specfmt convert`` and ``specfmt validate`` commands (the others would only re-hash gigabytes of
 zeros: the full corpus is measured by ``benchmarks/real_configs.py``).
 """
@@ -22,6 +24,7 @@ import real_configs as rc
 from conftest import run_cli
 from sparse_weights import write_safetensors
 from specfmt.convert import open_plan, with_provenance
+from specfmt.converters import Options
 from specfmt.detect import detect
 from specfmt.errors import SpecfmtError
 from specfmt.validation.static import validate_static
@@ -65,7 +68,14 @@ def test_record(slug, tmp_path):
         if d.served:  # a format no converter reads is named, with how vLLM serves it
             assert d.served in e.value.one_line()
         return
-    with open_plan(exp["from"], str(src), str(ver)) as opened:
+    if exp.get("tap_ids"):  # ids of a convention the file does not fix: the user names it
+        ids = (rec["config"].get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+        with pytest.raises(SpecfmtError) as e:
+            with open_plan(exp["from"], str(src), str(ver)):
+                pass
+        line = e.value.one_line()
+        assert f"{ids}:" in line and f"vLLM ids {[i + 1 for i in ids]}" in line and f"layer inputs ({ids})" in line and "--tap-ids layer-output" in line
+    with open_plan(exp["from"], str(src), str(ver), opts=Options(tap_ids=exp.get("tap_ids"))) as opened:
         plan = opened.plan
         cfg = plan.config
         tlc = cfg.get("transformer_layer_config") or cfg
@@ -94,9 +104,13 @@ def test_record(slug, tmp_path):
 def test_record_full_commands(slug, tmp_path):
     """``specfmt inspect``, ``convert --from auto`` and ``validate`` as a user runs them, on published shapes."""
     src, ver = rc.build(slug, tmp_path)
+    exp = rc.load(slug)["expect"]
     r = run_cli("inspect", src)
-    assert r.returncode == 0 and rc.load(slug)["expect"]["inspect"].split("/")[0] in r.stdout
-    r = run_cli("convert", "--from", "auto", src, "-o", tmp_path / "out", "--verifier", ver)
+    assert r.returncode == 0 and exp["inspect"].split("/")[0] in r.stdout
+    tap_ids = ["--tap-ids", exp["tap_ids"]] if exp.get("tap_ids") else []
+    r = run_cli("convert", "--from", "auto", src, "-o", tmp_path / "out", "--verifier", ver, *tap_ids)
     assert r.returncode == 0, r.stderr
+    if exp.get("taps"):
+        assert json.loads((tmp_path / "out" / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] == exp["taps"]
     r = run_cli("validate", tmp_path / "out", "--verifier", ver)
     assert r.returncode == 0, r.stdout + r.stderr
