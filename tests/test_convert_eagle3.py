@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from builders import eagle3_config, eagle3_tensors, write_safeailab, write_specforge, write_verifier
+from builders import eagle3_config, eagle3_tensors, write_safeailab, write_specforge, write_speculators_eagle3, write_verifier
 from conftest import load_out, run_cli, tree_digest
 from specfmt.convert import convert
 from specfmt.converters import Options
@@ -24,6 +24,10 @@ from specfmt.validation.static import validate_static
 
 
 # --------------------------------------------------------------------------- layouts
+
+
+#: how SpecForge sources are read here: SGLang's layer-output tap ids (converters/eagle3.py read_taps)
+SGLANG_TAPS = Options(tap_ids="layer-output")
 
 
 def test_safeailab_layout_converts_exactly(tmp_path, verifier):
@@ -60,9 +64,9 @@ def test_safeailab_layout_converts_exactly(tmp_path, verifier):
 @pytest.mark.parametrize("shards", [1, 3])
 def test_specforge_layout_reads_nested_taps_and_shards(tmp_path, verifier, shards):
     src = write_specforge(tmp_path / "src", taps=(1, 4, 6), shards=shards)
-    convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    convert("eagle3", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
     cfg, out = load_out(tmp_path / "out")
-    assert cfg["eagle_aux_hidden_state_layer_ids"] == [1, 4, 6]
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 5, 7]  # SGLang's layer outputs 1, 4, 6
     assert cfg["dtype"] == "bfloat16" and out["fc.weight"].dtype == torch.bfloat16
     assert cfg["specfmt"]["source"]["layout"] == "specforge"
     if shards > 1:
@@ -74,7 +78,7 @@ def test_specforge_layout_reads_nested_taps_and_shards(tmp_path, verifier, shard
 def test_target_hidden_size_with_own_embedding(tmp_path):
     verifier = write_verifier(tmp_path / "v", hidden=96)
     src = write_specforge(tmp_path / "src", target_hidden=96, embed=True)
-    convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    convert("eagle3", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
     cfg, out = load_out(tmp_path / "out")
     assert cfg["target_hidden_size"] == 96
     assert list(out["fc.weight"].shape) == [64, 3 * 96]
@@ -100,7 +104,7 @@ def test_full_vocabulary_without_d2t(tmp_path, verifier):
 
 def test_modelopt_multilayer_midlayer_i(tmp_path, verifier):
     src = write_specforge(tmp_path / "src", layers=2)
-    convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    convert("eagle3", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
     cfg, out = load_out(tmp_path / "out")
     assert cfg["transformer_layer_config"]["num_hidden_layers"] == 2
     assert list(out["layers.1.self_attn.q_proj.weight"].shape) == [64, 64]  # H wide after layer 0
@@ -129,8 +133,54 @@ def test_aux_layers_option_and_conflicts(tmp_path, verifier):
         convert("eagle3", str(src), tmp_path / "b", str(verifier), opts=Options(aux_layers=[1, 3, 8]))
     sf = write_specforge(tmp_path / "sf", taps=(1, 4, 6))
     with pytest.raises(ConversionError, match="contradicts"):
-        convert("eagle3", str(sf), tmp_path / "c", str(verifier), opts=Options(aux_layers=[2, 4, 5]))
+        convert("eagle3", str(sf), tmp_path / "c", str(verifier), opts=Options(aux_layers=[1, 4, 6], tap_ids="layer-output"))
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
+
+
+def test_specforge_tap_ids_need_their_convention(tmp_path, verifier):
+    """eagle_config ids are SGLang's layer outputs or vLLM's layer inputs and the file does not say
+    which (converters/eagle3.py read_taps): refused naming both readings until --tap-ids (or an
+    --aux-layers equal to one reading) picks one; the reading is noted."""
+    sf = write_specforge(tmp_path / "sf", taps=(1, 4, 5))
+    with pytest.raises(ConversionError) as e:
+        convert("eagle3", str(sf), tmp_path / "out", str(verifier))
+    line = e.value.one_line()
+    assert "eagle_config.eagle_aux_hidden_state_layer_ids [1, 4, 5]: SGLang/SpecForge read layer outputs (vLLM ids [2, 5, 6]), " \
+           "vLLM reads layer inputs ([1, 4, 5]); pass --tap-ids layer-output or --tap-ids layer-input" in line
+    assert "validate --run" in line and "\n" not in line and not (tmp_path / "out").exists()
+    for i, (opts, taps) in enumerate([(Options(tap_ids="layer-output"), [2, 5, 6]), (Options(tap_ids="layer-input"), [1, 4, 5]),
+                                      (Options(aux_layers=[2, 5, 6]), [2, 5, 6]), (Options(aux_layers=[1, 4, 5]), [1, 4, 5])]):
+        res = convert("eagle3", str(sf), tmp_path / f"out{i}", str(verifier), opts=opts)
+        assert load_out(tmp_path / f"out{i}")[0]["eagle_aux_hidden_state_layer_ids"] == taps
+        reading = "layer-output" if taps == [2, 5, 6] else "layer-input"
+        assert any(f"[1, 4, 5] read as {reading.replace('-', ' ')}s (--tap-ids {reading}): vLLM tap ids {taps}" in n for n in res.plan.notes)
+    with pytest.raises(ConversionError, match=r"--aux-layers \[2, 4, 5\] is neither"):
+        convert("eagle3", str(sf), tmp_path / "x", str(verifier), opts=Options(aux_layers=[2, 4, 5]))
+    with pytest.raises(InputError, match="--tap-ids must be layer-output or layer-input"):
+        convert("eagle3", str(sf), tmp_path / "x", str(verifier), opts=Options(tap_ids="output"))
+    # a research config's top-level ids are read the same way
+    top = write_safeailab(tmp_path / "top")
+    cfg = json.loads((top / "config.json").read_text())
+    (top / "config.json").write_text(json.dumps({**cfg, "eagle_aux_hidden_state_layer_ids": [1, 4, 5]}))
+    with pytest.raises(ConversionError, match=r"^eagle_aux_hidden_state_layer_ids \[1, 4, 5\]: SGLang"):
+        convert("eagle3", str(top), tmp_path / "x", str(verifier))
+    convert("eagle3", str(top), tmp_path / "top-out", str(verifier), opts=SGLANG_TAPS)
+    assert load_out(tmp_path / "top-out")[0]["eagle_aux_hidden_state_layer_ids"] == [2, 5, 6]
+    assert not (tmp_path / "x").exists()
+
+
+def test_tap_ids_with_a_source_whose_convention_is_fixed(tmp_path, verifier):
+    """No ids (SafeAILab: the default (2, N//2, N-3)) and a speculators config (vLLM's convention by
+    definition) are converted as before; a --tap-ids they cannot honour is refused."""
+    sa = write_safeailab(tmp_path / "sa")
+    with pytest.raises(ConversionError, match="--tap-ids layer-output says how to read the source's tap ids, but its config names none"):
+        convert("eagle3", str(sa), tmp_path / "x", str(verifier), opts=SGLANG_TAPS)
+    spec = write_speculators_eagle3(tmp_path / "spec", str(verifier), style="modelopt")
+    convert("speculators", str(spec), tmp_path / "a", str(verifier), opts=Options(tap_ids="layer-input"))
+    assert load_out(tmp_path / "a")[0]["eagle_aux_hidden_state_layer_ids"] == [1, 4, 5]
+    with pytest.raises(ConversionError, match="--tap-ids layer-output contradicts the speculators format"):
+        convert("speculators", str(spec), tmp_path / "x", str(verifier), opts=SGLANG_TAPS)
+    assert not (tmp_path / "x").exists()
 
 
 def test_dtype_cast(tmp_path, verifier):
@@ -334,7 +384,7 @@ def test_full_vocabulary_identity_map_is_dropped_nonidentity_refused(tmp_path, v
 
 def test_four_taps_write_num_aux_hidden_states(tmp_path, verifier):
     src = write_specforge(tmp_path / "src", taps=(1, 3, 5, 7))
-    convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    convert("eagle3", str(src), tmp_path / "out", str(verifier), opts=Options(tap_ids="layer-input"))
     cfg, _ = load_out(tmp_path / "out")
     assert cfg["transformer_layer_config"]["num_aux_hidden_states"] == 4
 

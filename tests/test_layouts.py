@@ -13,6 +13,7 @@ from safetensors.torch import save_file
 from builders import eagle1_config, eagle1_tensors, write_eagle1
 from conftest import load_out, tree_digest
 from specfmt.convert import convert
+from specfmt.converters import Options
 from specfmt.detect import detect
 from specfmt.errors import ConversionError
 from specfmt.validation.static import validate_static
@@ -183,6 +184,10 @@ def test_speculators_pre_release_eagle_dialect(tmp_path, verifier):
     assert validate_static(tmp_path / "out", str(verifier)).ok
 
 
+#: how SpecForge sources are read here: SGLang's layer-output tap ids (converters/eagle3.py read_taps)
+SGLANG_TAPS = Options(tap_ids="layer-output")
+
+
 def write_d2t_only(folder: Path, dtype=torch.int32, **kw) -> Path:
     """A SpecForge-layout EAGLE-3 draft saved with ``d2t`` only (as ``dtype``), no ``t2d``."""
     from builders import write_specforge
@@ -203,8 +208,8 @@ def test_eagle3_d2t_without_t2d(tmp_path, verifier, dtype):
 
     ref = write_specforge(tmp_path / "ref")
     src = write_d2t_only(tmp_path / "src", dtype)
-    res = convert("auto", str(src), tmp_path / "out", str(verifier))
-    convert("auto", str(ref), tmp_path / "out-ref", str(verifier))
+    res = convert("auto", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
+    convert("auto", str(ref), tmp_path / "out-ref", str(verifier), opts=SGLANG_TAPS)
     _, out = load_out(tmp_path / "out")
     _, out_ref = load_out(tmp_path / "out-ref")
     assert out.keys() == out_ref.keys() and all(torch.equal(out[k], out_ref[k]) for k in out)
@@ -222,7 +227,7 @@ def test_eagle3_d2t_that_is_not_a_map_is_refused(tmp_path, verifier):
     sd["d2t"] = torch.zeros_like(sd["d2t"]) - 1  # target id -1 for draft id 0
     save_file(sd, str(src / "model.safetensors"))
     with pytest.raises(ConversionError, match="distinct, ascending target ids"):
-        convert("auto", str(src), tmp_path / "out", str(verifier))
+        convert("auto", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
 
 
 def test_modelopt_without_aux_hidden_states_is_refused_with_how_vllm_serves_it(tmp_path, verifier):
@@ -250,9 +255,9 @@ def test_specforge_top_level_norm_output_is_specforges_meaning(tmp_path, verifie
     (src / "config.json").write_text(json.dumps(cfg))
     if not value:
         with pytest.raises(ConversionError, match="un-normed output"):
-            convert("auto", str(src), tmp_path / "out", str(verifier))
+            convert("auto", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
         return
-    res = convert("auto", str(src), tmp_path / "out", str(verifier))
+    res = convert("auto", str(src), tmp_path / "out", str(verifier), opts=SGLANG_TAPS)
     out_cfg, _ = load_out(tmp_path / "out")
     assert out_cfg["norm_output"] is False and any("SpecForge's" in n for n in res.plan.notes)
 
@@ -283,7 +288,7 @@ def test_gpt_oss_shaped_draft_head_dim_and_norm_before_fc(tmp_path):
                         eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 4, 5], "use_aux_hidden_state": True, "norm_before_fc": True})
     (src / "config.json").write_text(json.dumps(cfg))
     write_safetensors(src, sd)
-    convert("auto", str(src), tmp_path / "out", str(ver))
+    convert("auto", str(src), tmp_path / "out", str(ver), opts=SGLANG_TAPS)
     out_cfg, out = load_out(tmp_path / "out")
     assert out_cfg["norm_before_fc"] is True and out_cfg["transformer_layer_config"]["head_dim"] == hd
     assert tuple(out["layers.0.self_attn.q_proj.weight"].shape) == (nH * hd, 2 * H) and "input_norm.weight" in out
