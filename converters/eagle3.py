@@ -156,6 +156,15 @@ def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[s
     return taps
 
 
+def _describe_taps(ids: Any) -> Any:
+    """``inspect``'s tap figure: a research config's ids with both readings (:func:`read_taps`)."""
+    if not ids:
+        return "not given (reference default 2, N//2, N-3)"
+    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        return f"{ids} (layer outputs: vLLM ids {[i + 1 for i in ids]}; layer inputs: {ids}; convert needs --tap-ids)"
+    return ids
+
+
 #: the decoder layer every EAGLE-3 checkpoint has, under either naming
 _SIGNATURE = r"midlayer\.(\d+\.)?self_attn\.q_proj\.weight|layers\.0\.hidden_norm\.weight"
 
@@ -207,7 +216,7 @@ class Eagle3Converter(Converter):
             "vocab_map": "d2t/t2d" if "d2t" in seen.shapes else "none (full vocabulary)",
             "own_embedding": "embed_tokens.weight" in seen.shapes,
             "target_hidden_size": cfg.get("target_hidden_size"),
-            "tap_layers": cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids")) or "not given (reference default 2, N//2, N-3)",
+            "tap_layers": _describe_taps(cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids"))),
         }
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:
