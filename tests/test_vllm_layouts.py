@@ -17,6 +17,7 @@ from builders_medusa import write_full, write_legacy
 from conftest import E2E_TOKENS, WORLD, assert_served
 from test_layouts import write_d2t_only, write_v0_wrapper, write_vllm_medusa
 from specfmt.convert import convert
+from specfmt.converters import Options
 from specfmt.validation.vllm_run import generate, vllm_available
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
@@ -35,11 +36,13 @@ LAYOUTS = {
     "eagle3-d2t-int32-only": ("auto", lambda d: write_d2t_only(d, hidden=128, vocab=2048, draft_vocab=1024), "eagle3"),
     "modelopt-0.1.0.dev14": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="modelopt", hidden=128, vocab=2048, draft_vocab=1024, inter=384, heads=4, kv_heads=2), "eagle3"),
 }
+#: layouts whose tap ids name no convention (a SpecForge eagle_config): read as SGLang's layer outputs
+TAP_IDS = {"eagle3-d2t-int32-only": "layer-output"}
 
 
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_is_served_exactly(tmp_path, layout, world_prompts, verifier_alone):
     source_format, build, method = LAYOUTS[layout]
     out = tmp_path / "out"
-    convert(source_format, str(build(tmp_path / "src")), out, VERIFIER)
+    convert(source_format, str(build(tmp_path / "src")), out, VERIFIER, opts=Options(tap_ids=TAP_IDS.get(layout)))
     assert_served(generate(str(out), world_prompts, max_tokens=E2E_TOKENS), verifier_alone, out, method, E2E_TOKENS)
