@@ -85,7 +85,8 @@ def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[s
       reads nvidia/gpt-oss-120b-Eagle3-v3's ``[24, 30, 36]`` as boundary (input-convention) indices.
       So the ids of a SpecForge/ModelOpt ``eagle_config`` (or a research config's top level) do not
       say which they are, and guessing from the first id would silently shift every tap of a
-      draft trained the other way (vLLM PR #43671 is such an off-by-one).
+      draft trained the other way. vLLM PR #43671 (open) shows the cost: a MiniMax-M2.5 draft trained
+      against SGLang's ``+1``, read verbatim by vLLM, accepted ~10% at position 0 instead of ~45%.
 
     Rule: ids from a research config are read as ``opts.tap_ids`` says (``layer-output``: written
     ``+1``; ``layer-input``: written as given). Without ``--tap-ids``, ``--aux-layers`` (always vLLM's
