@@ -104,13 +104,14 @@ def test_reference_figures_are_the_ones_the_world_was_made_with(converted):
 
 def test_train_init_reads_the_converted_draft(converted, tmp_path):
     data = str(REPO / "examples" / "make_world.py")
-    r = run_cli("train", "eagle3", "--draft-layer", "qwen3", "--init", converted, "-o", tmp_path / "more", "--data", data,
+    r = run_cli("train", "eagle3", "--draft-layer", "qwen3", "--init", converted, "-o", tmp_path / "more", "--verifier", WORLD / "verifier", "--data", data,
                 "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-validate")
     assert r.returncode == 0, r.stderr
     cfg = json.loads((tmp_path / "more" / "config.json").read_text())
     assert cfg["transformer_layer_config"]["model_type"] == "qwen3" and cfg["specfmt"]["train"]["steps"] == 2
     assert "layers.0.self_attn.q_norm.weight" in cfg["specfmt"]["train"]["trained"]
-    r = run_cli("train", "eagle3", "--draft-layer", "llama", "--init", converted, "-o", tmp_path / "wrong", "--data", data, "--steps", "1")
+    r = run_cli("train", "eagle3", "--draft-layer", "llama", "--init", converted, "-o", tmp_path / "wrong", "--verifier", WORLD / "verifier",
+                "--data", data, "--steps", "1")
     assert r.returncode != 0 and "has qwen3 decoder layers, not llama" in r.stderr and not (tmp_path / "wrong").exists()
 
 
