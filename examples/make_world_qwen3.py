@@ -9,25 +9,29 @@ helpers as ``examples/make_world.py`` (imported, not copied). The output folder 
 
 * ``verifier/``            a small ``Qwen3ForCausalLM`` (float32 safetensors, q/k norms) with
                            the shipped world's byte-level BPE tokenizer (copied from
-                           ``examples/world/verifier``), trained like the Llama verifier.
-* ``eagle3-speculators/``  an EAGLE-3 draft with one Qwen3 decoder layer, trained against the
-                           frozen verifier by specfmt's trainer
-                           (``specfmt.training.pipeline.train_draft``, what ``specfmt train``
-                           runs) with the flags ``speculators train --draft-arch qwen3`` uses
-                           for eagle3 (``norm_before_residual``, ``norm_before_fc``,
-                           ``norm_output`` true; every draft layer sliding-window 2048), and
-                           saved exactly as speculators 0.9 ``save_pretrained`` writes it
-                           (``Eagle3SpeculatorConfig`` fields, ``auto_map`` + ``config.py``,
-                           ``embed_tokens.weight`` in the file).
+                           ``examples/world/verifier``), started from the Llama world's
+                           verifier weights (q/k norms at 1) and trained like it, briefly.
+* ``eagle3-speculators/``  an EAGLE-3 draft with one Qwen3 decoder layer, started from the Llama
+                           world's EAGLE-3 draft (q/k norms at 1) and trained against the frozen
+                           verifier by specfmt's trainer (``specfmt.training.pipeline.train_draft``,
+                           what ``specfmt train eagle3 --init`` runs), with the EAGLE-3 reference
+                           norm flags (all false; see :data:`DRAFT_FLAGS`) and speculators'
+                           sliding-window-2048 draft layer; saved exactly as speculators 0.9
+                           ``save_pretrained`` writes it (``Eagle3SpeculatorConfig`` fields,
+                           ``auto_map`` + ``config.py``, ``embed_tokens.weight`` in the file).
 * ``prompts.jsonl``        the held-out prompts of ``examples/world`` (same files, same cut).
 * ``README.md``, ``world.json``  what is here and the measured figures.
 
 Usage::
 
-    python examples/make_world_qwen3.py [--out examples/world-qwen3] [--steps 700] [--draft-steps N]
+    python examples/make_world_qwen3.py [--out examples/world-qwen3] [--steps 200] [--draft-steps 400]
     python examples/make_world_qwen3.py --drafts-only    # keep the verifier, retrain the draft
+    python examples/make_world_qwen3.py --record OUT/validation.json   # store a validate --run's figures
 
-Deterministic for a given Python / torch / tokenizers version, as ``make_world.py``.
+Needs ``examples/world`` (the Llama world it starts from).
+
+Deterministic for a given Python / torch / tokenizers version and thread count (one), as
+``make_world.py``.
 """
 from __future__ import annotations
 
