@@ -262,7 +262,10 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         req.algorithm = draft.algorithm
         algo = get(draft.algorithm)
         if req.draft_layer is not None:  # a check, not a conversion: the layers are the draft's own
-            has = layers.family_of(draft.config.get("transformer_layer_config") or {}).model_type
+            if "transformer_layer_config" not in draft.config:
+                raise InputError(f"--init {req.init} is a {algo.title} draft: it has no decoder layers for --draft-layer to name",
+                                 hint="drop --draft-layer")
+            has = layers.family_of(draft.config["transformer_layer_config"]).model_type
             if has != layers.family(req.draft_layer).model_type:
                 raise InputError(f"--init {req.init} has {has} decoder layers, not {req.draft_layer}",
                                  hint="drop --draft-layer: an --init draft keeps its own layers")
