@@ -259,20 +259,26 @@ def eval_loss(model, stream: torch.Tensor, max_chunks: int = 256) -> float:
 
 
 def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], steps: int,
-                   out_dir: Path) -> dict:
-    """Train the tiny Llama verifier on the token stream and save it."""
-    from transformers import LlamaForCausalLM
+                   out_dir: Path, cfg=None, init: dict | None = None, lr: float = LR) -> dict:
+    """Train the tiny verifier on the token stream and save it: the Llama of :func:`verifier_config`,
+    or ``cfg``'s architecture (``examples/make_world_qwen3.py`` passes a ``Qwen3Config``), starting
+    from ``init`` (a state dict; tensors it lacks keep their initialisation) when given."""
+    from transformers import AutoModelForCausalLM
 
     from specfmt.training.loop import warmup_cosine
 
     torch.manual_seed(SEED)
-    cfg = verifier_config()
-    model = LlamaForCausalLM(cfg).float()
+    cfg = cfg if cfg is not None else verifier_config()
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).float()
     # Unit-variance token embeddings (instead of the HF default std 0.02) let the
     # token signal dominate the residual stream of this narrow 8-layer model
     # from step 0; measured: ~1 nat lower loss after 150 steps, ~0.3 after 600.
     with torch.no_grad():
         model.get_input_embeddings().weight.normal_(0.0, 1.0)
+    if init is not None:
+        missing, unexpected = model.load_state_dict(init, strict=False)
+        assert not unexpected, unexpected
+        print(f"verifier: started from the given weights; initialised as new: {len(missing)} tensors")
     model.train()
     n_params = sum(p.numel() for p in model.parameters())
     print(f"verifier: {n_params:,} parameters")
@@ -285,12 +291,12 @@ def train_verifier(train_docs: list[list[int]], heldout_docs: list[list[int]], s
     no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=LR, betas=(0.9, 0.95), eps=1e-8,
+        lr=lr, betas=(0.9, 0.95), eps=1e-8,
     )
     warmup = max(1, steps // 20)
 
     def lr_at(step: int) -> float:  # linear warmup, cosine decay to 10%
-        return warmup_cosine(step, steps, warmup, LR)
+        return warmup_cosine(step, steps, warmup, lr)
 
     gen = torch.Generator().manual_seed(SEED)
     hi = stream.numel() - (SEQ_LEN + 1)

@@ -9,10 +9,13 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT=${OUT:-out/eagle3-example}
 PORT=${PORT:-8765}
-WORLD=examples/world
+# The world, its draft and the draft's --from: examples/quickstart-qwen3.sh sets them for the Qwen3 world.
+WORLD=${WORLD:-examples/world}
+DRAFT=${DRAFT:-eagle3-safeailab}
+FROM=${FROM:-eagle3}
 
-specfmt inspect "$WORLD/eagle3-safeailab"
-specfmt convert --from eagle3 "$WORLD/eagle3-safeailab" -o "$OUT" --verifier "$WORLD/verifier" --force
+specfmt inspect "$WORLD/$DRAFT"
+specfmt convert --from "$FROM" "$WORLD/$DRAFT" -o "$OUT" --verifier "$WORLD/verifier" --force
 specfmt validate "$OUT"
 # Run the draft two ways -- the reference forward pass and `vllm serve`'s engine -- on the
 # held-out prompts, and compare acceptance per position; writes $OUT/validation.json.
@@ -37,10 +40,10 @@ echo "+ ${SERVE[*]} --port $PORT --max-model-len 256 --enforce-eager $MEM_FLAG"
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 
-$PY - "$PORT" "$SERVER" <<'PY'
+$PY - "$PORT" "$SERVER" "$WORLD" <<'PY'
 import json, os, sys, time, urllib.request
 
-port, pid = sys.argv[1], int(sys.argv[2])
+port, pid, world = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 base = f"http://127.0.0.1:{port}"
 deadline = time.time() + 600
 while True:
@@ -56,7 +59,7 @@ while True:
             sys.exit("vllm serve did not become healthy within 600 s")
         time.sleep(2)
 model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
-prompt = open("examples/world/prompts.jsonl").readline()
+prompt = open(f"{world}/prompts.jsonl").readline()
 prompt = json.loads(prompt)["prompt"]
 req = urllib.request.Request(base + "/v1/completions", data=json.dumps({"model": model, "prompt": prompt, "max_tokens": 32, "temperature": 0}).encode(), headers={"Content-Type": "application/json"})
 text = json.load(urllib.request.urlopen(req, timeout=300))["choices"][0]["text"]

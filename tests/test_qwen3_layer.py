@@ -62,6 +62,29 @@ def test_the_reference_layer_is_transformers_qwen3_layer():
     assert (a2 - a).abs().max() > 1e-3
 
 
+def test_q_k_norms_dropped_is_a_misreading_of_qwen3_layers_only():
+    """Qwen3 drafts get one more misreading, their layers without q/k norms (a Llama layer's forward
+    pass on the same weights); Llama drafts do not (issue #18)."""
+    from specfmt.algorithms import get
+    from specfmt.validation.acceptance import VerifierStates
+    from specfmt.validation.run import CAUSES, variants
+
+    cfg = {**qwen3_cfg(), "draft_vocab_size": 64}
+    vs = [v for v in variants(cfg, 8) if v.cause == "q/k norms"]
+    assert len(vs) == 1 and vs[0].cfg is cfg and "q/k norms" in CAUSES
+    llama = {**cfg, "transformer_layer_config": {**cfg["transformer_layer_config"], "model_type": "llama"}}
+    assert not [v for v in variants(llama, 8) if v.cause == "q/k norms"]
+    # the misreading's draft is the written one minus the norms: the same as a Llama layer
+    torch.manual_seed(0)
+    tensors = {n: t.uniform_(0.5, 1.5) if n.endswith("norm.weight") else t for n, t in draft_module(cfg).state_dict().items()}
+    embed = torch.randn(64, 32)
+    states = VerifierStates([torch.randn(5, 32) for _ in range(4)], torch.randn(5, 64))
+    algo = get("eagle3")
+    plain = {n: t for n, t in tensors.items() if "q_norm" not in n and "k_norm" not in n}
+    want = algo.proposer(variants(llama, 8)[0], plain, embed, None)([3, 4, 5, 6, 7, 8], states, 3)
+    assert algo.proposer(vs[0], tensors, embed, None)([3, 4, 5, 6, 7, 8], states, 3) == want
+
+
 @pytest.fixture(scope="module")
 def qwen3_draft(tmp_path_factory):
     """A new Qwen3-layer EAGLE-3 draft for the example verifier, trained a few steps by ``specfmt train``."""

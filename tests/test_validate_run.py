@@ -236,6 +236,27 @@ def test_misdescribed_config_is_caught_with_its_cause(example, few_prompts, tmp_
     assert all(d.startswith(cause) for d in c.details)
 
 
+def test_qwen3_label_on_a_draft_trained_without_q_k_norms_is_caught(example, few_prompts, tmp_path):
+    """The shipped Llama-layer draft relabelled as Qwen3 layers, its q/k norm weights 1 (what a converter
+    that filled the norms in would write): as written the norms rescale every attention score; the
+    "q/k norms dropped" reading is the draft as it was trained, and clearly better (issue #18)."""
+    def qwen3(c):
+        c["transformer_layer_config"].update(model_type="qwen3", architectures=["Qwen3ForCausalLM"])
+
+    def norms(t):
+        d = 32  # the example verifier's head_dim
+        t["layers.0.self_attn.q_norm.weight"] = torch.ones(d, dtype=t["norm.weight"].dtype)
+        t["layers.0.self_attn.k_norm.weight"] = torch.ones(d, dtype=t["norm.weight"].dtype)
+
+    res = run_ref(broken(example, tmp_path, cfg=qwen3, tensors=norms), few_prompts)
+    st = status(res)
+    assert st["tensors"] == st["reference"] == "pass" and st["variants"] == "fail", res.report.to_json()
+    assert res.causes[0] == "q/k norms", res.causes
+    dropped = next(v for v in res.variants if v["cause"] == "q/k norms")
+    # read without its norms, the relabelled draft is the shipped one again
+    assert dropped["mean_acceptance_length"] == run_ref(example, few_prompts).reference["mean_acceptance_length"]
+
+
 def test_d2t_written_as_absolute_ids_is_caught_as_vocab_mapping(example, few_prompts, tmp_path):
     def absolute(t):
         t["d2t"] = torch.arange(t["d2t"].numel()) + t["d2t"]

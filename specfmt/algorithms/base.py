@@ -42,10 +42,11 @@ class Variant:
 
     Attributes:
         cause: None for the checkpoint as written; else the cause this misreading stands for
-            (``tap ids``, ``norm order``, ``vocab mapping``).
+            (``tap ids``, ``norm order``, ``vocab mapping``, ``q/k norms``).
         label: one line for the report (``taps + 1: [3, 5, 6]``).
         cfg: the config of this reading.
-        extra: what else the algorithm's proposer needs to read it this way (e.g. how ``d2t`` maps).
+        extra: what else the algorithm's proposer needs to read it this way (e.g. how ``d2t`` maps,
+            or ``qk_norm: False`` for Qwen3 layers read without their q/k norms).
     """
 
     cause: str | None

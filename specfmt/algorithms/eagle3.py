@@ -497,7 +497,9 @@ class Eagle3(Algorithm):
         """As written, then: tap ids (the reference default ``(2, N//2, N-3)``, and the written ids
         shifted by ±1: the off-by-one between "the state entering layer j" and "the output of
         layer j"); norm order (``norm_before_residual`` flipped, ``norm_output`` flipped); vocab
-        mapping (``d2t`` read as absolute ids, or with the opposite sign)."""
+        mapping (``d2t`` read as absolute ids, or with the opposite sign); and, for Qwen3 draft
+        layers only, q/k norms dropped (the layers read as Llama layers, which have none: what a
+        loader that ignores ``transformer_layer_config.model_type`` serves; issue #18)."""
         out = [Variant(None, "as written", cfg)]
         taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
         N = n_verifier_layers
@@ -514,12 +516,16 @@ class Eagle3(Algorithm):
         if cfg["draft_vocab_size"] != cfg["transformer_layer_config"]["vocab_size"]:
             out.append(Variant("vocab mapping", "d2t as absolute ids", cfg, {"targets": "absolute"}))
             out.append(Variant("vocab mapping", "d2t with the opposite sign", cfg, {"targets": "negated"}))
+        if layers.family_of(cfg["transformer_layer_config"]).qk_norm:
+            out.append(Variant("q/k norms", "q/k norms dropped (Llama layers)", cfg, {"qk_norm": False}))
         return out
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
         import torch
 
         draft = draft_module(reading.cfg, tensors).eval()
+        if reading.extra.get("qk_norm") is False:
+            layers.drop_qk_norms(draft.layers)
         own = draft.embed_tokens if draft.embed_tokens is not None else embed
         targets = None
         how = reading.extra.get("targets", "offsets")

@@ -352,6 +352,15 @@ def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
             layer.self_attn.window = int(tlc["sliding_window"])
 
 
+def drop_qk_norms(layers: Any) -> None:
+    """Remove the q/k norms of reference layers (a Qwen3 layer then computes what a Llama layer
+    with the same other weights computes): the "q/k norms dropped" misreading of a Qwen3 draft."""
+    for layer in layers:
+        for name in ("q_norm", "k_norm"):
+            if hasattr(layer.self_attn, name):
+                delattr(layer.self_attn, name)
+
+
 def load_state(model, tensors: dict[str, Any] | None):
     """Load ``tensors`` into a reference module (strict; ``embed_tokens.weight`` kept aside as
     the attribute ``model.embed_tokens``, a tensor, since the draft may share the verifier's)."""

@@ -87,7 +87,7 @@ def _make_command(algorithm: str, summary: str):
         draft_vocab: Optional[int] = typer.Option(None, "--draft-vocab", help="EAGLE-3, new draft: draft vocabulary size Vd, the most frequent tokens of --data (default: the verifier's V)."),
         aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3, new draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3)."),
         layers: int = typer.Option(1, "--layers", help="EAGLE, new draft: decoder layers."),
-        draft_layer: str = typer.Option("llama", "--draft-layer", help="New draft: its decoder-layer family, llama or qwen3 (q/k RMSNorm per head; speculators' default)."),
+        draft_layer: Optional[str] = typer.Option(None, "--draft-layer", help="New draft: its decoder-layer family, llama (default) or qwen3 (q/k RMSNorm per head; speculators' default). With --init: the family the draft must have."),
         heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: heads K of a new set (default 3), or the total after adding heads to --init."),
         head_layers: int = typer.Option(1, "--head-layers", help="Medusa, new set: residual blocks per head."),
         train_all: bool = typer.Option(False, "--train-all", help="Medusa with --init and --heads: train the existing heads too (default: only the new ones)."),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..algorithms import get
+from ..algorithms import get, layers
 from ..algorithms.base import REGISTRY, Algorithm, NewDraft
 from ..checkpoint.output import check_output
 from ..convert import load_draft
@@ -60,7 +60,8 @@ class TrainRequest:
         fill_only: fill the gaps and write, no training (``specfmt train fill``).
         dry_run: write the initialised draft, no training.
         draft_vocab / taps / layers: a new EAGLE-3 / EAGLE draft's shape.
-        draft_layer: a new draft's decoder-layer family (``llama``, ``qwen3``).
+        draft_layer: a new draft's decoder-layer family (``llama``, ``qwen3``; None: llama); with
+            ``init``, the family the draft must have (None: whatever it has).
         heads / head_layers: Medusa heads K (new, or the total after adding) and blocks L.
         train_all: Medusa: train the heads ``init`` had too (default: only new heads,
             or all when none are new).
@@ -88,7 +89,7 @@ class TrainRequest:
     draft_vocab: int | None = None
     taps: list[int] | None = None
     layers: int = 1
-    draft_layer: str = "llama"
+    draft_layer: str | None = None
     heads: int | None = None
     head_layers: int = 1
     train_all: bool = False
@@ -149,7 +150,7 @@ def _init_distributed(device: str | None):
 
 def _shape(req: TrainRequest) -> NewDraft:
     return NewDraft(draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3, head_layers=req.head_layers,
-                    speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32", draft_layer=req.draft_layer)
+                    speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32", draft_layer=req.draft_layer or "llama")
 
 
 def _new_draft(req: TrainRequest, algo: Algorithm, verifier: Verifier, docs: Any, notes: list[str]) -> tuple[Draft, dict[str, str]]:
@@ -200,8 +201,10 @@ def check_request(req: TrainRequest) -> None:
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
     (get(req.algorithm) if req.algorithm else Algorithm()).check_new_draft(_shape(req), init=req.init is not None)
-    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1 or req.draft_layer != "llama"):
-        raise InputError("--draft-vocab, --aux-layers, --layers and --draft-layer shape a new draft; an --init draft keeps its own")
+    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1):
+        raise InputError("--draft-vocab, --aux-layers and --layers shape a new draft; an --init draft keeps its own")
+    if req.draft_layer is not None:
+        layers.family(req.draft_layer)
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
     if req.resume and (req.dry_run or req.fill_only):
@@ -258,6 +261,14 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
             raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
         req.algorithm = draft.algorithm
         algo = get(draft.algorithm)
+        if req.draft_layer is not None:  # a check, not a conversion: the layers are the draft's own
+            if "transformer_layer_config" not in draft.config:
+                raise InputError(f"--init {req.init} is a {algo.title} draft: it has no decoder layers for --draft-layer to name",
+                                 hint="drop --draft-layer")
+            has = layers.family_of(draft.config["transformer_layer_config"]).model_type
+            if has != layers.family(req.draft_layer).model_type:
+                raise InputError(f"--init {req.init} has {has} decoder layers, not {req.draft_layer}",
+                                 hint="drop --draft-layer: an --init draft keeps its own layers")
         prior: dict[str, Any] | None = json.loads(json.dumps(draft.config))
         filled = _fill(req, algo, draft, verifier, docs)
         if req.dtype is not None:

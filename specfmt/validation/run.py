@@ -20,13 +20,14 @@ Checks added to the static report:
 ``vllm_exact``    vLLM's tokens with the draft equal the verifier alone (speculative decoding is lossless)
 ``agreement``     per-position acceptance rates of vLLM and the reference within ``tolerance``
 ``variants``      no plausible misreading of the checkpoint (other tap ids, the other norm order,
-                  another reading of ``d2t``) is accepted clearly more often than the checkpoint
-                  as written -- a sign that the config describes the weights wrongly
+                  another reading of ``d2t``, a Qwen3 layer's q/k norms dropped) is accepted
+                  clearly more often than the checkpoint as written -- a sign that the config
+                  describes the weights wrongly
 ``vllm_weights``  every draft weight vLLM holds equals the file's (checksums read inside the worker)
 ``acceptance``    mean acceptance length >= ``--min-acceptance-length`` (when given)
 ================  ============================================================================
 
-A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabulary map.
+A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabulary map, q/k norms.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ CAUSES = {
     "tap ids": "eagle_aux_hidden_state_layer_ids name other verifier layers than the draft was trained on",
     "norm order": "norm_before_residual / norm_output do not match the forward pass the draft was trained with",
     "vocab mapping": "d2t is read the wrong way (offsets vs absolute ids, or the sign)",
+    "q/k norms": "the Qwen3 draft layers' q/k norms are not applied (read as Llama layers: transformer_layer_config.model_type)",
 }
 
 

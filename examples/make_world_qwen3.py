@@ -1,0 +1,393 @@
+#!/usr/bin/env python3
+"""Build the specfmt "Qwen3 world": a tiny Qwen3 verifier and an EAGLE-3 draft with a Qwen3 layer.
+
+The second model family of the example world (issue #18): speculators 0.9 trains EAGLE-3
+drafts with a Qwen3 decoder layer (q/k RMSNorm per head) and vLLM serves them as
+``Eagle3Qwen3ForCausalLM``. Everything comes from the same corpus, tokenizer, seeds and
+helpers as ``examples/make_world.py`` (imported, not copied). The output folder (default
+``examples/world-qwen3``) holds:
+
+* ``verifier/``            a small ``Qwen3ForCausalLM`` (float32 safetensors, q/k norms) with
+                           the shipped world's byte-level BPE tokenizer (copied from
+                           ``examples/world/verifier``), started from the Llama world's
+                           verifier weights (q/k norms at 1) and trained like it, briefly.
+* ``eagle3-speculators/``  an EAGLE-3 draft with one Qwen3 decoder layer, started from the Llama
+                           world's EAGLE-3 draft (q/k norms at 1) and trained against the frozen
+                           verifier by specfmt's trainer (``specfmt.training.pipeline.train_draft``,
+                           what ``specfmt train eagle3 --init`` runs), with the EAGLE-3 reference
+                           norm flags (all false; see :data:`DRAFT_FLAGS`) and speculators'
+                           sliding-window-2048 draft layer; saved exactly as speculators 0.9
+                           ``save_pretrained`` writes it (``Eagle3SpeculatorConfig`` fields,
+                           ``auto_map`` + ``config.py``, ``embed_tokens.weight`` in the file).
+* ``prompts.jsonl``        the held-out prompts of ``examples/world`` (same files, same cut).
+* ``README.md``, ``world.json``  what is here and the measured figures.
+
+Usage::
+
+    python examples/make_world_qwen3.py [--out examples/world-qwen3] [--steps 200] [--draft-steps 400]
+    python examples/make_world_qwen3.py --drafts-only    # keep the verifier, retrain the draft
+    python examples/make_world_qwen3.py --record OUT/validation.json   # store a validate --run's figures
+
+Needs ``examples/world`` (the Llama world it starts from).
+
+Deterministic for a given Python / torch / tokenizers version and thread count (one), as
+``make_world.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_world as mw  # noqa: E402  (the Llama world's corpus, tokenizer, trainers)
+
+HERE = Path(__file__).resolve().parent
+SHIPPED_TOKENIZER = HERE / "world" / "verifier"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+#: the source of speculators 0.9.0's ``models/eagle3/config.py``, which its ``save_pretrained``
+#: copies next to every config.json (``auto_map``); vendored so the world builds offline
+SPECULATORS_CONFIG_PY = HERE / "vendor" / "speculators-0.9.0-eagle3-config.py"
+SPECULATORS_VERSION = "0.9.0"
+TRANSFORMERS_VERSION = "5.19.0"  # what speculators 0.9.0's save_pretrained records (the installed transformers)
+RMS_EPS = 1e-6                   # Qwen3's default
+SLIDING_WINDOW = 2048            # ``speculators train --sliding-window`` default: every draft layer sliding
+VERIFIER_STEPS = 200
+VERIFIER_LR = 1e-3
+DRAFT_STEPS = 400
+#: warm starts: the Llama world's verifier and EAGLE-3 draft have the same shapes; the Qwen3
+#: q/k norms (and anything else they lack) start at their initialisation (norms = 1)
+LLAMA_VERIFIER = HERE / "world" / "verifier" / "model.safetensors"
+LLAMA_DRAFT = HERE / "world" / "eagle3-safeailab"
+DRAFT_DIR = "eagle3-speculators"
+MANIFEST = "world.json"
+THREADS = 1
+#: the draft's norm flags: the EAGLE-3 reference forward pass (SafeAILab ``cnets.py``), which the
+#: Llama draft it starts from was trained with; ``speculators train`` writes them with
+#: ``--no-norm-before-residual --no-norm-before-fc --no-norm-output`` (its sample
+#: ``eagle3-qwen3-plain``; its defaults for eagle3 are all three true, ``train/config/schema.py``)
+DRAFT_FLAGS = {"norm_before_residual": False, "norm_before_fc": False, "norm_output": False}
+
+
+def verifier_config():
+    """The Qwen3 verifier: the Llama world's shapes, Qwen3's q/k norms and eps."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(
+        vocab_size=mw.VOCAB, hidden_size=mw.HIDDEN, intermediate_size=mw.INTERMEDIATE, num_hidden_layers=mw.N_LAYERS,
+        num_attention_heads=mw.N_HEADS, num_key_value_heads=mw.N_KV_HEADS, head_dim=mw.HEAD_DIM, hidden_act="silu",
+        max_position_embeddings=mw.MAX_POS, initializer_range=0.02, rms_norm_eps=RMS_EPS,
+        rope_parameters={"rope_type": "default", "rope_theta": mw.ROPE_THETA}, tie_word_embeddings=False,
+        bos_token_id=mw.BOS_ID, eos_token_id=mw.EOS_ID, pad_token_id=mw.PAD_ID, attention_bias=False,
+        use_sliding_window=False, use_cache=True, dtype="float32", architectures=["Qwen3ForCausalLM"],
+    )
+
+
+def draft_layer_config(verifier_dir: Path) -> dict:
+    """``transformer_layer_config`` as ``speculators train --draft-arch qwen3`` builds it
+    (``train/cli.py::create_transformer_layer_config``: the verifier's shapes, sliding window on
+    every layer, the verifier's ``rope_parameters``) and its config serialises it (``to_diff_dict``)."""
+    from transformers import AutoConfig, Qwen3Config
+
+    v = AutoConfig.from_pretrained(verifier_dir)
+    cfg = Qwen3Config(
+        vocab_size=v.vocab_size, hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=1,
+        num_attention_heads=v.num_attention_heads, num_key_value_heads=v.num_key_value_heads, hidden_act="silu",
+        max_position_embeddings=v.max_position_embeddings, initializer_range=v.initializer_range,
+        rms_norm_eps=v.rms_norm_eps, head_dim=v.head_dim, tie_word_embeddings=False, sliding_window=SLIDING_WINDOW,
+        use_sliding_window=True, layer_types=["sliding_attention"],
+    )
+    cfg.rope_parameters = dict(v.rope_parameters)
+    tlc = cfg.to_diff_dict()
+    tlc.pop("transformers_version")  # speculators' files record it once, at the top level
+    return tlc
+
+
+def speculators_config(verifier_dir: Path, taps: list[int], draft_vocab: int, dtype: str = "float32") -> dict:
+    """config.json of an EAGLE-3 draft as speculators 0.9.0 writes it (``Eagle3SpeculatorConfig``,
+    ``save_pretrained``: sorted keys, ``auto_map``, ``transformers_version``)."""
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "auto_map": {"": "config.Eagle3SpeculatorConfig"},
+        "draft_vocab_size": draft_vocab,
+        "dtype": dtype,
+        "eagle_aux_hidden_state_layer_ids": taps,
+        "embed_requires_grad": False,
+        "fc_norm": False,
+        **DRAFT_FLAGS,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": 3, "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": "../verifier"},
+        },
+        "speculators_model_type": "eagle3",
+        "speculators_version": SPECULATORS_VERSION,
+        "target_hidden_size": None,
+        "tie_word_embeddings": False,
+        "transformer_layer_config": draft_layer_config(verifier_dir),
+        "transformers_version": TRANSFORMERS_VERSION,
+    }
+
+
+def save_speculators(cfg: dict, tensors: dict, out_dir: Path) -> None:
+    """Write the draft as speculators 0.9.0's ``Eagle3DraftModel.save_pretrained``: ``config.json``
+    (``json.dumps(indent=2, sort_keys=True)`` + newline, as transformers' ``to_json_file``),
+    ``config.py``, and ``model.safetensors`` with ``{"format": "pt"}`` metadata holding every
+    state-dict tensor but ``verifier_lm_head`` / ``verifier_norm`` (``_keys_to_ignore_on_save``),
+    ``embed_tokens.weight`` included, in the config's dtype."""
+    from safetensors.torch import save_file
+
+    dtype = getattr(torch, cfg["dtype"])
+    sd = {n: (t.to(dtype) if t.is_floating_point() else t).contiguous() for n, t in sorted(tensors.items())}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    shutil.copyfile(SPECULATORS_CONFIG_PY, out_dir / "config.py")
+    save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    for p in out_dir.iterdir():  # speculators writes 0600; make the world readable
+        p.chmod(0o644)
+
+
+def start_draft(verifier_dir: Path, train_paths: list[Path], out_dir: Path) -> dict[str, str]:
+    """The draft training starts from, in the speculators layout: specfmt's EAGLE-3 initialisation
+    (``Eagle3.new_draft``: ``d2t``/``t2d`` from the training data, ``lm_head`` from the verifier's
+    rows) on the speculators config, then every tensor the Llama world's EAGLE-3 draft has (read
+    with ``specfmt``'s eagle3 converter; same shapes, same corpus, hence the same ``d2t``/``t2d``),
+    plus the verifier's embedding (``embed_tokens.weight``). Returns where each tensor came from."""
+    from specfmt.algorithms import get
+    from specfmt.convert import load_draft
+    from specfmt.training.data import read_documents
+    from specfmt.verifier import Verifier
+
+    verifier = Verifier.load(str(verifier_dir))
+    docs = read_documents([str(p) for p in train_paths], verifier.tokenizer())
+    N = verifier.info.num_hidden_layers
+    cfg = speculators_config(verifier_dir, [2, N // 2, N - 3], mw.DRAFT_VOCAB)
+    torch.manual_seed(mw.SEED + 5)
+    tensors, _ = get("eagle3").new_draft(cfg, verifier, docs.ids)
+    llama = load_draft(str(LLAMA_DRAFT), source_format="eagle3", verifier=verifier).tensors
+    assert torch.equal(llama["d2t"], tensors["d2t"]) and torch.equal(llama["t2d"], tensors["t2d"])
+    origin = {}
+    for name in sorted(tensors):
+        if name in llama:
+            assert llama[name].shape == tensors[name].shape, name
+            tensors[name] = llama[name].float() if llama[name].is_floating_point() else llama[name]
+        origin[name] = "Llama world draft" if name in llama else "new (norm = 1)"
+    tensors["embed_tokens.weight"] = verifier.embedding().float()
+    origin["embed_tokens.weight"] = "verifier embedding"
+    save_speculators(cfg, tensors, out_dir)
+    return origin
+
+
+def heldout_acceptance(out: Path) -> dict:
+    """``specfmt convert --from speculators`` and the reference run on the held-out prompts
+    (float32, k = 3, 32 tokens per prompt, no vLLM)."""
+    from specfmt.convert import convert
+    from specfmt.validation.run import validate_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        res = convert("speculators", str(out / DRAFT_DIR), Path(tmp) / "draft", str(out / "verifier"))
+        run = validate_run(res.out, prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
+    assert run.report.ok, [c for c in run.report.checks if c.status == "fail"]
+    ref = run.reference
+    print(f"held-out reference run: mean acceptance length {ref['mean_acceptance_length']:.3f}, "
+          f"per position {ref['acceptance_rate_per_position']}")
+    keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_rate_per_position", "mean_acceptance_length")
+    return {"k": 3, "prompts": len(run.prompts.ids), "tokens": run.max_tokens * len(run.prompts.ids), **{k: ref[k] for k in keys}}
+
+
+def make_draft(out: Path, train_paths: list[Path], steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        origin = start_draft(out / "verifier", train_paths, tmp / "init")
+        print("draft start:", {n: o for n, o in origin.items() if o != "Llama world draft"})
+        cfg = json.loads((tmp / "init" / "config.json").read_text())
+        stats, t = mw.train_draft("eagle3", tmp / "trained", out / "verifier", train_paths, steps, init=str(tmp / "init"))
+    save_speculators(cfg, t, out / DRAFT_DIR)
+    stats["start"] = origin
+    stats["heldout"] = heldout_acceptance(out)
+    return stats
+
+
+def record_validation(out: Path, validation: Path) -> None:
+    """Copy the figures of a ``specfmt validate OUT --run`` (its ``validation.json``, vLLM run
+    included) into ``world.json`` under ``validate_run``."""
+    v = json.loads(validation.read_text())
+    keep = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_rate_per_position",
+            "mean_acceptance_length", "engine", "device", "dtype")
+    manifest = json.loads((out / MANIFEST).read_text())
+    manifest["validate_run"] = {
+        "k": v.get("num_speculative_tokens"), "max_tokens": v.get("max_tokens"), "prompts": (v.get("prompts") or {}).get("count"),
+        "passed": v.get("passed"),
+        "checks": {c["name"]: c["status"] for c in v["checks"]},
+        "reference": {k: x for k, x in (v.get("reference") or {}).items() if k in keep},
+        "vllm": {k: x for k, x in (v.get("vllm") or {}).items() if k in keep or k in ("method", "draft_class", "form", "command")},
+        "variants": v.get("variants"),
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def write_readme(out: Path, manifest: dict) -> None:
+    v, d = manifest["verifier"], manifest["draft"]
+    h = d["heldout"]
+    size = {name: mw.dir_size(out / name) for name in ("verifier", DRAFT_DIR)}
+    mb = lambda n: f"{n / 1e6:.2f} MB"  # noqa: E731
+    fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    tensors = sorted(json.loads((out / DRAFT_DIR / "model.safetensors").read_bytes()[8:8 + int.from_bytes(
+        (out / DRAFT_DIR / "model.safetensors").read_bytes()[:8], "little")]))
+    tensors = [t for t in tensors if t != "__metadata__"]
+    cfg = json.loads((out / DRAFT_DIR / "config.json").read_text())
+    run = manifest.get("validate_run")
+    if run:
+        ref, vl = run["reference"], run["vllm"]
+        gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+        run_text = f"""`specfmt convert --from auto` then `specfmt validate OUT --run` ({run['prompts']} held-out prompts x
+{run['max_tokens']} tokens, k = {run['k']}); vLLM started as `vllm serve OUT` with no speculative flags
+(it attaches the draft as `Eagle3Qwen3ForCausalLM`):
+
+| | reference ({ref.get('engine', 'transformers')}, {ref.get('dtype')}) | {vl.get('engine', 'vLLM')} CPU ({vl.get('dtype')}) |
+|---|---|---|
+| mean acceptance length | **{ref['mean_acceptance_length']:.3f}** | **{vl['mean_acceptance_length']:.3f}** |
+| acceptance rate per position | {fmt(ref['acceptance_rate_per_position'])} | {fmt(vl['acceptance_rate_per_position'])} |
+| drafts | {ref['num_drafts']} | {vl['num_drafts']} |
+
+Largest per-position gap {max(gaps):.3f} (tolerance 0.1). Checks: {', '.join(f'{k} {x}' for k, x in run['checks'].items())}.
+Misreadings tried by the reference: {'; '.join(f"{x['reading']} -> {x['mean_acceptance_length']:.3f}" for x in run['variants'] or [])}."""
+    else:
+        run_text = "Not recorded yet: run `examples/quickstart-qwen3.sh`, then `python examples/make_world_qwen3.py --record OUT/validation.json`."
+    text = f"""# specfmt example world: Qwen3
+
+The second model family of the example world (issue #18): a small Qwen3 verifier and an
+EAGLE-3 draft with a Qwen3 decoder layer (q/k RMSNorm per head, speculators 0.9's
+default draft layer), saved exactly as speculators 0.9 writes it. Run it end to end
+(convert, validate against vLLM, serve) with:
+
+    examples/quickstart-qwen3.sh
+
+Regenerate it (seeded, CPU, {THREADS} thread) with:
+
+    python examples/make_world_qwen3.py            # --steps {manifest['verifier_steps']} --draft-steps {d['steps']}
+    python examples/make_world_qwen3.py --drafts-only   # keep the verifier; retrain the draft
+
+It reuses `examples/make_world.py`'s corpus (the Python standard library's source), held-out
+prompts, tokenizer and trainers. Generated with Python {'.'.join(map(str, sys.version_info[:3]))}, torch {torch.__version__}.
+
+## Contents
+
+| path | what | size |
+|---|---|---|
+| `verifier/` | `Qwen3ForCausalLM` + the shipped world's byte-level BPE tokenizer | {mb(size['verifier'])} |
+| `{DRAFT_DIR}/` | EAGLE-3 draft, one Qwen3 decoder layer, speculators 0.9 layout | {mb(size[DRAFT_DIR])} |
+| `prompts.jsonl` | the {sum(1 for _ in open(out / 'prompts.jsonl'))} held-out prompts of `examples/world` | {(out / 'prompts.jsonl').stat().st_size / 1e3:.1f} kB |
+| `world.json` | the figures below, as the generator measured them | |
+
+Whole world: {mb(mw.dir_size(out))} (limit 15 MB).
+
+### `verifier/`
+
+* `Qwen3ForCausalLM`, float32 `model.safetensors`, {v['params']:,} parameters: the Llama
+  world's shapes (vocab {mw.VOCAB}, hidden {mw.HIDDEN}, intermediate {mw.INTERMEDIATE}, {mw.N_LAYERS} layers,
+  {mw.N_HEADS} heads / {mw.N_KV_HEADS} KV heads, head_dim {mw.HEAD_DIM}) with Qwen3's per-head q/k RMSNorm
+  (`self_attn.{{q,k}}_norm.weight` [{mw.HEAD_DIM}]) and rms_norm_eps {RMS_EPS:g}.
+* Started from the Llama world's verifier weights (same names and shapes; the 16 q/k norms
+  start at 1), then trained {manifest['verifier_steps']} steps (AdamW, peak lr {manifest.get('verifier_lr', VERIFIER_LR):g}, warmup + cosine,
+  batch {mw.BATCH} x {mw.SEQ_LEN} tokens) on the same {len(mw.TRAIN_FILES)} stdlib modules, {v['train_seconds']:.0f} s.
+  A warm start, because the 2-core machine it was built on was shared by four jobs: a
+  verifier step took 1.2-2.3 s on one thread (13.5 s on two) against the Llama world's 0.26 s.
+* Losses (nats/token): train **{v['train_loss']:.3f}**, held-out **{v['heldout_loss']:.3f}**.
+
+### `{DRAFT_DIR}/`
+
+What speculators 0.9.0's `Eagle3DraftModel.save_pretrained` writes (compared field by field
+and tensor by tensor with drafts speculators 0.9.0 itself saved, and loaded back by it):
+
+* `config.json`: `Eagle3SpeculatorConfig` (`speculators_model_type: eagle3`,
+  `speculators_version: {cfg['speculators_version']}`, `architectures: ["Eagle3DraftModel"]`,
+  `auto_map: {{"": "config.Eagle3SpeculatorConfig"}}`), keys sorted; `transformer_layer_config`
+  is a `Qwen3Config` diff dict as `speculators train --draft-arch qwen3` builds it (sliding window
+  {SLIDING_WINDOW} on its one layer, `layer_types: ["sliding_attention"]`); taps
+  `eagle_aux_hidden_state_layer_ids: {cfg['eagle_aux_hidden_state_layer_ids']}`, `draft_vocab_size: {cfg['draft_vocab_size']}`,
+  `norm_before_residual / norm_before_fc / norm_output: {str(cfg['norm_before_residual']).lower()} / {str(cfg['norm_before_fc']).lower()} / {str(cfg['norm_output']).lower()}`
+  (the EAGLE-3 reference forward pass; `speculators train --no-norm-before-residual
+  --no-norm-before-fc --no-norm-output`), the verifier as `../verifier`.
+* `config.py`: the source of speculators' `models/eagle3/config.py` (vendored in
+  `examples/vendor/`), which `save_pretrained` copies next to every config.
+* `model.safetensors` (float32, metadata `{{"format": "pt"}}`): {', '.join(f'`{t}`' for t in tensors)}.
+  `embed_tokens.weight` is the verifier's embedding (speculators saves it; it is frozen).
+* Training (`specfmt.training.pipeline.train_draft`, what `specfmt train eagle3 --init` runs):
+  started from the Llama world's EAGLE-3 draft (its tensors, read by specfmt's eagle3
+  converter; the q/k norms at 1), then {d['steps']} steps of {mw.DRAFT_BATCH} x {mw.DRAFT_SEQ} tokens,
+  AdamW lr {mw.DRAFT_LR:g}, training-time test over 3 steps, {d['seconds']} s; top-1 agreement with the
+  verifier over the last 50 steps, per position: {fmt(d['accuracy'])}.
+* Held-out reference run (`specfmt convert --from speculators`, float32, k = 3, 32 tokens per
+  prompt): mean acceptance length **{h['mean_acceptance_length']:.3f}**, acceptance rate per position
+  {fmt(h['acceptance_rate_per_position'])} ({h['num_drafts']} drafts).
+
+## In vLLM
+
+{run_text}
+"""
+    (out / "README.md").write_text(text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(HERE / "world-qwen3"), help="output folder (default: examples/world-qwen3)")
+    ap.add_argument("--steps", type=int, default=VERIFIER_STEPS, help="verifier training steps")
+    ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help="EAGLE-3 draft training steps")
+    ap.add_argument("--drafts-only", action="store_true", help="keep the verifier and prompts in --out; retrain the draft")
+    ap.add_argument("--record", metavar="VALIDATION_JSON", help="store the figures of a `specfmt validate OUT --run` "
+                    "(OUT/validation.json) in world.json and rewrite README.md")
+    ap.add_argument("--readme-only", action="store_true", help="rewrite README.md from world.json")
+    args = ap.parse_args(argv)
+
+    t_start = time.time()
+    mw.seed_everything()
+    # One thread: on a shared 2-core machine two spinning threads per process measured 13.5 s per
+    # verifier step against 1.2-2.3 s with one.
+    torch.set_num_threads(THREADS)
+    out = Path(args.out)
+    if args.record or args.readme_only:
+        if args.record:
+            record_validation(out, Path(args.record))
+        write_readme(out, json.loads((out / MANIFEST).read_text()))
+        return
+    train, heldout = mw.build_corpus()
+    if args.drafts_only:
+        manifest = json.loads((out / MANIFEST).read_text())
+    else:
+        if out.exists():
+            shutil.rmtree(out)
+        (out / "verifier").mkdir(parents=True)
+        with open(out / "prompts.jsonl", "w") as f:
+            for p in mw.make_prompts(heldout):
+                f.write(json.dumps(p) + "\n")
+        for name in TOKENIZER_FILES:
+            shutil.copyfile(SHIPPED_TOKENIZER / name, out / "verifier" / name)
+        from safetensors.torch import load_file
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(out / "verifier" / "tokenizer.json"))
+        stats = mw.train_verifier(mw.encode_docs(tok, train), mw.encode_docs(tok, heldout), args.steps, out / "verifier",
+                                  cfg=verifier_config(), init=load_file(str(LLAMA_VERIFIER)), lr=VERIFIER_LR)
+        manifest = {"verifier_steps": args.steps, "verifier_lr": VERIFIER_LR, "verifier": {k: v for k, v in stats.items() if k != "embed"}}
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    train_paths = [stdlib / n for n in sorted(train)]
+    shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
+    manifest.pop("validate_run", None)  # measured on the previous draft
+    manifest["draft"] = make_draft(out, train_paths, args.draft_steps)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_readme(out, manifest)
+    print(f"wrote {out} ({mw.dir_size(out) / 1e6:.2f} MB) in {time.time() - t_start:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

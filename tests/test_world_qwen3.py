@@ -1,0 +1,140 @@
+"""The Qwen3 world (``examples/world-qwen3``, issue #18): a Qwen3 verifier and an EAGLE-3 draft with a
+Qwen3 decoder layer, saved as speculators 0.9 saves it, converted by ``--from auto``, run by the
+reference (figures equal to the ones ``make_world_qwen3.py`` recorded) and by vLLM 0.32, which
+attaches it as ``Eagle3Qwen3ForCausalLM`` with no speculative flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from conftest import REPO, run_cli
+from specfmt.convert import convert
+from specfmt.validation.run import validate_run
+from test_speculators_interop import in_speculators, python  # noqa: F401  (fixture)
+
+WORLD = REPO / "examples" / "world-qwen3"
+DRAFT = WORLD / "eagle3-speculators"
+MANIFEST = json.loads((WORLD / "world.json").read_text())
+
+
+def tensor_names(path) -> set[str]:
+    with safe_open(str(path), "pt") as f:
+        return set(f.keys())
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("qwen3world") / "draft"
+    r = run_cli("convert", "--from", "auto", DRAFT, "-o", out, "--verifier", WORLD / "verifier")
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def test_world_is_small_and_its_verifier_is_qwen3():
+    assert sum(p.stat().st_size for p in WORLD.rglob("*") if p.is_file()) < 15e6  # issue #18
+    cfg = json.loads((WORLD / "verifier" / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen3ForCausalLM"] and cfg["num_hidden_layers"] >= 8 and cfg["head_dim"] >= 32
+    names = tensor_names(WORLD / "verifier" / "model.safetensors")
+    assert {f"model.layers.{i}.self_attn.{n}_norm.weight" for i in range(8) for n in "qk"} <= names
+    assert (WORLD / "verifier" / "tokenizer.json").read_bytes() == (REPO / "examples" / "world" / "verifier" / "tokenizer.json").read_bytes()
+
+
+def test_draft_is_the_speculators_layout_with_a_qwen3_layer():
+    assert sorted(p.name for p in DRAFT.iterdir()) == ["config.json", "config.py", "model.safetensors"]
+    assert (DRAFT / "config.py").read_bytes() == (REPO / "examples" / "vendor" / "speculators-0.9.0-eagle3-config.py").read_bytes()
+    cfg = json.loads((DRAFT / "config.json").read_text())
+    assert (DRAFT / "config.json").read_text() == json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+    assert cfg["speculators_model_type"] == "eagle3" and cfg["speculators_version"] == "0.9.0" and cfg["auto_map"] == {"": "config.Eagle3SpeculatorConfig"}
+    tlc = cfg["transformer_layer_config"]
+    assert tlc["model_type"] == "qwen3" and tlc["layer_types"] == ["sliding_attention"] and "transformers_version" not in tlc
+    assert tensor_names(DRAFT / "model.safetensors") == {
+        "d2t", "t2d", "embed_tokens.weight", "fc.weight", "norm.weight", "lm_head.weight", "layers.0.hidden_norm.weight",
+        "layers.0.input_layernorm.weight", "layers.0.post_attention_layernorm.weight", "layers.0.self_attn.q_norm.weight",
+        "layers.0.self_attn.k_norm.weight", *{f"layers.0.self_attn.{p}_proj.weight" for p in "qkvo"},
+        *{f"layers.0.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}}
+
+
+SAVE_AGAIN = """
+import sys
+from speculators import SpeculatorModel
+m = SpeculatorModel.from_pretrained(sys.argv[1])
+print(type(m).__name__, type(m.config.transformer_layer_config).__name__)
+m.save_pretrained(sys.argv[2])
+"""
+
+
+def test_speculators_saves_the_draft_again_byte_for_byte(python, tmp_path):  # noqa: F811
+    """speculators 0.9.0 loads the draft (its verifier resolved from the draft's folder, as
+    speculators resolves relative paths against the working directory) and writes the same
+    config.json, config.py and model.safetensors again."""
+    import subprocess
+
+    r = subprocess.run([str(python), "-c", SAVE_AGAIN, ".", str(tmp_path / "again")], capture_output=True, text=True, cwd=DRAFT,
+                       env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["Eagle3DraftModel", "Qwen3Config"]
+    for name in ("config.json", "config.py", "model.safetensors"):
+        assert (tmp_path / "again" / name).read_bytes() == (DRAFT / name).read_bytes(), name
+
+
+def test_auto_detects_speculators_and_keeps_every_tensor(converted):
+    cfg = json.loads((converted / "config.json").read_text())
+    assert cfg["transformer_layer_config"]["model_type"] == "qwen3"
+    src = tensor_names(DRAFT / "model.safetensors")
+    assert tensor_names(converted / "model.safetensors") == src
+
+
+def test_reference_figures_are_the_ones_the_world_was_made_with(converted):
+    """The reference run on the 16 held-out prompts x 32 tokens reproduces world.json exactly; the
+    draft's q/k norms matter (read without them it is accepted less often) and no misreading beats it."""
+    res = validate_run(converted, prompts=str(WORLD / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
+    st = {c.name: c.status for c in res.report.checks}
+    assert res.report.ok and st["variants"] == "pass", res.report.to_json()
+    want = MANIFEST["draft"]["heldout"]
+    got = res.reference
+    assert {k: got[k] for k in want if k in got} == {k: v for k, v in want.items() if k in got}
+    assert got["mean_acceptance_length"] >= 1.8
+    dropped = next(v for v in res.variants if v["cause"] == "q/k norms")
+    assert dropped["mean_acceptance_length"] < got["mean_acceptance_length"]
+
+
+def test_train_init_reads_the_converted_draft(converted, tmp_path):
+    data = str(REPO / "examples" / "make_world.py")
+    r = run_cli("train", "eagle3", "--draft-layer", "qwen3", "--init", converted, "-o", tmp_path / "more", "--verifier", WORLD / "verifier", "--data", data,
+                "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-validate")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "more" / "config.json").read_text())
+    assert cfg["transformer_layer_config"]["model_type"] == "qwen3" and cfg["specfmt"]["train"]["steps"] == 2
+    assert "layers.0.self_attn.q_norm.weight" in cfg["specfmt"]["train"]["trained"]
+    r = run_cli("train", "eagle3", "--draft-layer", "llama", "--init", converted, "-o", tmp_path / "wrong", "--verifier", WORLD / "verifier",
+                "--data", data, "--steps", "1")
+    assert r.returncode != 0 and "has qwen3 decoder layers, not llama" in r.stderr and not (tmp_path / "wrong").exists()
+
+
+@pytest.mark.vllm
+def test_vllm_serves_it_as_eagle3_qwen3_and_agrees_with_the_reference(converted):
+    """``validate --run`` as the quickstart runs it: vLLM started as ``vllm serve OUT`` (no speculative
+    flags) attaches the draft as ``Eagle3Qwen3ForCausalLM``; per position it agrees with the reference
+    within 0.1, both at mean acceptance length >= 1.8, the figures world.json recorded."""
+    from specfmt.validation.vllm_run import vllm_available
+
+    if not vllm_available():
+        pytest.skip("vLLM is not installed")
+    res = validate_run(converted, prompts=str(WORLD / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+                       min_acceptance_length=1.8, write=False)
+    st = {c.name: c.status for c in res.report.checks}
+    assert res.report.ok, res.report.to_json()
+    assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
+    ref, vl = res.reference, res.vllm
+    assert vl["method"] == "eagle3" and vl["draft_class"] == "Eagle3Qwen3ForCausalLM" and vl["form"] == "auto"
+    assert vl["command"] == f"vllm serve {converted}"
+    gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+    assert len(gaps) == 3 and max(gaps) <= 0.1
+    assert ref["mean_acceptance_length"] >= 1.8 and vl["mean_acceptance_length"] >= 1.8
+    recorded = MANIFEST["validate_run"]
+    assert ref["mean_acceptance_length"] == recorded["reference"]["mean_acceptance_length"]
+    assert abs(vl["mean_acceptance_length"] - recorded["vllm"]["mean_acceptance_length"]) <= 0.1
