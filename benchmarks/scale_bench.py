@@ -204,7 +204,7 @@ def run_size(name: str, tmp: Path, args) -> dict:
         row["validate"]["yardstick"] = json.loads(costs.stdout.strip().splitlines()[-1])
     # train: a few steps of a new EAGLE-3 draft
     out = tmp / f"trained-{name}"
-    t_proc, t_rss, t_wall = peak_rss(specfmt("train", "eagle3", "--verifier", ver, "-o", out, "--force", "--no-validate", "--data", *train_files(),
+    t_proc, t_rss, t_wall = peak_rss(specfmt("train", "eagle3", "--verifier", ver, "-o", out, "--force", "--no-validate", *[x for f in train_files() for x in ("--data", f)],
                                              "--steps", args.steps, "--batch-size", args.batch_size, "--seq-len", args.seq_len,
                                              "--save-every", 0, *dev))
     if t_proc.returncode:
