@@ -197,11 +197,15 @@ def run_size(name: str, tmp: Path, args) -> dict:
     res = json.loads((draft / "validation.json").read_text())
     tokens = res["reference"]["num_drafts"] and res["prompts"]["count"] * res["max_tokens"]
     row["validate"] = {"wall_seconds": round(wall, 1), "peak_rss": rss, "bound": int(1.2 * vbytes + GiB), "tokens": tokens,
-                       "tokens_per_second": round(tokens / wall, 2), "device": res["reference"]["device"], "dtype": res["reference"]["dtype"]}
+                       "tokens_per_second": round(tokens / wall, 2), "device": res["reference"]["device"], "dtype": res["reference"]["dtype"],
+                       "reference_seconds": res["reference"].get("seconds")}
     costs = subprocess.run([sys.executable, __file__, "--costs", str(ver), str(prompts), str(args.prompts), str(args.max_tokens), "3",
                             args.device, args.verifier_dtype or ""], capture_output=True, text=True)
     if costs.returncode == 0:
-        row["validate"]["yardstick"] = json.loads(costs.stdout.strip().splitlines()[-1])
+        y = row["validate"]["yardstick"] = json.loads(costs.stdout.strip().splitlines()[-1])
+        ref = row["validate"]["reference_seconds"] or {}
+        if ref:  # issue 19's target: the reference run costs at most 1.5 x (one generation + one forward)
+            row["validate"]["reference_over_yardstick"] = round((ref["verifier"] + ref["drafts"]) / (y["generate_seconds"] + y["forward_seconds"]), 2)
     # train: a few steps of a new EAGLE-3 draft
     out = tmp / f"trained-{name}"
     t_proc, t_rss, t_wall = peak_rss(specfmt("train", "eagle3", "--verifier", ver, "-o", out, "--force", "--no-validate", *[x for f in train_files() for x in ("--data", f)],
@@ -243,7 +247,8 @@ def main() -> None:
             r = rows[-1]
             v, t = r["validate"], r["train"]
             print(f"{name}: {r['params'] / 1e6:,.0f} M params, {r['verifier_bytes'] / GiB:.2f} GiB | validate {v['wall_seconds']} s, "
-                  f"peak {v['peak_rss'] / GiB:.2f} GiB (bound {v['bound'] / GiB:.2f}), yardstick {v.get('yardstick')} | "
+                  f"peak {v['peak_rss'] / GiB:.2f} GiB (bound {v['bound'] / GiB:.2f}), reference {v.get('reference_seconds')} s, "
+                  f"yardstick {v.get('yardstick')}, ratio {v.get('reference_over_yardstick')} | "
                   f"train {t['wall_seconds']} s, {t['tokens_per_second']} tok/s, peak {t['peak_rss'] / GiB:.2f} GiB (bound {t['bound'] / GiB:.2f})",
                   flush=True)
             shutil.rmtree(Path(tmp) / f"verifier-{name}", ignore_errors=True)
@@ -251,12 +256,15 @@ def main() -> None:
             "cpus": os.cpu_count(), "machine": platform.machine(), "device": args.device, "loadavg": os.getloadavg(),
             "options": {k: v for k, v in vars(args).items() if k not in ("json", "costs")}}
     print()
-    print("| verifier | params | bytes | validate wall (s) | validate peak RSS / bound (GiB) | yardstick: generate + forward (s) | train tokens/s | train wall (s) | train peak RSS / bound (GiB) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| verifier | params | bytes | validate wall (s) | reference: verifier + drafts (s) | yardstick: generate + forward (s) | ratio | "
+          "validate peak RSS / bound (GiB) | train tokens/s | train wall (s) | train peak RSS / bound (GiB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         v, t, y = r["validate"], r["train"], r["validate"].get("yardstick") or {}
+        rs = v.get("reference_seconds") or {}
         print(f"| {r['size']} | {r['params'] / 1e6:,.1f} M | {r['verifier_bytes'] / GiB:.2f} GiB | {v['wall_seconds']} | "
-              f"{v['peak_rss'] / GiB:.2f} / {v['bound'] / GiB:.2f} | {y.get('generate_seconds')} + {y.get('forward_seconds')} | "
+              f"{rs.get('verifier')} + {rs.get('drafts')} | {y.get('generate_seconds')} + {y.get('forward_seconds')} | {v.get('reference_over_yardstick')} | "
+              f"{v['peak_rss'] / GiB:.2f} / {v['bound'] / GiB:.2f} | "
               f"{t['tokens_per_second']} | {t['wall_seconds']} | {t['peak_rss'] / GiB:.2f} / {t['bound'] / GiB:.2f} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")

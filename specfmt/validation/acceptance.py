@@ -75,6 +75,8 @@ class ChainResult:
         num_accepted_tokens: accepted draft tokens.
         accepted_per_position: [k] counts.
         token_ids: generated ids per prompt (equal to the verifier alone).
+        verifier_seconds: wall time of the verifier's passes (:func:`greedy_path`, all prompts).
+        draft_seconds: wall time of simulating this proposer against them.
     """
 
     k: int
@@ -85,6 +87,8 @@ class ChainResult:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    verifier_seconds: float = 0.0
+    draft_seconds: float = 0.0
 
     @property
     def acceptance_rate_per_position(self) -> list[float]:
@@ -187,10 +191,16 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     Raises:
         ValueError: a proposer returned other than ``k`` ids.
     """
+    import time
+
     results = [ChainResult(k=k, accepted_per_position=[0] * k) for _ in proposers]
     for prompt in prompts:
+        t0 = time.perf_counter()
         path, full = greedy_path(model, prompt, max_tokens + k)
+        spent = time.perf_counter() - t0
         for res, propose in zip(results, proposers):
+            res.verifier_seconds += spent
+            t0 = time.perf_counter()
             seq = list(prompt) + path[:1]
             generated = 1
             while generated < max_tokens:
@@ -212,6 +222,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
             res.token_ids.append(path[:max_tokens])
             res.tokens += max_tokens
             res.prompts += 1
+            res.draft_seconds += time.perf_counter() - t0
     return results
 
 

@@ -323,6 +323,9 @@ def validate_run(
             ref_res = runs[0][1]
             result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
                                 "device": _device_name(placement), "dtype": placement.dtype, "device_map": placement.device_map,
+                                # wall time: the verifier's passes, and the simulation of every reading against them
+                                "seconds": {"verifier": round(ref_res.verifier_seconds, 2),
+                                            "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
                                 **_figures(ref_res)}
             rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
             base = ref_res.mean_acceptance_length
