@@ -136,15 +136,16 @@ def test_cpu_only_vllm_settings_apply_only_to_the_cpu_build():
     assert engine_settings({"tensor_parallel_size": 1, "gpu_memory_utilization": None}, on_cpu=False) == {}
 
 
-def test_agreement_tolerance_widens_only_between_dtypes_that_differ():
-    """Same dtype on both sides (CPU float32 and float32; the GPU default bf16 and bf16): the user's tolerance;
-    a float32 reference against a bf16 vLLM (the CPU build's default): widened by BF16_GAP."""
+def test_agreement_tolerance_has_a_floor_for_16_bit_runs():
+    """float32 on both sides: the tolerance as given; a 16-bit side (the GPU default bf16/bf16, the CPU
+    default float32/bf16): never below BF16_GAP, and the default 0.1 unchanged."""
     from specfmt.validation.run import BF16_GAP
 
-    assert agreement_tolerance(0.1, "float32", "float32") == 0.1
-    assert agreement_tolerance(0.1, "bfloat16", "bfloat16") == 0.1
-    assert agreement_tolerance(0.1, "float32", "bfloat16") == agreement_tolerance(0.1, "float16", "float32") == 0.1 + BF16_GAP
-    assert agreement_tolerance(0.1, None, None) == 0.1
+    assert agreement_tolerance(0.01, "float32", "float32") == 0.01
+    assert agreement_tolerance(0.01, None, None) == 0.01
+    for a, b in (("bfloat16", "bfloat16"), ("float32", "bfloat16"), ("float16", "float32")):
+        assert agreement_tolerance(0.01, a, b) == BF16_GAP
+        assert agreement_tolerance(0.1, a, b) == 0.1
 
 
 def test_validate_run_rejects_bad_vllm_settings():

@@ -138,9 +138,8 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
     }
 
 
-#: the extra per-position gap allowed between two runs whose verifier dtypes differ (one of them 16-bit):
-#: measured between the bf16 and the float32 reference on the shipped example (16 prompts x 32 tokens, k = 3;
-#: ``tests/test_scale.py``), with room to spare
+#: the smallest per-position gap the ``agreement`` check can hold a 16-bit comparison to: about 2.5 x the
+#: rounding effect measured on the shipped example (bf16 against float32, the reference's and vLLM's CPU build's)
 BF16_GAP = 0.05
 #: share of prompts whose tokens may differ from the verifier alone in a 16-bit vLLM run (vLLM's own heuristic)
 SIXTEEN_BIT_EXACT_SHARE = 0.66
@@ -149,21 +148,22 @@ SIXTEEN_BIT_EXACT_SHARE = 0.66
 def agreement_tolerance(tolerance: float, reference_dtype: str | None, vllm_dtype: str | None) -> float:
     """The largest per-position acceptance-rate gap the ``agreement`` check allows between the reference and vLLM.
 
-    The rule: ``tolerance`` when both runs use the same dtype (float32 and float32, or the GPU default of
-    bf16 and bf16); ``tolerance + BF16_GAP`` when they differ and one is 16-bit (the CPU default: the
-    reference in float32, vLLM's CPU build in bf16).
+    The rule: ``tolerance`` when both runs are float32; ``max(tolerance, BF16_GAP)`` when either runs in
+    a 16-bit dtype (the GPU default: bf16 and bf16; the CPU default: the float32 reference against the
+    CPU build's bf16). The default ``--tolerance`` 0.1 is above the floor, so it holds as given; a tighter
+    one is raised to what 16-bit rounding allows.
 
     Why: greedy verification is exact only up to the rounding of the dtype. Where the verifier's top two
-    logits are closer than bf16's rounding (8 significant bits; float16 has 11), a bf16 run takes the other
-    token and its path, and the acceptance counted along it, split from a float32 run's. vLLM's own
-    end-to-end spec-decode tests accept this on GPUs: ``tests/v1/e2e/test_spec_decode.py`` requires only
-    that more than 66 % of prompts match the non-speculative output exactly ("Heuristic: expect at least
-    66% of the prompts to match exactly"); :data:`SIXTEEN_BIT_EXACT_SHARE` applies the same share to the
-    ``vllm_exact`` check of a 16-bit run. The size of the widening, :data:`BF16_GAP`, comes from the
-    shipped example: the bf16 and float32 reference runs differ by at most 0.02 per position there, and
-    vLLM's CPU build (bf16) and the float32 reference by 0.016 (README, "What was measured"). Two runs in
-    one dtype still differ by kernels (vLLM's fused attention against transformers' eager one), which the
-    user's ``tolerance`` (default 0.1) covers.
+    logits are closer than bf16's rounding (8 significant bits; float16 has 11), a 16-bit run takes the
+    other token, and the acceptance counted along its path splits from the other run's -- also between two
+    bf16 runs, whose kernels (vLLM's fused attention, transformers' eager one) round differently. vLLM's own
+    end-to-end spec-decode tests accept this on GPUs: ``tests/v1/e2e/test_spec_decode.py`` requires only that
+    more than 66 % of prompts match the non-speculative output exactly ("Heuristic: expect at least 66% of
+    the prompts to match exactly"); :data:`SIXTEEN_BIT_EXACT_SHARE` applies that share to the ``vllm_exact``
+    check of a 16-bit run. The floor :data:`BF16_GAP` is measured on the shipped example: the bf16 and the
+    float32 reference runs differ by at most 0.02 per position (16 prompts x 32 tokens, k = 3;
+    ``tests/test_scale.py`` holds it under 0.05), vLLM's CPU build (bf16) and the float32 reference by
+    0.016 (README, "What was measured").
 
     Args:
         tolerance: the ``--tolerance`` given (acceptance-rate difference, 0 to 1).
@@ -172,9 +172,8 @@ def agreement_tolerance(tolerance: float, reference_dtype: str | None, vllm_dtyp
     Returns:
         The allowed gap (acceptance-rate difference).
     """
-    a, b = reference_dtype or "float32", vllm_dtype or "float32"
     sixteen = {"bfloat16", "float16"}
-    return round(tolerance + BF16_GAP, 4) if a != b and (a in sixteen or b in sixteen) else tolerance
+    return max(tolerance, BF16_GAP) if {reference_dtype, vllm_dtype} & sixteen else tolerance
 
 
 def _device_name(placement: Placement) -> str:
