@@ -272,7 +272,8 @@ def test_train_holds_one_copy_of_the_verifier(big, tmp_path):
 
 def test_fill_cache_only_then_train_without_loading_the_verifier(tmp_path, monkeypatch):
     """``--fill-cache-only`` writes the features and no draft; training from the filled cache reads only the
-    verifier's embedding and lm_head (no ``from_pretrained``), and trains the same draft as with the verifier."""
+    verifier's embedding and lm_head (no ``from_pretrained``), and trains the same draft as a run that loads the
+    verifier and fills its cache as it goes."""
     from specfmt.training.loop import TrainOptions
     from specfmt.training.pipeline import TrainRequest, train_draft
 
@@ -284,7 +285,8 @@ def test_fill_cache_only_then_train_without_loading_the_verifier(tmp_path, monke
     calls = _count_loads(monkeypatch)
     cached = train_draft(TrainRequest(out=str(tmp_path / "a"), cache=str(tmp_path / "cache"), **common), opts)
     assert calls == []  # the verifier's layers were never loaded
-    live = train_draft(TrainRequest(out=str(tmp_path / "b"), **common), opts)
+    # the same windows (a cache fixes them) with the verifier loaded: it fills a fresh cache as it trains
+    live = train_draft(TrainRequest(out=str(tmp_path / "b"), cache=str(tmp_path / "cache-live"), **common), opts)
     assert len(calls) == 1
     for n, t in live.draft.tensors.items():
         assert torch.allclose(cached.draft.tensors[n].float(), t.float(), atol=1e-5), n
