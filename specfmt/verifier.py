@@ -23,6 +23,8 @@ from .hub.resolve import Resolved, fetch, resolve
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from .placement import Placement
+
 #: where causal LMs keep the input embedding and the output head, in order of preference
 EMBED_NAMES = ["model.embed_tokens.weight", "model.language_model.embed_tokens.weight", "embed_tokens.weight"]
 HEAD_NAMES = ["lm_head.weight", "language_model.lm_head.weight"]
@@ -108,6 +110,7 @@ class Verifier:
     info: VerifierInfo
     config: dict[str, Any]
     _readers: dict[str, CheckpointReader] = field(default_factory=dict, repr=False)
+    _model: "tuple[Placement, Any] | None" = field(default=None, repr=False)
 
     @classmethod
     def load(cls, ref: str, revision: str | None = None) -> "Verifier":
@@ -215,24 +218,52 @@ class Verifier:
 
         return AutoTokenizer.from_pretrained(str(self.model_folder()))
 
-    def load_model(self, dtype: Any = None, device: Any = None) -> Any:
-        """The verifier as a transformers causal LM, eval mode, gradients off (float32 by default).
+    def load_model(self, placement: "Placement | None" = None) -> Any:
+        """The verifier as a transformers causal LM, eval mode, gradients off; loaded once per :class:`Verifier`.
+
+        A command loads it once and every user shares that one object: the reference run and all
+        its misreading variants, the trainer, the feature cache and the validation run after
+        training. A second call with the same placement returns the same model; another placement
+        releases the first before loading (never two copies at once).
+
+        The weights are read straight into place: transformers builds the model on the ``meta``
+        device and fills each parameter from the memory-mapped safetensors file in the run dtype
+        (``Placement.from_pretrained_kwargs``: ``device_map`` puts it on the GPU, or spreads it with
+        accelerate), so the peak is about one copy of the verifier in its run dtype (measured:
+        ``benchmarks/scale_bench.py``; guarded by ``tests/test_scale.py``).
+
+        Args:
+            placement: device, dtype and device map (:func:`specfmt.placement.resolve_placement`);
+                default: float32 on the CPU.
 
         Raises:
             OSError, ValueError: transformers cannot load it.
         """
-        import torch
         from transformers import AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
+        from .placement import Placement
+
+        placement = placement or Placement()
+        if self._model is not None and self._model[0] == placement:
+            return self._model[1]
+        self.release_model()
         hf_logging.disable_progress_bar()  # the command's own output is the report; no "Loading weights" bar
-        model = AutoModelForCausalLM.from_pretrained(str(self.model_folder()), dtype=dtype or torch.float32)
-        if device is not None:
-            model = model.to(device)
+        model = AutoModelForCausalLM.from_pretrained(str(self.model_folder()), **placement.from_pretrained_kwargs())
         model.eval().requires_grad_(False)
+        self._model = (placement, model)
         return model
 
+    def release_model(self) -> None:
+        """Drop the loaded model (the next :meth:`load_model` reads it again)."""
+        if self._model is not None:
+            self._model = None
+            import gc
+
+            gc.collect()
+
     def close(self) -> None:
+        self.release_model()
         for r in self._readers.values():
             r.close()
         self._readers.clear()

@@ -79,19 +79,20 @@ def eagle1_forward(
         verifier_hidden: [T, H] the verifier's last hidden state (after its final norm).
 
     Returns:
-        [T, H] the draft's output features, in the dtype of ``embeds``.
+        [T, H] the draft's output features, in the dtype and on the device of ``embeds``.
 
     Raises:
         KeyError: a tensor the layers need is missing.
     """
     import torch
 
-    layers, rope = _layers(tensors, cfg, embeds.dtype)
-    x = torch.cat([embeds, verifier_hidden], dim=-1) @ tensors["fc.weight"].to(embeds.dtype).T
+    dev, dt = embeds.device, embeds.dtype
+    layers, rope = _layers(tensors, cfg, dt, dev)
+    x = torch.cat([embeds, verifier_hidden.to(dev, dt)], dim=-1) @ tensors["fc.weight"].to(dev, dt).T
     if "fc.bias" in tensors:
-        x = x + tensors["fc.bias"].to(embeds.dtype)
+        x = x + tensors["fc.bias"].to(dev, dt)
     x = x.unsqueeze(0)
-    positions = torch.arange(x.shape[1]).unsqueeze(0)
+    positions = torch.arange(x.shape[1], device=dev).unsqueeze(0)
     cos_sin = rope(x, positions)
     with torch.no_grad():
         for layer in layers:
@@ -100,10 +101,10 @@ def eagle1_forward(
     return x.squeeze(0)
 
 
-def _layers(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], dtype: Any) -> tuple[list[Any], Any]:
+def _layers(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], dtype: Any, device: Any = None) -> tuple[list[Any], Any]:
     """The draft's transformers Llama layers with ``tensors`` loaded (layer 0's input norm an
-    Identity), and the rotary embedding, in ``dtype``; built once per draft and dtype."""
-    key = (id(tensors), str(dtype))
+    Identity), and the rotary embedding, in ``dtype`` on ``device``; built once per draft, dtype and device."""
+    key = (id(tensors), str(dtype), str(device))
     hit = _BUILT.get(key)
     if hit is not None and hit[0] is tensors:
         return hit[1], hit[2]
@@ -125,8 +126,8 @@ def _layers(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], dtype: Any)
             for p, mod in (("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj), ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj)):
                 state.setdefault(f"self_attn.{p}_proj.bias", torch.zeros(mod.out_features, dtype=dtype))
         layer.load_state_dict(state, strict=True)
-        layers.append(layer.eval())
-    rope = LlamaRotaryEmbedding(config).to(dtype)
+        layers.append(layer.to(device).eval())
+    rope = LlamaRotaryEmbedding(config).to(device, dtype)
     _BUILT.clear()  # one draft at a time: a proposer's chain reuses it, the next draft replaces it
     _BUILT[key] = (tensors, layers, rope)
     return layers, rope
@@ -154,11 +155,11 @@ def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_
     def propose(tokens: list[int], states, k: int) -> list[int]:
         dtype = states.hidden[-1].dtype
         ids = list(tokens[1:])
-        feats = states.hidden[-1]
+        feats = states.hidden[-1]  # the draft runs where the verifier's states are, in their dtype
         out: list[int] = []
         for _ in range(k):
-            f = eagle1_forward(tensors, cfg, embed[torch.tensor(ids)].to(dtype), feats)
-            d = int((f[-1] @ lm_head.to(dtype).T).argmax())
+            f = eagle1_forward(tensors, cfg, embed[torch.tensor(ids, device=embed.device)].to(feats.device, dtype), feats)
+            d = int((f[-1] @ lm_head.to(f.device, dtype).T).argmax())
             out.append(d)
             ids.append(d)
             feats = torch.cat([feats, f[-1:]], dim=0)

@@ -253,7 +253,7 @@ def _module_class():
     return Eagle3Draft
 
 
-def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
+def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None, share: bool = False):
     """The EAGLE-3 draft as a ``torch.nn.Module``, with its state-dict names the specfmt tensor names.
 
     The forward pass of vLLM's ``llama_eagle3.py`` / ``qwen3_eagle3.py`` and SafeAILab
@@ -270,12 +270,14 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
         tensors: the checkpoint's tensors; None leaves the module randomly initialised
             (``nn.Linear`` defaults, norms = 1). ``embed_tokens.weight`` is kept as the
             attribute ``embed_tokens`` (a tensor, not a parameter) when present.
+        share: the module's parameters are ``tensors`` themselves (no copy; frozen), as
+            :func:`specfmt.algorithms.layers.load_state`; the reference run's readings share one set.
 
     Raises:
         KeyError / RuntimeError: ``tensors`` lack a tensor the config implies or have a
             different shape (``load_state_dict(strict=True)``).
     """
-    return layers.load_state(_module_class()(cfg), tensors)
+    return layers.load_state(_module_class()(cfg), tensors, share=share)
 
 
 def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Tensor | None" = None) -> "Proposer":
@@ -290,7 +292,7 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
         draft: a :func:`draft_module` (eval mode).
         embed: [V, H] the embedding the draft uses: its own ``embed_tokens`` when the
             checkpoint has one, else the verifier's (vLLM shares it).
-        dtype: compute dtype (default: the verifier states' dtype).
+        dtype: compute dtype (default: the verifier states' dtype); the draft runs on the states' device.
         targets: [Vd] verifier id of each draft id (default ``draft.target_ids()``, the
             format's reading of ``d2t``); validation passes other readings to test them.
     """
@@ -300,15 +302,16 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
 
     def propose(tokens: list[int], states, k: int) -> list[int]:
         dt = dtype or states.hidden[0].dtype
-        d = draft.to(dt)
+        dev = states.hidden[0].device  # the draft runs where the verifier's states are (a GPU on --device cuda)
+        d = draft.to(dev, dt)
         aux = torch.cat([states.hidden[j] for j in d.taps], dim=-1).to(dt)
         with torch.no_grad():
             hidden = d.combine(aux)[None]
             ids = list(tokens[1:])
             out: list[int] = []
             for _ in range(k):
-                e = embed[torch.tensor(ids)].to(dt)[None]
-                logits, feedback, _ = d(e, hidden, torch.arange(len(ids)))
+                e = embed[torch.tensor(ids, device=embed.device)].to(dev, dt)[None]
+                logits, feedback, _ = d(e, hidden, torch.arange(len(ids), device=dev))
                 t = int(targets[int(logits[0, -1].argmax())])
                 out.append(t)
                 ids.append(t)
@@ -523,7 +526,7 @@ class Eagle3(Algorithm):
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
         import torch
 
-        draft = draft_module(reading.cfg, tensors).eval()
+        draft = draft_module(reading.cfg, tensors, share=True).eval()  # every reading shares the checkpoint's tensors
         if reading.extra.get("qk_norm") is False:
             layers.drop_qk_norms(draft.layers)
         own = draft.embed_tokens if draft.embed_tokens is not None else embed

@@ -361,11 +361,21 @@ def drop_qk_norms(layers: Any) -> None:
                 delattr(layer.self_attn, name)
 
 
-def load_state(model, tensors: dict[str, Any] | None):
+def load_state(model, tensors: dict[str, Any] | None, share: bool = False):
     """Load ``tensors`` into a reference module (strict; ``embed_tokens.weight`` kept aside as
-    the attribute ``model.embed_tokens``, a tensor, since the draft may share the verifier's)."""
+    the attribute ``model.embed_tokens``, a tensor, since the draft may share the verifier's).
+
+    ``share``: the module's parameters become ``tensors`` themselves, in their dtype and on their
+    device (``load_state_dict(assign=True)``), so several modules built from one set of tensors
+    (the reference run's misreadings of one checkpoint) hold one copy of the weights, not one each."""
     if tensors is not None:
         own = model.state_dict()
+        if share:
+            state = {n: t for n, t in tensors.items() if n != "embed_tokens.weight"}
+            model.load_state_dict(state, strict=True, assign=True)
+            model.requires_grad_(False)
+            model.embed_tokens = tensors.get("embed_tokens.weight")
+            return model
         state = {n: t.to(own[n].dtype) if n in own else t for n, t in tensors.items() if n != "embed_tokens.weight"}
         model.load_state_dict(state, strict=True)
         model.embed_tokens = tensors.get("embed_tokens.weight")

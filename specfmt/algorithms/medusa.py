@@ -80,12 +80,12 @@ def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> 
         for i in range(k):
             x = h0
             for j in range(cfg["num_hidden_layers"]):
-                w = tensors[f"blocks.{i}.layers.{j}.weight"].to(x.dtype)
+                w = tensors[f"blocks.{i}.layers.{j}.weight"].to(x.device, x.dtype)  # on the states' device, in their dtype
                 b = tensors.get(f"blocks.{i}.layers.{j}.bias")
-                y = x @ w.T + (b.to(x.dtype) if b is not None else 0)
+                y = x @ w.T + (b.to(x.device, x.dtype) if b is not None else 0)
                 x = x + torch.nn.functional.silu(y)
             head = tensors["lm_head.weight"] if cfg["original_lm_head"] else tensors[f"lm_heads.{i}.weight"]
-            out.append(int((x @ head.to(x.dtype).T).argmax()))
+            out.append(int((x @ head.to(x.device, x.dtype).T).argmax()))
         return out
 
     return propose

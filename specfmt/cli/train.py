@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -20,6 +22,10 @@ train_app = typer.Typer(
 )
 
 def _report(result, *, dry_run: bool) -> None:
+    if result.cache_filled is not None:
+        out.print(f"filled the feature cache {result.cache_filled} (verifier in {result.placement.dtype} on {result.placement.device}); "
+                  "train from it with the same options and --cache: the verifier is not loaded", markup=False, highlight=False)
+        return
     if result.out is None:
         return
     for note in result.notes:
@@ -52,10 +58,17 @@ def _run(req, opts) -> None:
     progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[figures]}"),
                         TimeElapsedColumn(), TimeRemainingColumn(), console=err, disable=not err.is_terminal)
     task = None
+    per_step = opts.batch_size * opts.seq_len * int(os.environ.get("WORLD_SIZE", "1"))  # trained tokens per step, all processes
+    first: list[float] = []  # (time, step) of the first step seen: throughput counts from there
 
     def log(step: int, loss: float, acc: list[float]) -> None:
         nonlocal task
-        figures = f"loss {loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in acc)}  ~τ {acceptance_estimate(acc):.2f}"
+        now = time.perf_counter()
+        if not first:
+            first.extend([now, step])
+        rate = per_step * (step - first[1]) / (now - first[0]) if step > first[1] else 0.0
+        figures = (f"loss {loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in acc)}  ~τ {acceptance_estimate(acc):.2f}"
+                   + (f"  {rate:,.0f} tok/s" if rate else ""))
         if task is None:
             task = progress.add_task("training", total=opts.steps, completed=step, figures="")
         progress.update(task, completed=step + 1, figures=figures)
@@ -94,7 +107,11 @@ def _make_command(algorithm: str, summary: str):
         embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into the draft (embed_tokens.weight)."),
         speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config (default: 3; Medusa: K)."),
         device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available). Several GPUs: run under torchrun."),
-        cache: Optional[Path] = typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch."),
+        verifier_dtype: Optional[str] = typer.Option(None, "--verifier-dtype", help="The verifier's run dtype: float32, bfloat16 or float16 (default: bfloat16 on a GPU, float32 on the CPU); 16-bit trains the draft under autocast with float32 weights."),
+        device_map: Optional[str] = typer.Option(None, "--device-map", help="Spread the verifier over every visible GPU (auto, balanced, sequential; needs accelerate); one process."),
+        max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB."),
+        cache: Optional[Path] = typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch; a filled cache trains without loading the verifier."),
+        fill_cache_only: bool = typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share)."),
         resume: bool = typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options)."),
         save_every: int = typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C)."),
         dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32)."),
@@ -109,7 +126,8 @@ def _make_command(algorithm: str, summary: str):
         req = TrainRequest(out=str(output), verifier=verifier, algorithm=algorithm, data=[str(d) for d in data or []], init=init,
                            source_format=source_format, dry_run=dry_run, draft_vocab=draft_vocab, taps=parse_layers(aux_layers),
                            layers=layers, draft_layer=draft_layer, heads=heads, head_layers=head_layers, train_all=train_all, embed=embed,
-                           speculative_tokens=speculative_tokens, device=device, cache=str(cache) if cache else None, resume=resume,
+                           speculative_tokens=speculative_tokens, device=device, verifier_dtype=verifier_dtype, device_map=device_map,
+                           max_memory=max_memory, cache=str(cache) if cache else None, fill_cache_only=fill_cache_only, resume=resume,
                            dtype=dtype, force=force, validate=validate, prompts=str(prompts) if prompts else None)
         opts = TrainOptions(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, ttt_steps=ttt_steps, noise=noise,
                             seed=seed, save_every=save_every)

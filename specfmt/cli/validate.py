@@ -27,13 +27,20 @@ def validate(
     tolerance: float = typer.Option(0.1, "--tolerance", help="Largest allowed gap between vLLM's and the reference's acceptance rate at any position."),
     no_vllm: bool = typer.Option(False, "--no-vllm", help="With --run: the reference run only."),
     timeout: float = typer.Option(900, "--timeout", help="Seconds allowed for each vLLM engine."),
+    device: Optional[str] = typer.Option(None, "--device", help="With --run: where the reference runs the verifier and the drafts: cpu, cuda or cuda:N (default: cuda when available)."),
+    verifier_dtype: Optional[str] = typer.Option(None, "--verifier-dtype", help="With --run: the verifier's run dtype in the reference, float32, bfloat16 or float16 (default: bfloat16 on a GPU, float32 on the CPU)."),
+    device_map: Optional[str] = typer.Option(None, "--device-map", help="With --run: spread the verifier over every visible GPU (auto, balanced, sequential; needs accelerate)."),
+    max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB."),
+    tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="With --run: GPUs vLLM spreads the verifier over (GPU build of vLLM)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="With --run: vLLM's share of each GPU (default: vLLM's; the CPU build always uses 0.2 of CPU memory)."),
 ) -> None:
     """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
     from ..validation.static import validate_static
 
     if not run:
-        if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length)) or no_vllm:
-            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length and --no-vllm need --run")
+        if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length, device, verifier_dtype, device_map, max_memory,
+                                       gpu_memory_utilization)) or no_vllm or tensor_parallel_size != 1:
+            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm and the device options need --run")
         rep = validate_static(path, verifier)
         if as_json:
             out.print_json(json.dumps(rep.to_json()))
@@ -41,11 +48,14 @@ def validate(
             out.print(checks_table(rep, f"specfmt validate {rep.path}"))
             out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
+    from ..placement import resolve_placement
     from ..validation.run import CAUSES, validate_run
 
+    placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
     res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
                        num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
-                       tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout)
+                       tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
+                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization)
     rep = res.report
     if as_json:
         out.print_json(json.dumps({**res.to_json(), "written": res.written}))

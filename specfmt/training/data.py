@@ -177,14 +177,49 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
     Returns:
         ``(aux [B, T, n·H] or None, last [B, T, H])``: the taps, concatenated, and the last
         hidden state after the final norm (what the verifier's ``lm_head`` reads; EAGLE-1
-        and Medusa read it too).
+        and Medusa read it too), in the verifier's run dtype, both on the last hidden state's
+        device (a verifier spread with a ``device_map`` returns each layer's state on its own GPU).
     """
     import torch
 
     with torch.no_grad():
         out = verifier.get_decoder()(input_ids=ids, output_hidden_states=bool(taps), use_cache=False)
-        aux = torch.cat([out.hidden_states[j] for j in taps], dim=-1) if taps else None
-        return aux, out.last_hidden_state
+        last = out.last_hidden_state
+        aux = torch.cat([out.hidden_states[j].to(last.device) for j in taps], dim=-1) if taps else None
+        return aux, last
+
+
+class FrozenEnds:
+    """The two ends of a verifier a draft trains against when its features come from a
+    :class:`FeatureCache`: the input embedding and the ``lm_head``, read alone from the verifier's
+    weights (:meth:`specfmt.verifier.Verifier.embedding`, :meth:`~specfmt.verifier.Verifier.lm_head`),
+    so training never loads the verifier's layers. Offers what :func:`specfmt.training.loop.fit`
+    calls on a verifier: ``get_input_embeddings()``, ``get_output_embeddings()``, ``eval()``.
+    """
+
+    def __init__(self, embed: "torch.Tensor", head: "torch.Tensor"):
+        import torch
+
+        self._embed = torch.nn.Embedding.from_pretrained(embed, freeze=True)
+        self._head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False, device="meta")
+        self._head.weight = torch.nn.Parameter(head, requires_grad=False)
+
+    @classmethod
+    def from_verifier(cls, verifier: Any, placement: Any) -> "FrozenEnds":
+        """[V, H_t] embedding and head in the placement's dtype, on its device."""
+        dev, dt = placement.device, placement.torch_dtype
+        embed = verifier.embedding().to(dev, dt)
+        head = embed if verifier.info.tie_word_embeddings else verifier.lm_head().to(dev, dt)  # tied: the same tensor
+        return cls(embed, head)
+
+    def get_input_embeddings(self):
+        return self._embed
+
+    def get_output_embeddings(self):
+        return self._head
+
+    def eval(self) -> "FrozenEnds":
+        return self
 
 
 class FeatureCache:
@@ -277,4 +312,4 @@ class FeatureCache:
         return (torch.cat(aux) if aux else None), torch.cat(last)
 
 
-__all__ = ["Documents", "FeatureCache", "Windows", "read_documents", "verifier_features"]
+__all__ = ["Documents", "FeatureCache", "FrozenEnds", "Windows", "read_documents", "verifier_features"]

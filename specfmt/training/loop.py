@@ -147,6 +147,7 @@ def fit(
     fingerprint: dict[str, Any] | None = None,
     subset: list[int] | None = None,
     log: Callable[[int, float, list[float]], None] | None = None,
+    autocast: Any = None,
 ) -> TrainStats:
     """Train ``draft`` in place against the frozen ``verifier``.
 
@@ -167,6 +168,11 @@ def fit(
         subset: the parts the objective trains (Medusa heads; :meth:`~specfmt.algorithms.base.Algorithm.heads_trained`), None for all.
         log: called on the main process as ``log(step, loss, accuracy_per_position)`` after
             every step.
+        autocast: a 16-bit torch dtype (the verifier's, ``torch.bfloat16``): the draft's forward and
+            loss run under ``torch.autocast(device_type, autocast)`` while its weights, gradients and
+            AdamW state stay float32 (mixed precision with float32 master weights, as EAGLE's own
+            trainer runs: ``accelerate launch --mixed_precision=bf16``, SafeAILab/EAGLE ``scripts/train_*.sh``;
+            SpecForge's FSDP ``MixedPrecision`` computes in bf16 too); None: float32 throughout.
 
     Returns:
         :class:`TrainStats` (figures summed over processes).
@@ -237,7 +243,8 @@ def fit(
                 aux, last = data.verifier_features(verifier, ids, taps)
             for g in opt.param_groups:
                 g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
-            loss, correct, counted = model(ids, aux, last, step)
+            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
+                loss, correct, counted = model(ids, aux, last, step)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 0.5)

@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -38,7 +38,8 @@ from ..draft import save_draft
 from ..format.draft import Draft
 from ..errors import InputError
 from ..verifier import Verifier
-from .data import FeatureCache, Windows, read_documents
+from ..placement import Placement, resolve_placement
+from .data import FeatureCache, FrozenEnds, Windows, read_documents
 from .loop import fit
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,7 +71,13 @@ class TrainRequest:
         vocab_map: build ``d2t``/``t2d`` (default: when the draft needs and lacks them).
         speculative_tokens: k written into the config (default: the draft's, else 3 / K).
         device: ``cpu``, ``cuda``, ``cuda:N`` or None (CUDA when available).
+        verifier_dtype: the verifier's run dtype (None: bf16 on a GPU, float32 on the CPU); a
+            16-bit verifier trains the draft under ``torch.autocast`` with float32 master weights.
+        device_map: spread the verifier over the GPUs with accelerate (``auto``); None: all on ``device``.
+        max_memory: per-device caps for ``device_map`` (``--max-memory`` text or dict).
         cache: feature cache folder, or None.
+        fill_cache_only: fill ``cache`` with the verifier's features and stop (no draft is
+            written); under ``torchrun`` each process fills its own shards.
         resume: continue a saved state.
         dtype: floating dtype of the written tensors (None: the ``init`` draft's, else float32).
         force: replace a non-empty OUT.
@@ -98,7 +105,11 @@ class TrainRequest:
     vocab_map: bool | None = None
     speculative_tokens: int | None = None
     device: str | None = None
+    verifier_dtype: str | None = None
+    device_map: str | None = None
+    max_memory: Any = None
     cache: str | None = None
+    fill_cache_only: bool = False
     resume: bool = False
     dtype: str | None = None
     force: bool = False
@@ -117,6 +128,8 @@ class TrainResult:
     stats: "TrainStats | None"
     validation: "RunResult | None" = None
     notes: list[str] = field(default_factory=list)
+    placement: "Placement | None" = None
+    cache_filled: str | None = None
 
 
 def state_dir(out: str | Path) -> Path:
@@ -129,23 +142,33 @@ def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _init_distributed(device: str | None):
-    """Join the ``torchrun`` process group when there is one; returns ``(rank, world, device)``."""
-    import torch
+def _init_distributed(req: TrainRequest) -> tuple[int, int, "Placement"]:
+    """Check the placement options and join the ``torchrun`` process group when there is one;
+    returns ``(rank, world, placement)``: under torchrun on GPUs each process takes ``cuda:LOCAL_RANK``
+    (NCCL), on the CPU gloo.
+
+    Raises:
+        InputError: as :func:`specfmt.placement.resolve_placement`; ``--device-map`` under torchrun
+            (one verifier per process cannot also be spread over every GPU).
+    """
     import torch.distributed as dist
 
+    placement = resolve_placement(req.device, req.verifier_dtype, req.device_map, req.max_memory)
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
     if world > 1:
+        if placement.device_map is not None:
+            raise InputError("--device-map spreads one verifier over the GPUs; under torchrun each process loads its own",
+                             hint="run one process with --device-map auto, or torchrun without it")
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        if device.startswith("cuda"):
-            device = f"cuda:{local}"
+        if placement.is_cuda:
+            import torch
+
+            placement = replace(placement, device=f"cuda:{local}")
             torch.cuda.set_device(local)
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
-        return dist.get_rank(), world, torch.device(device)
-    return 0, 1, torch.device(device)
+            dist.init_process_group("nccl" if placement.is_cuda else "gloo")
+        return dist.get_rank(), world, placement
+    return 0, 1, placement
 
 
 def _shape(req: TrainRequest) -> NewDraft:
@@ -175,6 +198,17 @@ def _fill(req: TrainRequest, algo: Algorithm, draft: Draft, verifier: Verifier, 
             raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {limit[0]} {algo.title} {limit[1]}")
         cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
     return filled
+
+
+def _load_verifier(verifier: Verifier, placement: "Placement", say: Callable[[str], None]) -> Any:
+    where = f"{placement.device_map} device map" if placement.device_map else placement.device
+    say(f"loading the verifier {verifier.name_or_path} on {where} in {placement.dtype}")
+    return verifier.load_model(placement)
+
+
+def _features_device(model: Any) -> Any:
+    """Where a batch's input ids go (the input embedding's device; the first GPU of a device map)."""
+    return model.get_input_embeddings().weight.device
 
 
 def _module(algo: Algorithm, draft: Draft, device: Any) -> Any:
@@ -207,6 +241,10 @@ def check_request(req: TrainRequest) -> None:
         layers.family(req.draft_layer)
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
+    if req.fill_cache_only and not req.cache:
+        raise InputError("--fill-cache-only fills a --cache folder", hint="give --cache DIR")
+    if req.fill_cache_only and (req.dry_run or req.fill_only or req.resume):
+        raise InputError("--fill-cache-only computes the verifier's features only; it does not go with --dry-run or --resume")
     if req.resume and (req.dry_run or req.fill_only):
         raise InputError("--resume continues training; it does not go with --dry-run")
 
@@ -240,11 +278,12 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
     if opts.ttt_steps < 1:
         raise InputError("--ttt-steps must be at least 1")
-    rank, world, device = _init_distributed(req.device)
+    rank, world, placement = _init_distributed(req)
+    device = torch.device(placement.device)
     torch.manual_seed(opts.seed)
     verifier = Verifier.load(req.verifier)  # resolved once: data, fill-ins, training and the validation run share it
     req.verifier = verifier.name_or_path
-    training = not (req.fill_only or req.dry_run) and opts.steps > 0
+    training = not (req.fill_only or req.dry_run) and (opts.steps > 0 or req.fill_cache_only)
     docs = None
     if req.data:
         say("reading the training data")
@@ -292,39 +331,54 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     if training:
         import torch.distributed as dist
 
-        say(f"loading the verifier {req.verifier} on {device}")
-        model = verifier.load_model(device=device)
         windows = Windows(docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=world, rank=rank)
         taps = algo.feature_taps(draft.config)
-        cache = None
+        cache = model = None
         if req.cache:
             key = {"verifier": req.verifier, "verifier_config": _digest(verifier.config),
-                   "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": "float32"}
+                   "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
             cache = FeatureCache(req.cache, key)
             if world > 1:  # every process has read the folder before any writes to it
                 dist.barrier()
             if not cache.complete:
-                say(f"computing the verifier's features of {windows.n} windows into {req.cache}")
-                cache.build(windows, model, taps, device, rank=rank, world=world)
+                model = _load_verifier(verifier, placement, say)
+                say(f"computing the verifier's features of {windows.n} windows into {req.cache}"
+                    + (f" (process {rank} of {world})" if world > 1 else ""))
+                cache.build(windows, model, taps, _features_device(model), rank=rank, world=world)
                 if world > 1:
                     dist.barrier()
                     if rank == 0:
                         cache.mark_complete()
+            if req.fill_cache_only:
+                say(f"the feature cache {req.cache} holds the features of all {windows.n} windows")
+                return TrainResult(None, draft, {}, [], None, notes=notes, placement=placement, cache_filled=str(req.cache))
+        if cache is not None and model is None:
+            # the features are on disk: training reads them and never loads the verifier, only its two ends
+            say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
+            model = FrozenEnds.from_verifier(verifier, placement)
+        elif model is None:
+            model = _load_verifier(verifier, placement, say)
+        where = model.get_output_embeddings().weight.device  # a device map: the draft trains beside the verifier's last layers
+        if where != device:
+            module = module.to(where)
+            if module.embed_tokens is not None:
+                module.embed_tokens = module.embed_tokens.to(where)
         fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": docs.files,
-                       "draft": _digest(draft.config), "world": world,
+                       "draft": _digest(draft.config), "world": world, "verifier_dtype": placement.dtype,
                        "options": {k: v for k, v in vars(opts).items() if k != "save_every"}}
         embed = module.embed_tokens  # the draft's own (EAGLE-1; EAGLE-3 with H != H_t), else the verifier's
         say(f"training {len(trainable)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
-            + (f" on {world} processes" if world > 1 else ""))
+            + (f" on {world} processes" if world > 1 else "")
+            + (f", {placement.dtype} autocast over float32 weights" if placement.autocast else ""))
         stats = fit(draft.algorithm, module, model, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
-                    fingerprint=fingerprint, subset=subset, log=log)
+                    fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None)
         del model
 
     tensors = {n: t.detach().cpu() for n, t in module.state_dict().items()}
     if module.embed_tokens is not None:
         tensors["embed_tokens.weight"] = module.embed_tokens.detach().cpu()
     draft.tensors = tensors  # a vocabulary map is among the module's buffers
-    result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes)
+    result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes, placement=placement)
     if rank != 0:
         return result
     provenance = {
@@ -337,6 +391,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         "data": docs.files if docs else {},
         "tokens": stats.tokens if stats else 0,
         "seconds": round(stats.seconds, 1) if stats else 0,
+        "tokens_per_second": round(stats.tokens_per_second, 1) if stats else None,
+        "verifier_placement": placement.to_json() if training else None,
         "top1_agreement": [round(a, 4) for a in stats.accuracy] if stats else None,
         "processes": world,
         "dry_run": req.dry_run,
@@ -351,7 +407,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         say("validating: static checks and the reference run (no vLLM)")
         from ..validation.run import validate_run
 
-        result.validation = validate_run(result.out, verifier=verifier, prompts=req.prompts, use_vllm=False)
+        # the verifier loaded for training (if any) is the one the reference run uses: loaded once per command
+        result.validation = validate_run(result.out, verifier=verifier, prompts=req.prompts, use_vllm=False, placement=placement)
     return result
 
 

@@ -75,6 +75,8 @@ class ChainResult:
         num_accepted_tokens: accepted draft tokens.
         accepted_per_position: [k] counts.
         token_ids: generated ids per prompt (equal to the verifier alone).
+        verifier_seconds: wall time of the verifier's passes (:func:`greedy_path`, all prompts).
+        draft_seconds: wall time of simulating this proposer against them.
     """
 
     k: int
@@ -85,6 +87,8 @@ class ChainResult:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    verifier_seconds: float = 0.0
+    draft_seconds: float = 0.0
 
     @property
     def acceptance_rate_per_position(self) -> list[float]:
@@ -104,27 +108,40 @@ class ChainResult:
         }
 
 
+def input_device(model: Any) -> Any:
+    """Where a model's input ids go: the device of its input embedding (the first GPU of a
+    ``device_map``; accelerate's hooks move activations between the devices after it)."""
+    return model.get_input_embeddings().weight.device
+
+
 def verifier_states(model: Any, tokens: list[int]) -> VerifierStates:
-    """Run a transformers causal LM over ``tokens`` (one sequence, no cache)."""
+    """Run a transformers causal LM over ``tokens`` (one sequence, no cache).
+
+    The states come back on one device, the logits' (a verifier spread over several GPUs with a
+    ``device_map`` returns each layer's state on its own GPU; the drafts read them side by side),
+    in the verifier's run dtype.
+    """
     import torch
 
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([tokens]), output_hidden_states=True, use_cache=False)
-    return VerifierStates([h[0] for h in out.hidden_states], out.logits[0])
+        out = model(input_ids=torch.tensor([tokens], device=input_device(model)), output_hidden_states=True, use_cache=False)
+    dev = out.logits.device
+    return VerifierStates([h[0].to(dev) for h in out.hidden_states], out.logits[0])
 
 
 def _greedy_tail(model: Any, tokens: list[int], n: int) -> list[int]:
     """``n`` greedy tokens after ``tokens``, decoded with the KV cache."""
     import torch
 
+    dev = input_device(model)
     out: list[int] = []
     with torch.no_grad():
-        step = model(input_ids=torch.tensor([tokens]), use_cache=True)
+        step = model(input_ids=torch.tensor([tokens], device=dev), use_cache=True)
         for _ in range(n):
             out.append(int(step.logits[0, -1].argmax()))
             if len(out) == n:
                 break
-            step = model(input_ids=torch.tensor([[out[-1]]]), past_key_values=step.past_key_values, use_cache=True)
+            step = model(input_ids=torch.tensor([[out[-1]]], device=dev), past_key_values=step.past_key_values, use_cache=True)
     return out
 
 
@@ -174,10 +191,16 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     Raises:
         ValueError: a proposer returned other than ``k`` ids.
     """
+    import time
+
     results = [ChainResult(k=k, accepted_per_position=[0] * k) for _ in proposers]
     for prompt in prompts:
+        t0 = time.perf_counter()
         path, full = greedy_path(model, prompt, max_tokens + k)
+        spent = time.perf_counter() - t0
         for res, propose in zip(results, proposers):
+            res.verifier_seconds += spent
+            t0 = time.perf_counter()
             seq = list(prompt) + path[:1]
             generated = 1
             while generated < max_tokens:
@@ -199,6 +222,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
             res.token_ids.append(path[:max_tokens])
             res.tokens += max_tokens
             res.prompts += 1
+            res.draft_seconds += time.perf_counter() - t0
     return results
 
 
@@ -211,4 +235,4 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainResult", "Proposer", "VerifierStates", "greedy_path", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainResult", "Proposer", "VerifierStates", "greedy_path", "input_device", "run_chain", "run_chains", "verifier_states"]

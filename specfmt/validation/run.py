@@ -49,11 +49,12 @@ from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError, VLLMRunError
 from ..format.config import speculative_tokens
 from ..hub.resolve import resolve
+from ..placement import Placement, resolve_placement
 from ..verifier import Verifier
 from . import vllm_run
 from .acceptance import run_chains
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts
-from .report import FAIL, PASS, SKIP, Report
+from .report import FAIL, PASS, SKIP, WARN, Report
 from .static import validate_static
 from .weights import vllm_weight_mismatches
 
@@ -139,6 +140,55 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
     }
 
 
+#: the smallest per-position gap the ``agreement`` check can hold a 16-bit comparison to: about 3 x the largest
+#: rounding effect measured on the shipped example (bf16 against float32: 0.008 between the references, 0.016
+#: between vLLM's CPU build and the float32 reference)
+BF16_GAP = 0.05
+#: share of prompts whose tokens may differ from the verifier alone in a 16-bit vLLM run (vLLM's own heuristic)
+SIXTEEN_BIT_EXACT_SHARE = 0.66
+
+
+def agreement_tolerance(tolerance: float, reference_dtype: str | None, vllm_dtype: str | None) -> float:
+    """The largest per-position acceptance-rate gap the ``agreement`` check allows between the reference and vLLM.
+
+    The rule: ``tolerance`` when both runs are float32; ``max(tolerance, BF16_GAP)`` when either runs in
+    a 16-bit dtype (the GPU default: bf16 and bf16; the CPU default: the float32 reference against the
+    CPU build's bf16). The default ``--tolerance`` 0.1 is above the floor, so it holds as given; a tighter
+    one is raised to what 16-bit rounding allows.
+
+    Why: greedy verification is exact only up to the rounding of the dtype. Where the verifier's top two
+    logits are closer than bf16's rounding (8 significant bits; float16 has 11), a 16-bit run takes the
+    other token, and the acceptance counted along its path splits from the other run's -- also between two
+    bf16 runs, whose kernels (vLLM's fused attention, transformers' eager one) round differently. vLLM's own
+    end-to-end spec-decode tests accept this on GPUs: ``tests/v1/e2e/test_spec_decode.py`` requires only that
+    more than 66 % of prompts match the non-speculative output exactly ("Heuristic: expect at least 66% of
+    the prompts to match exactly"); :data:`SIXTEEN_BIT_EXACT_SHARE` applies that share to the ``vllm_exact``
+    check of a 16-bit run. The floor :data:`BF16_GAP` is measured on the shipped example: the bf16 and the
+    float32 reference runs differ by at most 0.008 per position (16 prompts x 32 tokens, k = 3;
+    ``tests/test_scale.py`` holds it under 0.05), vLLM's CPU build (bf16) and the float32 reference by
+    0.016 (README, "What was measured").
+
+    Args:
+        tolerance: the ``--tolerance`` given (acceptance-rate difference, 0 to 1).
+        reference_dtype / vllm_dtype: ``float32``, ``bfloat16`` or ``float16`` (None: unknown, taken as float32).
+
+    Returns:
+        The allowed gap (acceptance-rate difference).
+    """
+    sixteen = {"bfloat16", "float16"}
+    return max(tolerance, BF16_GAP) if {reference_dtype, vllm_dtype} & sixteen else tolerance
+
+
+def _device_name(placement: Placement) -> str:
+    """``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``: the device and, for a GPU, its name."""
+    if not placement.is_cuda:
+        return placement.device
+    import torch
+
+    idx = int(placement.device.split(":")[1]) if ":" in placement.device else 0
+    return f"{placement.device} ({torch.cuda.get_device_name(idx)})"
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -154,6 +204,9 @@ def validate_run(
     use_vllm: bool = True,
     timeout: float = 900,
     write: bool = True,
+    placement: "Placement | None" = None,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float | None = None,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -167,10 +220,16 @@ def validate_run(
         min_acceptance_length: fail below this mean acceptance length (tokens per
             verification step, counting the verifier's own token); None: no threshold.
         tolerance: largest allowed difference of any per-position acceptance rate between
-            vLLM and the reference.
+            vLLM and the reference, for two float32 runs; 16-bit runs get
+            :func:`agreement_tolerance` (the rule and its source are there).
         use_vllm: False runs the reference only.
         timeout: seconds allowed for each vLLM child.
         write: write :data:`VALIDATION_FILE` into a local checkpoint folder.
+        placement: the verifier's device, run dtype and device map for the reference run
+            (:func:`specfmt.placement.resolve_placement`; default: CUDA in bf16 when available,
+            else the CPU in float32). The drafts run on the same device in the same dtype.
+        tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
+        gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
@@ -184,6 +243,11 @@ def validate_run(
         raise InputError(f"--num-speculative-tokens {num_speculative_tokens}: must be at least 1")
     if not 0 <= tolerance <= 1:
         raise InputError(f"--tolerance {tolerance}: an acceptance-rate difference between 0 and 1")
+    if tensor_parallel_size < 1:
+        raise InputError(f"--tensor-parallel-size {tensor_parallel_size}: at least 1")
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+        raise InputError(f"--gpu-memory-utilization {gpu_memory_utilization}: a share of each GPU, in (0, 1]")
+    placement = placement or resolve_placement()
     res_folder = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
     # the verifier is resolved once, here, for the static check, the reference and vLLM
     vref, ver, ver_error = verifier, None, None
@@ -229,7 +293,7 @@ def validate_run(
         if ver is None:
             raise ver_error or InputError("the config names no verifier")
         tokenizer = ver.tokenizer()
-        model = ver.load_model()
+        model = ver.load_model(placement)  # once: the reference and every misreading share it
     except (SpecfmtError, OSError, ValueError) as e:
         why = e.one_line() if isinstance(e, SpecfmtError) else str(e).splitlines()[0]
         rep.add("reference", FAIL, f"not run: the verifier {vref} cannot be loaded with transformers: {why}",
@@ -249,15 +313,22 @@ def validate_run(
         rep.add("variants", SKIP, "no reference run")
     else:
         embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+        # the drafts run beside the verifier's states (the logits' device: the last GPU of a device map), in its
+        # run dtype (as vLLM runs a draft in the served dtype); one copy, which every reading shares
+        near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
         try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
-            runs = list(zip(readings, run_chains(model, result.prompts.ids, [algo.proposer(v, tensors, embed, head) for v in readings], k, max_tokens)))
+            runs = list(zip(readings, run_chains(model, result.prompts.ids, [algo.proposer(v, near, embed, head) for v in readings], k, max_tokens)))
         except (RuntimeError, KeyError, IndexError) as e:
             rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
             rep.add("variants", SKIP, "no reference run")
         else:
             ref_res = runs[0][1]
             result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
-                                "device": "cpu", "dtype": "float32", **_figures(ref_res)}
+                                "device": _device_name(placement), "dtype": placement.dtype, "device_map": placement.device_map,
+                                # wall time: the verifier's passes, and the simulation of every reading against them
+                                "seconds": {"verifier": round(ref_res.verifier_seconds, 2),
+                                            "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
+                                **_figures(ref_res)}
             rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
             base = ref_res.mean_acceptance_length
             better = []
@@ -278,7 +349,12 @@ def validate_run(
     if not use_vllm:
         skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
     else:
-        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver.name_or_path, k, ref_res, tensors, tolerance, timeout)
+        if placement.is_cuda:  # vLLM measures the free GPU memory when it starts: give the verifier's back first
+            model = embed = head = near = None
+            ver.release_model()
+            torch.cuda.empty_cache()
+        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver.name_or_path, k, ref_res, tensors, tolerance, timeout,
+                     tensor_parallel_size, gpu_memory_utilization)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
     if min_acceptance_length is None:
@@ -327,7 +403,8 @@ def _is_version(text: str) -> bool:
 
 
 def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, vref: str, k: int, ref_res: "ChainResult | None",
-                 tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float) -> None:
+                 tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float, tensor_parallel_size: int = 1,
+                 gpu_memory_utilization: float | None = None) -> None:
     from ..serving import engine_args, installed_vllm, serve_command
 
     rep = result.report
@@ -344,8 +421,9 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
     try:
         with vllm_run.engines():  # both engines in one host process
-            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec)
-            alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout)
+            gpu = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
+            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec, **gpu)
+            alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())
         for n in ("vllm_exact", "agreement", "vllm_weights"):
@@ -367,9 +445,14 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
         rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}, "
                 f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
     diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
-    rep.add("vllm_exact", FAIL if diff else PASS,
-            f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
-            [f"prompt {i}" for i in diff])
+    if diff and run.dtype in ("bfloat16", "float16") and len(ids) - len(diff) > int(SIXTEEN_BIT_EXACT_SHARE * len(ids)):
+        # 16-bit: near ties round apart between the batch shapes of the two engines (agreement_tolerance)
+        rep.add("vllm_exact", WARN, f"{len(diff)} of {len(ids)} prompts differ from the verifier alone in {run.dtype} "
+                f"(within vLLM's own {SIXTEEN_BIT_EXACT_SHARE:.0%} rule for 16-bit runs)", [f"prompt {i}" for i in diff])
+    else:
+        rep.add("vllm_exact", FAIL if diff else PASS,
+                f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
+                [f"prompt {i}" for i in diff])
     bad = vllm_weight_mismatches(run, tensors, aliases=algo.vllm_aliases)
     rep.add("vllm_weights", FAIL if bad else PASS,
             f"{len(bad)} draft weight(s) inside vLLM differ from the file: not loaded" if bad else f"the {len(run.draft_linear_sums)} linear layers and the norms vLLM holds match the file",
@@ -380,6 +463,7 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
     vr = _figures(run)["acceptance_rate_per_position"]
     rr = _figures(ref_res)["acceptance_rate_per_position"]
     gaps = [abs(a - b) for a, b in zip(vr, rr)]
+    tolerance = agreement_tolerance(tolerance, (result.reference or {}).get("dtype"), run.dtype)
     if len(vr) != len(rr) or max(gaps, default=0) > tolerance:
         detail = [f"position {i + 1}: reference {b:.3f}, vLLM {a:.3f}" for i, (a, b) in enumerate(zip(vr, rr))]
         # which misreading does vLLM behave like?
@@ -402,4 +486,4 @@ def _write_json(folder: Path, data: dict[str, Any]) -> str:
     return str(path)
 
 
-__all__ = ["BUILTIN_PROMPTS", "CAUSES", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]
+__all__ = ["BF16_GAP", "BUILTIN_PROMPTS", "CAUSES", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "agreement_tolerance", "validate_run", "variants", "vllm_weight_mismatches"]

