@@ -186,23 +186,6 @@ def start_draft(verifier_dir: Path, train_paths: list[Path], out_dir: Path) -> d
     return origin
 
 
-def heldout_acceptance(out: Path) -> dict:
-    """``specfmt convert --from speculators`` and the reference run on the held-out prompts
-    (float32, k = 3, 32 tokens per prompt, no vLLM)."""
-    from specfmt.convert import convert
-    from specfmt.validation.run import validate_run
-
-    with tempfile.TemporaryDirectory() as tmp:
-        res = convert("speculators", str(out / DRAFT_DIR), Path(tmp) / "draft", str(out / "verifier"))
-        run = validate_run(res.out, prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
-    assert run.report.ok, [c for c in run.report.checks if c.status == "fail"]
-    ref = run.reference
-    print(f"held-out reference run: mean acceptance length {ref['mean_acceptance_length']:.3f}, "
-          f"per position {ref['acceptance_rate_per_position']}")
-    keys = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_rate_per_position", "mean_acceptance_length")
-    return {"k": 3, "prompts": len(run.prompts.ids), "tokens": run.max_tokens * len(run.prompts.ids), **{k: ref[k] for k in keys}}
-
-
 def make_draft(out: Path, train_paths: list[Path], steps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -212,7 +195,7 @@ def make_draft(out: Path, train_paths: list[Path], steps: int) -> dict:
         stats, t = mw.train_draft("eagle3", tmp / "trained", out / "verifier", train_paths, steps, init=str(tmp / "init"))
     save_speculators(cfg, t, out / DRAFT_DIR)
     stats["start"] = origin
-    stats["heldout"] = heldout_acceptance(out)
+    stats["heldout"] = mw.heldout_acceptance(out, DRAFT_DIR, "speculators")  # convert --from speculators, reference run
     return stats
 
 
