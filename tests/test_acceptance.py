@@ -109,3 +109,34 @@ def test_eagle1_fold_gives_the_same_proposals_as_the_source(model, tmp_path):
     no_bias = {k: v for k, v in sd.items() if k != "fc.bias"}
     props = [eagle1_proposer(t, cfg, head, sd["embed_tokens.weight"])(ctx, states, 4) for t in (sd, out, no_bias)]
     assert props[0] == props[1] != props[2]
+
+
+def test_eagle1_cached_chain_drafts_what_a_full_pass_drafts():
+    """The EAGLE-1 proposer keeps a transformers KV cache per sequence (issue 19): every call proposes what
+    the whole prefix through the draft (:func:`eagle1_forward`, no cache) proposes, whatever the calls' order."""
+    from builders import eagle1_tensors
+
+    from specfmt.algorithms.eagle import eagle1_forward, eagle1_proposer
+    from specfmt.validation.acceptance import VerifierStates
+
+    sd = {k: v.double() for k, v in eagle1_tensors(hidden=32, vocab=97, inter=64, heads=2, kv_heads=1, layers=2, dtype=torch.float32, scale=0.3).items()}
+    cfg = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,
+           "vocab_size": 97, "rms_norm_eps": 1e-6, "max_position_embeddings": 128}
+    torch.manual_seed(2)
+    head, embed = torch.randn(97, 32, dtype=torch.float64), sd["embed_tokens.weight"]
+
+    def plain(tokens, states, k):
+        ids, feats, out = list(tokens[1:]), states.hidden[-1], []
+        for _ in range(k):
+            f = eagle1_forward(sd, cfg, embed[torch.tensor(ids)], feats)
+            out.append(int((f[-1] @ head.T).argmax()))
+            ids.append(out[-1])
+            feats = torch.cat([feats, f[-1:]])
+        return out
+
+    seqs = [torch.randint(0, 97, (14,)).tolist() for _ in range(2)]
+    passes = [VerifierStates([torch.randn(14, 32, dtype=torch.float64) for _ in range(3)], torch.randn(14, 97, dtype=torch.float64)) for _ in seqs]
+    chain = eagle1_proposer(sd, cfg, head, embed)
+    for i, n in [(0, 4), (1, 3), (0, 5), (0, 9), (1, 8), (0, 7), (1, 12), (0, 13)]:  # by 1-4 tokens, a step back
+        assert chain(seqs[i][:n], passes[i].prefix(n - 1), 3) == plain(seqs[i][:n], passes[i].prefix(n - 1), 3), (i, n)
+    assert len(chain._caches[passes[0].source].tokens) == 13  # the calls did run from the cache

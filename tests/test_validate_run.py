@@ -114,6 +114,57 @@ def test_proposer_maps_draft_ids_through_d2t():
     assert got[0] == i + int(draft.d2t[i]) and got[0] != i
 
 
+def full_pass_eagle3(draft, embed):
+    """EAGLE-3 chain drafting written plainly: the whole prefix through the draft for every drafted token (no cache)."""
+
+    def propose(tokens, states, k):
+        hidden = draft.combine(torch.cat([states.hidden[j] for j in draft.taps], dim=-1))[None]
+        ids, out = list(tokens[1:]), []
+        for _ in range(k):
+            logits, feedback, _ = draft(embed[torch.tensor(ids)][None], hidden, torch.arange(len(ids)))
+            out.append(int(draft.target_ids()[int(logits[0, -1].argmax())]))
+            ids.append(out[-1])
+            hidden = torch.cat([hidden, feedback[:, -1:]], dim=1)
+        return out
+
+    return propose
+
+
+#: (sequence, tokens kept) per call: chains that move on by 1-4 tokens, a step back (a cut cache), a repeat
+CALLS = [(0, 5), (1, 3), (0, 6), (1, 7), (0, 9), (1, 8), (0, 7), (2, 4), (0, 7), (2, 6), (0, 12)]
+
+
+@pytest.mark.parametrize("layer", ["llama", "sliding window 3", "qwen3", "norm_output"])
+def test_eagle3_cached_batched_chains_draft_what_a_full_pass_drafts(layer):
+    """The reference proposer keeps a KV cache per sequence and drafts for several at once (issue 19); every call
+    must propose what running the whole prefix through the draft proposes, whatever the calls' order and lengths."""
+    from specfmt.validation.acceptance import VerifierStates
+
+    tlc = dict(tiny_cfg()["transformer_layer_config"], num_hidden_layers=2)  # layer 1 reads layer 0's output at every position
+    if layer == "sliding window 3":
+        tlc.update(layer_types=["sliding_attention", "full_attention"], sliding_window=3)
+    if layer == "qwen3":
+        tlc.update(model_type="qwen3")
+    cfg = tiny_cfg(transformer_layer_config=tlc, norm_output=layer == "norm_output")
+    draft = random_draft(cfg)
+    torch.manual_seed(1)
+    embed = torch.randn(50, 32, dtype=torch.float64)
+    seqs = [torch.randint(0, 50, (14,)).tolist() for _ in range(3)]
+    passes = [VerifierStates([torch.randn(14, 32, dtype=torch.float64) for _ in range(4)], torch.randn(14, 50, dtype=torch.float64)) for _ in seqs]
+    chain, plain = eagle3_proposer(draft, embed), full_pass_eagle3(draft, embed)
+    for i, n in CALLS:  # one sequence at a time
+        assert chain(seqs[i][:n], passes[i].prefix(n - 1), 3) == plain(seqs[i][:n], passes[i].prefix(n - 1), 3), (i, n)
+    assert len(chain._caches) == 3 and len(chain._caches[passes[0].source].tokens) == 12  # the calls did run from caches
+    chain = eagle3_proposer(draft, embed)
+    rounds = [[(0, 4), (1, 5), (2, 3)], [(0, 5), (1, 9), (2, 6)], [(1, 12), (0, 8)], [(2, 7), (0, 10), (1, 13)]]
+    for calls in rounds:  # several per call, each with its own new positions
+        got = chain.propose_many([(seqs[i][:n], passes[i].prefix(n - 1)) for i, n in calls], 4)
+        assert got == [plain(seqs[i][:n], passes[i].prefix(n - 1), 4) for i, n in calls], calls
+    # a chain that meets the states of another verifier pass starts over, even with the same tokens
+    other = VerifierStates([torch.randn(14, 32, dtype=torch.float64) for _ in range(4)], torch.randn(14, 50, dtype=torch.float64))
+    assert chain(seqs[0][:11], other.prefix(10), 3) == plain(seqs[0][:11], other.prefix(10), 3)
+
+
 def test_variants_cover_taps_norm_order_and_vocab_mapping():
     cfg = tiny_cfg(eagle_aux_hidden_state_layer_ids=[2, 4, 5])
     vs = variants(cfg, 8)

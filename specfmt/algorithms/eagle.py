@@ -27,6 +27,7 @@ from ..errors import InputError
 from ..format.config import speculators_block
 from ..format.tensors import TensorSpec
 from ..format.versions import SPECULATORS_VERSION
+from ..validation.acceptance import ChainDrafter
 from . import layers
 from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
 
@@ -68,8 +69,11 @@ def eagle1_forward(
     cfg: dict[str, Any],
     embeds: "torch.Tensor",
     verifier_hidden: "torch.Tensor",
+    *,
+    start: int = 0,
+    cache: Any = None,
 ) -> "torch.Tensor":
-    """Run an EAGLE-1 draft over one sequence.
+    """Run an EAGLE-1 draft over one sequence, or over its positions after a KV cache.
 
     Args:
         tensors: the draft's tensors, in the research layout (``fc.bias`` allowed) or the
@@ -77,6 +81,9 @@ def eagle1_forward(
         cfg: the decoder's Llama fields (``hidden_size``, heads, ``rope_theta`` ...).
         embeds: [T, H] token embeddings of the input ids (already shifted as EAGLE does).
         verifier_hidden: [T, H] the verifier's last hidden state (after its final norm).
+        start: the position of the first row (the positions before it are in ``cache``).
+        cache: a transformers ``DynamicCache`` holding positions ``[0, start)``, which this pass
+            extends by its T positions; None for none (``start`` must then be 0).
 
     Returns:
         [T, H] the draft's output features, in the dtype and on the device of ``embeds``.
@@ -92,11 +99,16 @@ def eagle1_forward(
     if "fc.bias" in tensors:
         x = x + tensors["fc.bias"].to(dev, dt)
     x = x.unsqueeze(0)
-    positions = torch.arange(x.shape[1], device=dev).unsqueeze(0)
+    T = x.shape[1]
+    positions = torch.arange(start, start + T, device=dev).unsqueeze(0)
+    # after a cache the mask is causal by position ([1, 1, T, start + T]; True = attend): sdpa's
+    # is_causal would align the queries with the first keys
+    mask = (torch.arange(start + T, device=dev)[None, :] <= positions[0][:, None])[None, None] if start else None
     cos_sin = rope(x, positions)
     with torch.no_grad():
         for layer in layers:
-            out = layer(x, attention_mask=None, position_ids=positions, position_embeddings=cos_sin)
+            out = layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=cache is not None,
+                        position_embeddings=cos_sin)
             x = out[0] if isinstance(out, tuple) else out
     return x.squeeze(0)
 
@@ -145,27 +157,62 @@ def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_
     hidden state of the next position. Logits are ``lm_head(feature)`` with the verifier's
     head and no norm.
 
+    The draft keeps a KV cache (transformers ``DynamicCache``) of the verified positions between
+    calls on one sequence (:class:`~specfmt.validation.acceptance.DraftCache`): a call runs the
+    positions verified since the last one, then one position per further drafted token.
+
     Args:
         tensors / cfg: the draft, as for :func:`eagle1_forward`.
         lm_head: [V, H] the verifier's head.
         embed: [V, H] the embedding the draft uses (its own copy, else the verifier's).
     """
-    import torch
+    return _Eagle1Chain(tensors, cfg, lm_head, embed)
 
-    def propose(tokens: list[int], states, k: int) -> list[int]:
-        dtype = states.hidden[-1].dtype
-        ids = list(tokens[1:])
+
+class _Eagle1Chain(ChainDrafter):
+    """See :func:`eagle1_proposer`; the sequences of a round run one after another (transformers' layers)."""
+
+    def __init__(self, tensors, cfg, lm_head, embed):
+        super().__init__()
+        self.tensors, self.cfg, self.lm_head, self.embed = tensors, cfg, lm_head, embed
+
+    def propose_many(self, requests, k: int) -> list[list[int]]:
+        return [self._propose(tokens, states, k, cache) for (tokens, states), cache in zip(requests, self.caches(requests))]
+
+    def _propose(self, tokens: list[int], states, k: int, cache) -> list[int]:
+        import torch
+        from transformers import DynamicCache
+
         feats = states.hidden[-1]  # the draft runs where the verifier's states are, in their dtype
+        dev, dtype = feats.device, feats.dtype
+        head = self.lm_head.to(dev, dtype)
+        n = len(tokens) - 1
+        c = cache.reusable(tokens, states)
+        kv = cache.state if c else DynamicCache()
+        _keep_first(kv, c)
+
+        def run(ids: list[int], hidden, start: int):
+            e = self.embed[torch.tensor(ids, device=self.embed.device)].to(dev, dtype)
+            return eagle1_forward(self.tensors, self.cfg, e, hidden, start=start, cache=kv)
+
+        f = run(tokens[c + 1:], feats[c:n], c)
         out: list[int] = []
-        for _ in range(k):
-            f = eagle1_forward(tensors, cfg, embed[torch.tensor(ids, device=embed.device)].to(feats.device, dtype), feats)
-            d = int((f[-1] @ lm_head.to(f.device, dtype).T).argmax())
+        for i in range(k):
+            d = int((f[-1] @ head.T).argmax())
             out.append(d)
-            ids.append(d)
-            feats = torch.cat([feats, f[-1:]], dim=0)
+            if i + 1 < k:
+                f = run([d], f[-1:], n + i)
+        _keep_first(kv, n)  # the drafted positions are never kept
+        cache.keep(tokens, kv)
         return out
 
-    return propose
+
+def _keep_first(kv: Any, n: int) -> None:
+    """Cut a transformers ``DynamicCache`` to its first ``n`` positions (``crop`` with a negative
+    count: what transformers 4.56 and 5.x both read as "remove that many")."""
+    extra = kv.get_seq_length() - n
+    if extra > 0:
+        kv.crop(-extra)
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,7 @@ from ..format.config import speculators_block
 from ..format.draft import Draft
 from ..format.tensors import TensorSpec
 from ..format.versions import SPECULATORS_VERSION
+from ..validation.acceptance import ChainDrafter
 from . import layers
 from .base import Algorithm, NewDraft, Proposer, Variant, register
 
@@ -207,7 +208,7 @@ def _module_class():
             base = torch.arange(self.lm_head.out_features, device=self.lm_head.weight.device)
             return base + self.d2t if hasattr(self, "d2t") else base
 
-        def forward(self, embeds, hidden, positions, past=None, mask=None):
+        def forward(self, embeds, hidden, positions, past=None, mask=None, rows=None):
             """One draft pass.
 
             Args:
@@ -218,13 +219,16 @@ def _module_class():
                 past: per layer, a list of (k, v) [B, n_kv, T', hd] from earlier passes that
                     these queries may also attend to (training-time test); None for none.
                 mask: [T, T'+T] boolean attention mask (True = attend); None = causal.
+                rows: several sequences laid one after another (B = 1, :class:`~specfmt.algorithms.layers.Rows`),
+                    each with its own KV cache, instead of ``past`` and ``mask``; the logits and
+                    feedback then come for each row's last position only ([1, rows, .]).
 
             Returns:
                 ``(logits [B, T, Vd], feedback [B, T, H], kv)``: draft-vocabulary logits, the
                 state fed back for the next drafted position (the pre-norm output, or the
                 normed one with ``norm_output``), and this pass's (k, v) per layer.
             """
-            if mask is None and not past:
+            if mask is None and not past and rows is None:
                 T = embeds.shape[1]
                 mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
             past = past or [[] for _ in self.layers]
@@ -243,10 +247,12 @@ def _module_class():
                 else:
                     residual = x
                     x = layer.input_layernorm(x)
-                a, new = self._attend(layer.self_attn, x, positions, past[i], mask)
+                a, new = self._attend(layer.self_attn, x, positions, past[i], mask, rows, i)
                 kv.append(new)
                 x = residual + a
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
+            if rows is not None:
+                x = x[:, rows.ends()]
             normed = self.norm(x)
             return self.lm_head(normed), (normed if self.norm_output else x), kv
 
@@ -288,6 +294,12 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
     each drafted position reads the draft's fed-back state of the position before it. The
     proposed verifier id is ``target_ids()[argmax(draft logits)]``.
 
+    The draft keeps a KV cache of each sequence's verified positions between calls
+    (:class:`~specfmt.validation.acceptance.DraftCache`) and runs several sequences in one pass
+    (:class:`~specfmt.validation.acceptance.ChainDrafter`, :class:`~specfmt.algorithms.layers.Rows`):
+    a call runs the positions verified since the last one, then one position per further drafted
+    token, as vLLM does.
+
     Args:
         draft: a :func:`draft_module` (eval mode).
         embed: [V, H] the embedding the draft uses: its own ``embed_tokens`` when the
@@ -296,29 +308,62 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
         targets: [Vd] verifier id of each draft id (default ``draft.target_ids()``, the
             format's reading of ``d2t``); validation passes other readings to test them.
     """
-    import torch
+    return _Eagle3Chain(draft, embed, dtype, draft.target_ids() if targets is None else targets)
 
-    targets = draft.target_ids() if targets is None else targets
 
-    def propose(tokens: list[int], states, k: int) -> list[int]:
-        dt = dtype or states.hidden[0].dtype
-        dev = states.hidden[0].device  # the draft runs where the verifier's states are (a GPU on --device cuda)
-        d = draft.to(dev, dt)
-        aux = torch.cat([states.hidden[j] for j in d.taps], dim=-1).to(dt)
+class _Eagle3Chain(ChainDrafter):
+    """See :func:`eagle3_proposer`."""
+
+    def __init__(self, draft, embed, dtype, targets):
+        super().__init__()
+        self.draft, self.embed, self.dtype, self.targets = draft, embed, dtype, targets
+
+    def propose_many(self, requests, k: int) -> list[list[int]]:
+        import torch
+
+        first = requests[0][1].hidden[0]
+        dt = self.dtype or first.dtype
+        dev = first.device  # the draft runs where the verifier's states are (a GPU on --device cuda)
+        d = self.draft.to(dev, dt)
+
+        def run(ids: list[int], hidden, positions: list[int], rows: layers.Rows):
+            e = self.embed[torch.tensor(ids, device=self.embed.device)].to(dev, dt)[None]
+            return d(e, hidden, torch.tensor(positions, device=dev), rows=rows)
+
+        caches = self.caches(requests)
+        rows = layers.Rows([], [], [])
+        ids, aux, positions = [], [], []
         with torch.no_grad():
-            hidden = d.combine(aux)[None]
-            ids = list(tokens[1:])
-            out: list[int] = []
-            for _ in range(k):
-                e = embed[torch.tensor(ids, device=embed.device)].to(dev, dt)[None]
-                logits, feedback, _ = d(e, hidden, torch.arange(len(ids), device=dev))
-                t = int(targets[int(logits[0, -1].argmax())])
-                out.append(t)
-                ids.append(t)
-                hidden = torch.cat([hidden, feedback[:, -1:]], dim=1)
+            for (tokens, states), cache in zip(requests, caches):
+                n = len(tokens) - 1
+                c = cache.reusable(tokens, states)
+                rows.lengths.append(n - c)
+                rows.past.append([[(K[:, :, :c], V[:, :, :c])] for K, V in cache.state] if c else [])
+                rows.key_positions.append(torch.arange(n, device=dev))
+                ids += tokens[c + 1:]
+                positions += range(c, n)
+                aux.append(torch.cat([states.hidden[j][c:n] for j in d.taps], dim=-1))
+            logits, feedback, kv = run(ids, d.combine(torch.cat(aux).to(dt))[None], positions, rows)
+            for r, ((tokens, _), cache) in enumerate(zip(requests, caches)):
+                new = [layer_kv[r] for layer_kv in kv]
+                kept = [(torch.cat([b[0][0], k_[0]], 2), torch.cat([b[0][1], k_[1]], 2)) for b, k_ in zip(rows.past[r], new)] if rows.past[r] else new
+                cache.keep(tokens, kept)
+                rows.past[r] = [[pair] for pair in kept]  # the drafted positions' (k, v) are added per layer, never kept
+            out: list[list[int]] = [[] for _ in requests]
+            for i in range(k):
+                drafted = [int(self.targets[int(x)]) for x in logits[0].argmax(-1)]
+                for o, t in zip(out, drafted):
+                    o.append(t)
+                if i + 1 == k:
+                    break
+                rows.lengths = [1] * len(requests)
+                positions = [len(tokens) - 1 + i for tokens, _ in requests]
+                rows.key_positions = [torch.arange(p + 1, device=dev) for p in positions]
+                logits, feedback, kv = run(drafted, feedback, positions, rows)
+                for r, blocks in enumerate(rows.past):
+                    for layer_blocks, layer_kv in zip(blocks, kv):
+                        layer_blocks.append(layer_kv[r])
         return out
-
-    return propose
 
 
 def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":

@@ -249,6 +249,32 @@ def rms_norm(x, weight, eps: float):
     return weight * wide.to(x.dtype)
 
 
+@dataclass
+class Rows:
+    """Several sequences' new positions, laid one after another in a batch of one ([1, sum T_r]),
+    each with its own KV cache: how a reference draft runs many chains in one pass (the weights are
+    read once for all of them; vLLM lays its batches out the same way).
+
+    Attributes:
+        lengths: T_r, the new positions of each row, in order.
+        past: per row, per draft layer, the cached blocks of (k, v) [1, n_kv, T', hd] (an empty
+            list: nothing cached).
+        key_positions: per row, [T'_total + T_r] the position of each key (cached, then new).
+    """
+
+    lengths: list[int]
+    past: list[list[list[tuple[Any, Any]]]]
+    key_positions: list[Any]
+
+    def ends(self) -> list[int]:
+        """Index of each row's last position in the batch."""
+        out, at = [], -1
+        for n in self.lengths:
+            at += n
+            out.append(at)
+        return out
+
+
 @lru_cache(maxsize=1)
 def blocks() -> SimpleNamespace:
     """The reference layers as ``torch.nn.Module`` classes, built on first use so that importing
@@ -321,7 +347,15 @@ def blocks() -> SimpleNamespace:
             rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
             return x * cos + rot * sin
 
-        def _attend(self, attn, x, positions, past, mask):
+        def _attend(self, attn, x, positions, past, mask, rows=None, layer=0):
+            """Attention of ``x`` [B, T, in] at ``positions`` [T]; returns ``(output [B, T, H], new)``.
+
+            Without ``rows``: the queries see the keys of ``past`` (blocks of (k, v) [B, n_kv, T', hd],
+            every block at ``positions``: the training-time test) and their own, as ``mask``
+            [T, T'+T] says; ``new`` is their (k, v). With ``rows`` (:class:`Rows`, B = 1): the T
+            positions are several sequences' new positions one after another; each attends to its
+            own KV cache (``rows.past[r][layer]``) and its own new keys, causally by position;
+            ``new`` is one (k, v) per row."""
             B, T, _ = x.shape
             q = attn.q_proj(x).view(B, T, attn.nH, attn.hd)
             k = attn.k_proj(x).view(B, T, attn.nKV, attn.hd)
@@ -330,14 +364,30 @@ def blocks() -> SimpleNamespace:
             q, k = q.transpose(1, 2), k.transpose(1, 2)
             v = attn.v_proj(x).view(B, T, attn.nKV, attn.hd).transpose(1, 2)
             q, k = self._rope(q, positions), self._rope(k, positions)
-            keys = torch.cat([p[0] for p in past] + [k], dim=2)
-            vals = torch.cat([p[1] for p in past] + [v], dim=2)
+            if rows is None:
+                o = self._sdpa(attn, q, torch.cat([p[0] for p in past] + [k], dim=2), torch.cat([p[1] for p in past] + [v], dim=2),
+                               positions, positions.repeat(len(past) + 1), mask)
+                new = (k, v)
+            else:
+                outs, new, at = [], [], 0
+                for blocks, kpos, n in zip(rows.past, rows.key_positions, rows.lengths):
+                    part = slice(at, at + n)
+                    ks, vs = k[:, :, part], v[:, :, part]
+                    cached = blocks[layer] if blocks else []
+                    keys, vals = torch.cat([b[0] for b in cached] + [ks], dim=2), torch.cat([b[1] for b in cached] + [vs], dim=2)
+                    outs.append(self._sdpa(attn, q[:, :, part], keys, vals, positions[part], kpos, kpos[None, :] <= positions[part, None]))
+                    new.append((ks, vs))
+                    at += n
+                o = torch.cat(outs, dim=2)
+            return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), new
+
+        def _sdpa(self, attn, q, keys, vals, positions, key_positions, mask):
+            """Scaled dot-product attention of queries at ``positions`` over keys at ``key_positions``
+            (``mask`` True = attend; a sliding-window layer also drops keys ``window`` or more behind)."""
             if attn.window is not None:  # key j is seen from query i while i - j < window (transformers, vLLM)
-                kpos = positions.repeat(len(past) + 1)  # every block of keys sits at the same positions (training-time test)
-                mask = mask & ((positions[:, None] - kpos[None, :]) < attn.window)
+                mask = mask & ((positions[:, None] - key_positions[None, :]) < attn.window)
             rep = attn.nH // attn.nKV
-            o = nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
-            return attn.o_proj(o.transpose(1, 2).reshape(B, T, attn.nH * attn.hd)), (k, v)
+            return nn.functional.scaled_dot_product_attention(q, keys.repeat_interleave(rep, 1), vals.repeat_interleave(rep, 1), attn_mask=mask)
 
     return SimpleNamespace(RMSNorm=RMSNorm, Attention=Attention, MLP=MLP, Layer=Layer, Decoder=Decoder)
 

@@ -33,11 +33,15 @@ seconds).
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+_passes = itertools.count()
 
 
 @dataclass
@@ -50,16 +54,92 @@ class VerifierStates:
             for ``eagle_aux_hidden_state_layer_ids``) and ``hidden[N]`` is the last
             layer's output after the final norm (what EAGLE-1 and Medusa read).
         logits: [T, V].
+        source: which verifier pass the states come from (unique per pass; the prefixes
+            :func:`run_chains` hands a proposer keep their pass's), so that a proposer may
+            keep the draft's KV cache over the positions it has run (:class:`DraftCache`).
     """
 
     hidden: list["torch.Tensor"]
     logits: "torch.Tensor"
+    source: int = field(default_factory=lambda: next(_passes))
+
+    def prefix(self, n: int) -> "VerifierStates":
+        """The states of the first ``n`` positions (views, same ``source``)."""
+        return VerifierStates([h[:n] for h in self.hidden], self.logits[:n], self.source)
 
 
 #: ``propose(tokens, states, k) -> k draft token ids (verifier vocabulary)``.
 #: ``tokens`` ends with the verifier's newest token x; ``states`` (:class:`VerifierStates`) covers
 #: ``tokens[:-1]``. Each algorithm builds its own (:meth:`specfmt.algorithms.base.Algorithm.proposer`).
 Proposer = Callable[[list[int], VerifierStates, int], list[int]]
+
+
+class ChainDrafter:
+    """A :data:`Proposer` that drafts for several sequences in one pass (:func:`run_chains` asks
+    it once per round for every unfinished prompt). Subclasses implement :meth:`propose_many`
+    and keep one :class:`DraftCache` per sequence (:meth:`caches`)."""
+
+    #: sequences whose caches are kept (the least recently asked for go first): four groups of :func:`run_chains`
+    KEPT = 64
+
+    def __init__(self) -> None:
+        self._caches: OrderedDict[int, DraftCache] = OrderedDict()
+
+    def caches(self, requests: list[tuple[list[int], VerifierStates]]) -> list[DraftCache]:
+        """The :class:`DraftCache` of each request's sequence (by its verifier pass), new ones empty;
+        beyond :attr:`KEPT` sequences, those asked for least recently are forgotten."""
+        out = []
+        for _, states in requests:
+            cache = self._caches.pop(states.source, None) or DraftCache()
+            self._caches[states.source] = cache
+            out.append(cache)
+        while len(self._caches) > self.KEPT:
+            self._caches.popitem(last=False)
+        return out
+
+    def propose_many(self, requests: list[tuple[list[int], VerifierStates]], k: int) -> list[list[int]]:
+        """``k`` draft token ids (verifier vocabulary) for each ``(tokens, states)`` request, as
+        :data:`Proposer` defines them; the requests' states come from distinct verifier passes."""
+        raise NotImplementedError
+
+    def __call__(self, tokens: list[int], states: VerifierStates, k: int) -> list[int]:
+        return self.propose_many([(tokens, states)], k)[0]
+
+
+class DraftCache:
+    """What a drafting proposer keeps between calls: the draft's KV cache over the verified
+    positions it has already run, with the tokens and verifier pass they came from.
+
+    A draft's input at position j (the embedding of ``tokens[j+1]`` and the verifier's states at
+    j) depends only on ``tokens[:j+2]``, the verifier being causal. A call whose ``tokens`` extend
+    the cached ones, with states of the same verifier pass (:attr:`VerifierStates.source`), so reuses
+    the cached positions and runs only the new ones, as vLLM's proposer does after each
+    verification step; anything else starts over. Drafted (unverified) positions are never kept.
+    The figures equal a full pass over the prefix at every call up to floating-point rounding.
+
+    Attributes:
+        state: what the proposer cached for positions ``[0, len(tokens) - 1)`` (its own type).
+    """
+
+    def __init__(self) -> None:
+        self.source: int | None = None
+        self.tokens: list[int] = []
+        self.state: Any = None
+
+    def reusable(self, tokens: list[int], states: VerifierStates) -> int:
+        """How many leading positions of ``tokens[:-1]`` the cache holds for this call (0: start over).
+
+        At most ``len(tokens) - 2``: the newest position is always run again, so that its output
+        (the first proposal) comes from this call. The proposer cuts its state to that length."""
+        c = min(len(self.tokens) - 1, len(tokens) - 2)
+        if self.state is None or c <= 0 or self.source != states.source or tokens[:c + 1] != self.tokens[:c + 1]:
+            self.source, self.tokens, self.state = states.source, [], None
+            return 0
+        return c
+
+    def keep(self, tokens: list[int], state: Any) -> None:
+        """Record ``state``, covering the positions of ``tokens[:-1]``."""
+        self.tokens, self.state = list(tokens), state
 
 
 @dataclass
@@ -169,7 +249,18 @@ def greedy_path(model: Any, prompt: list[int], n: int) -> tuple[list[int], Verif
     raise RuntimeError("the verifier's greedy path did not settle")  # pragma: no cover - n+1 passes always settle
 
 
-def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], k: int, max_tokens: int) -> list[ChainResult]:
+def _one_by_one(propose: Proposer) -> Callable[[list[tuple[list[int], VerifierStates]], int], list[list[int]]]:
+    """A :data:`Proposer` asked for several sequences: one call each (what :class:`ChainDrafter` batches)."""
+    many = getattr(propose, "propose_many", None)
+    return many if many is not None else (lambda requests, k: [propose(t, s, k) for t, s in requests])
+
+
+#: prompts simulated side by side (their verifier states are held together; a batched draft runs them in one pass)
+GROUP = 16
+
+
+def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], k: int, max_tokens: int,
+               group: int = GROUP) -> list[ChainResult]:
     """Greedy chain speculative decoding of ``max_tokens`` per prompt, for several drafts at once.
 
     The verifier runs once per prompt (:func:`greedy_path`, ``max_tokens + k`` tokens); each
@@ -178,12 +269,20 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     the path's token at its place, and the sequence moves on by the accepted tokens plus the
     verifier's own.
 
+    Prompts are taken ``group`` at a time and their chains advance side by side: each round asks a
+    proposer for one proposal per unfinished prompt, in one call when it is a :class:`ChainDrafter`
+    (the draft then reads its weights once per round for the whole group, not once per prompt; a
+    single-token draft pass is bound by those reads). Each chain's figures are those of running it
+    alone.
+
     Args:
         model: the verifier, a transformers causal LM (eval mode).
         prompts: prompt token ids.
         proposers: the drafts (:data:`Proposer`), e.g. the checkpoint and its misreadings.
         k: speculative tokens per step.
         max_tokens: tokens generated per prompt (as vLLM's ``max_tokens`` with ``ignore_eos``).
+        group: prompts whose verifier states are held at once (memory: N+1 hidden states and the
+            logits over ``prompt + max_tokens + k`` positions each).
 
     Returns:
         One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's greedy tokens.
@@ -194,34 +293,41 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     import time
 
     results = [ChainResult(k=k, accepted_per_position=[0] * k) for _ in proposers]
-    for prompt in prompts:
+    for first in range(0, len(prompts), group):
+        batch = prompts[first:first + group]
         t0 = time.perf_counter()
-        path, full = greedy_path(model, prompt, max_tokens + k)
+        walks = [greedy_path(model, prompt, max_tokens + k) for prompt in batch]
         spent = time.perf_counter() - t0
         for res, propose in zip(results, proposers):
             res.verifier_seconds += spent
+            many = _one_by_one(propose)
             t0 = time.perf_counter()
-            seq = list(prompt) + path[:1]
-            generated = 1
-            while generated < max_tokens:
-                n = len(seq) - 1
-                states = VerifierStates([h[:n] for h in full.hidden], full.logits[:n])
-                draft = [int(t) for t in propose(seq, states, k)]
-                if len(draft) != k:
-                    raise ValueError(f"the proposer returned {len(draft)} tokens, expected {k}")
-                a = 0
-                while a < k and draft[a] == path[generated + a]:
-                    a += 1
-                res.num_drafts += 1
-                res.num_draft_tokens += k
-                res.num_accepted_tokens += a
-                for i in range(a):
-                    res.accepted_per_position[i] += 1
-                seq.extend(path[generated: generated + a + 1])  # the accepted tokens and the verifier's own
-                generated += a + 1
-            res.token_ids.append(path[:max_tokens])
-            res.tokens += max_tokens
-            res.prompts += 1
+            seqs = [list(prompt) + path[:1] for prompt, (path, _) in zip(batch, walks)]
+            generated = [1] * len(batch)
+            while True:
+                active = [i for i, g in enumerate(generated) if g < max_tokens]
+                if not active:
+                    break
+                drafts = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
+                for i, draft in zip(active, drafts):
+                    draft = [int(t) for t in draft]
+                    if len(draft) != k:
+                        raise ValueError(f"the proposer returned {len(draft)} tokens, expected {k}")
+                    path, g = walks[i][0], generated[i]
+                    a = 0
+                    while a < k and draft[a] == path[g + a]:
+                        a += 1
+                    res.num_drafts += 1
+                    res.num_draft_tokens += k
+                    res.num_accepted_tokens += a
+                    for j in range(a):
+                        res.accepted_per_position[j] += 1
+                    seqs[i].extend(path[g: g + a + 1])  # the accepted tokens and the verifier's own
+                    generated[i] = g + a + 1
+            for path, _ in walks:
+                res.token_ids.append(path[:max_tokens])
+                res.tokens += max_tokens
+                res.prompts += 1
             res.draft_seconds += time.perf_counter() - t0
     return results
 
@@ -235,4 +341,4 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainResult", "Proposer", "VerifierStates", "greedy_path", "input_device", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainDrafter", "ChainResult", "DraftCache", "Proposer", "VerifierStates", "greedy_path", "input_device", "run_chain", "run_chains", "verifier_states"]
