@@ -23,7 +23,7 @@ trained tokens over the time between the first and last step callbacks), peak RS
 the child) against the bound ``1.2 x verifier bytes + 1 GiB`` (train: plus draft and AdamW state,
 4 x draft bytes). Usage::
 
-    python benchmarks/scale_bench.py [--sizes shipped,250m,1b] [--prompts 4] [--max-tokens 8] [--steps 4] [--json out.json]
+    python benchmarks/scale_bench.py [--sizes shipped,250m,1b] [--prompts 16] [--max-tokens 8] [--steps 4] [--json out.json]
     python benchmarks/scale_bench.py --device cuda --verifier-dtype bfloat16 --sizes 8b   # on a GPU
 """
 
@@ -224,7 +224,7 @@ def run_size(name: str, tmp: Path, args) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="shipped,250m,1b")
-    ap.add_argument("--prompts", type=int, default=4, help="shipped prompts (of 16) validate --run uses")
+    ap.add_argument("--prompts", type=int, default=16, help="shipped prompts (of 16) validate --run uses")
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=2)

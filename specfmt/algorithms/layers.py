@@ -370,10 +370,10 @@ def blocks() -> SimpleNamespace:
                 new = (k, v)
             else:
                 outs, new, at = [], [], 0
-                for blocks, kpos, n in zip(rows.past, rows.key_positions, rows.lengths):
+                for row_past, kpos, n in zip(rows.past, rows.key_positions, rows.lengths):
                     part = slice(at, at + n)
                     ks, vs = k[:, :, part], v[:, :, part]
-                    cached = blocks[layer] if blocks else []
+                    cached = row_past[layer] if row_past else []
                     keys, vals = torch.cat([b[0] for b in cached] + [ks], dim=2), torch.cat([b[1] for b in cached] + [vs], dim=2)
                     outs.append(self._sdpa(attn, q[:, :, part], keys, vals, positions[part], kpos, kpos[None, :] <= positions[part, None]))
                     new.append((ks, vs))

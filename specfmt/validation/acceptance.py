@@ -29,6 +29,14 @@ token equals the greedy one see exactly the states of the greedy path, so the fi
 loop's above; the alternative, a full verifier pass per verification step and per reading, cost
 the example 7x8x(steps) passes (``validate --run --no-vllm`` took minutes where it now takes
 seconds).
+
+**The draft runs as vLLM runs it.** The EAGLE proposers (:class:`ChainDrafter`) keep a KV cache of
+each sequence's verified positions (:class:`DraftCache`), so a proposal runs the positions verified
+since the last one and one position per further drafted token, not the whole prefix k times; and
+the prompts of a group advance side by side, one draft pass per round for all of them, so the
+draft's weights are read once per round rather than once per prompt (a one-token pass is bound by
+those reads). On a 1B verifier the draft simulation of a new draft's five readings then costs a tenth of
+the verifier's passes (``benchmarks/scale_bench.py``; issue 19).
 """
 
 from __future__ import annotations
@@ -249,8 +257,8 @@ def greedy_path(model: Any, prompt: list[int], n: int) -> tuple[list[int], Verif
     raise RuntimeError("the verifier's greedy path did not settle")  # pragma: no cover - n+1 passes always settle
 
 
-def _one_by_one(propose: Proposer) -> Callable[[list[tuple[list[int], VerifierStates]], int], list[list[int]]]:
-    """A :data:`Proposer` asked for several sequences: one call each (what :class:`ChainDrafter` batches)."""
+def _asker(propose: Proposer) -> Callable[[list[tuple[list[int], VerifierStates]], int], list[list[int]]]:
+    """How to ask ``propose`` for several sequences: in one call when it is a :class:`ChainDrafter`, else one call each."""
     many = getattr(propose, "propose_many", None)
     return many if many is not None else (lambda requests, k: [propose(t, s, k) for t, s in requests])
 
@@ -300,7 +308,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
         spent = time.perf_counter() - t0
         for res, propose in zip(results, proposers):
             res.verifier_seconds += spent
-            many = _one_by_one(propose)
+            many = _asker(propose)
             t0 = time.perf_counter()
             seqs = [list(prompt) + path[:1] for prompt, (path, _) in zip(batch, walks)]
             generated = [1] * len(batch)
