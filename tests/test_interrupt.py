@@ -15,8 +15,11 @@ from conftest import WORLD, tree_digest
 #: the CLI in a child whose tensor copy pauses after the first tensor (and says so in a file),
 #: so the test can interrupt it mid-write, deterministically
 CHILD = """
-import sys, time
+import signal, sys, time
 from pathlib import Path
+# Ctrl-C as in a terminal: a shell that runs its jobs in the background (a CI runner, nohup ... &)
+# starts them with SIGINT ignored, and Python then never raises KeyboardInterrupt
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import specfmt.checkpoint as ck
 flag = Path(sys.argv[1])
 orig = ck.SafetensorsStreamWriter.copy
