@@ -140,3 +140,23 @@ def test_eagle1_cached_chain_drafts_what_a_full_pass_drafts():
     for i, n in [(0, 4), (1, 3), (0, 5), (0, 9), (1, 8), (0, 7), (1, 12), (0, 13)]:  # by 1-4 tokens, a step back
         assert chain(seqs[i][:n], passes[i].prefix(n - 1), 3) == plain(seqs[i][:n], passes[i].prefix(n - 1), 3), (i, n)
     assert len(chain._caches[passes[0].source].tokens) == 13  # the calls did run from the cache
+
+
+def test_prompt_groups_fit_the_states_budget_and_do_not_change_the_figures(model):
+    """Prompts advance side by side in groups whose verifier states fit a budget (issue 19's memory bound):
+    one prompt's states here are (3 x 32 + 97) floats per position; the figures never depend on the grouping."""
+    from specfmt.validation.acceptance import GROUP, group_size, run_chains
+
+    per_position = (3 * 32 + 97) * 4
+    assert group_size(model, 100) == GROUP
+    assert group_size(model, 100, budget=3 * 100 * per_position) == 3
+    assert group_size(model, 100, budget=per_position) == 1  # never less than one prompt at a time
+
+    def first_only(tokens, states, k):
+        g = greedy(model, tokens, k)
+        return [g[0]] + [(t + 1) % 97 for t in g[1:]]
+
+    prompts = PROMPTS + [[3, 3, 8, 1, 4], [9], [2, 6]]
+    alone = [r.to_json() for r in run_chains(model, prompts, [first_only], k=2, max_tokens=7, group=1)]
+    for group in (2, 3, None):
+        assert [r.to_json() for r in run_chains(model, prompts, [first_only], k=2, max_tokens=7, group=group)] == alone

@@ -263,12 +263,27 @@ def _asker(propose: Proposer) -> Callable[[list[tuple[list[int], VerifierStates]
     return many if many is not None else (lambda requests, k: [propose(t, s, k) for t, s in requests])
 
 
-#: prompts simulated side by side (their verifier states are held together; a batched draft runs them in one pass)
+#: prompts simulated side by side at most (their verifier states are held together; a batched draft runs them in one pass)
 GROUP = 16
+#: what the held verifier states of a group may take (bytes); issue 19's memory bound leaves 1 GiB beside the verifier
+STATES_BUDGET = 512 * 2**20
+
+
+def group_size(model: Any, longest: int, budget: int = STATES_BUDGET) -> int:
+    """Prompts whose verifier states fit ``budget`` together, between 1 and :data:`GROUP`.
+
+    One prompt's states (:class:`VerifierStates`) are N+1 hidden states [T, H_t] and the logits
+    [T, V] over its ``longest`` positions, in the verifier's run dtype: for an 8B Llama in bf16
+    over 60 positions 32 MB (a group of 16), over 1,256 positions 660 MB (one at a time)."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    width = (cfg.num_hidden_layers + 1) * cfg.hidden_size + cfg.vocab_size
+    per_prompt = width * longest * model.get_input_embeddings().weight.element_size()
+    return max(1, min(GROUP, budget // max(1, per_prompt)))
 
 
 def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], k: int, max_tokens: int,
-               group: int = GROUP) -> list[ChainResult]:
+               group: int | None = None) -> list[ChainResult]:
     """Greedy chain speculative decoding of ``max_tokens`` per prompt, for several drafts at once.
 
     The verifier runs once per prompt (:func:`greedy_path`, ``max_tokens + k`` tokens); each
@@ -289,8 +304,8 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
         proposers: the drafts (:data:`Proposer`), e.g. the checkpoint and its misreadings.
         k: speculative tokens per step.
         max_tokens: tokens generated per prompt (as vLLM's ``max_tokens`` with ``ignore_eos``).
-        group: prompts whose verifier states are held at once (memory: N+1 hidden states and the
-            logits over ``prompt + max_tokens + k`` positions each).
+        group: prompts whose verifier states are held at once (default :func:`group_size`: as many
+            as fit :data:`STATES_BUDGET`, at most :data:`GROUP`).
 
     Returns:
         One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's greedy tokens.
@@ -301,6 +316,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     import time
 
     results = [ChainResult(k=k, accepted_per_position=[0] * k) for _ in proposers]
+    group = group or group_size(model, max(map(len, prompts), default=0) + max_tokens + k)
     for first in range(0, len(prompts), group):
         batch = prompts[first:first + group]
         t0 = time.perf_counter()
@@ -349,4 +365,4 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainDrafter", "ChainResult", "DraftCache", "Proposer", "VerifierStates", "greedy_path", "input_device", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainDrafter", "ChainResult", "DraftCache", "Proposer", "VerifierStates", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]
