@@ -39,6 +39,7 @@ from ..format.draft import Draft
 from ..errors import InputError
 from ..verifier import Verifier
 from ..placement import Placement, resolve_placement
+from ..validation.acceptance import input_device
 from .data import FeatureCache, FrozenEnds, Windows, read_documents
 from .loop import fit
 
@@ -206,11 +207,6 @@ def _load_verifier(verifier: Verifier, placement: "Placement", say: Callable[[st
     return verifier.load_model(placement)
 
 
-def _features_device(model: Any) -> Any:
-    """Where a batch's input ids go (the input embedding's device; the first GPU of a device map)."""
-    return model.get_input_embeddings().weight.device
-
-
 def _module(algo: Algorithm, draft: Draft, device: Any) -> Any:
     import torch
 
@@ -344,7 +340,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
                 model = _load_verifier(verifier, placement, say)
                 say(f"computing the verifier's features of {windows.n} windows into {req.cache}"
                     + (f" (process {rank} of {world})" if world > 1 else ""))
-                cache.build(windows, model, taps, _features_device(model), rank=rank, world=world)
+                cache.build(windows, model, taps, input_device(model), rank=rank, world=world)
                 if world > 1:
                     dist.barrier()
                     if rank == 0:
