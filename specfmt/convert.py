@@ -135,16 +135,15 @@ def _refuse_named(source_format: str, cfg: dict[str, Any], reader: CheckpointRea
         ConversionError: the source is one of those formats.
     """
     from .converters.base import Seen
-    from .detect import NAMED
+    from .detect import named
 
     if isinstance(cfg.get("speculators_config"), dict):
         return  # a speculators checkpoint names its algorithm itself (--from speculators says which it reads)
     seen = Seen.of(cfg, reader)
-    for foreign in NAMED:
-        if foreign.test(seen):
-            served = foreign.served(seen) if callable(foreign.served) else foreign.served
-            raise ConversionError(f"--from {source_format}: the source is {foreign.format} ({foreign.layout or cfg.get('model_type')}), "
-                                  f"which no converter reads: {served}", where=str(folder), hint=foreign.evidence)
+    foreign = named(seen)
+    if foreign is not None:
+        raise ConversionError(f"--from {source_format}: the source is {foreign.format} ({foreign.layout or cfg.get('model_type')}), "
+                              f"which no converter reads: {foreign.serving(seen)}", where=str(folder), hint=foreign.evidence)
 
 
 @dataclass

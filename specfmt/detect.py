@@ -94,6 +94,10 @@ class Foreign:
     figures: Callable[[Seen], dict[str, Any]] = lambda seen: {}
     served: "str | Callable[[Seen], str]" = ""
 
+    def serving(self, seen: Seen) -> str:
+        """:attr:`served` for this checkpoint."""
+        return self.served(seen) if callable(self.served) else self.served
+
 
 def _mtp_serving(seen: Seen) -> str:
     n = seen.config.get("num_nextn_predict_layers")
@@ -163,11 +167,15 @@ FOREIGN = (
 )
 
 
+def named(seen: Seen) -> Foreign | None:
+    """The format of :data:`NAMED` the checkpoint is, if any (checked before any converter's layouts)."""
+    return next((foreign for foreign in NAMED if foreign.test(seen)), None)
+
+
 def _foreign(foreign: Foreign, seen: Seen, ev: list[str], summary: dict[str, Any]) -> Detection:
     ev.append(foreign.evidence)
     summary.update(foreign.figures(seen))
-    served = foreign.served(seen) if callable(foreign.served) else foreign.served
-    return Detection(foreign.format, foreign.layout or str(seen.config.get("model_type")), ev, summary, None, served=served)
+    return Detection(foreign.format, foreign.layout or str(seen.config.get("model_type")), ev, summary, None, served=foreign.serving(seen))
 
 
 def detect(folder: str | Path) -> Detection:
@@ -195,9 +203,9 @@ def detect(folder: str | Path) -> Detection:
     if "speculators_config" in cfg:
         return _speculators(cfg, ev, summary)
 
-    for foreign in NAMED:
-        if foreign.test(seen):
-            return _foreign(foreign, seen, ev, summary)
+    foreign = named(seen)
+    if foreign is not None:
+        return _foreign(foreign, seen, ev, summary)
 
     matches = [(c, lay) for c in REGISTRY.values() for lay in [c.layout_of(seen)] if lay is not None and c.claims(seen)]
     if matches:
