@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from train_bench import train_files  # the example world's training files (this folder is on sys.path)
+
 REPO = Path(__file__).resolve().parents[1]
 WORLD = REPO / "examples" / "world"
 GiB = 2**30
@@ -131,16 +133,6 @@ def peak_rss(cmd: list[str], env: dict | None = None, timeout: float | None = No
     code, rss, wall = json.loads(line[len("PEAK_RSS "):])
     proc.returncode = code
     return proc, int(rss), float(wall)
-
-
-def train_files() -> list[str]:
-    import sysconfig
-
-    sys.path.insert(0, str(REPO / "examples"))
-    from make_world import TRAIN_FILES
-
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return [str(stdlib / n) for n in TRAIN_FILES if (stdlib / n).is_file()]
 
 
 def specfmt(*args: str) -> list[str]:
