@@ -34,6 +34,10 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 _DEVICE = re.compile(r"^(cpu|cuda(:\d+)?)$")
 
 
+def _cuda_index(device: str) -> int:
+    return int(device.split(":")[1]) if ":" in device else 0
+
+
 @dataclass(frozen=True)
 class Placement:
     """How the verifier is loaded and run.
@@ -60,6 +64,11 @@ class Placement:
     @property
     def is_cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def cuda_index(self) -> int:
+        """N of ``cuda:N`` (0 for ``cuda``)."""
+        return _cuda_index(self.device)
 
     @property
     def autocast(self) -> bool:
@@ -131,8 +140,7 @@ def resolve_placement(device: str | None = None, dtype: str | None = None, devic
             raise InputError(f"--device {device}: torch {torch.__version__} sees no CUDA device"
                              + (" (a CPU-only build)" if torch.version.cuda is None else ""),
                              hint="use --device cpu, or install a CUDA build of torch on a machine with a GPU")
-        n = int(device.split(":")[1]) if ":" in device else 0
-        if n >= torch.cuda.device_count():
+        if _cuda_index(device) >= torch.cuda.device_count():
             raise InputError(f"--device {device}: only {torch.cuda.device_count()} CUDA device(s) are visible", hint="use cuda:0 ... cuda:N-1")
     if dtype is not None and dtype not in DTYPE_ALIASES:
         raise InputError(f"unknown --verifier-dtype {dtype!r}", hint="use float32, bfloat16 or float16")

@@ -185,8 +185,7 @@ def _device_name(placement: Placement) -> str:
         return placement.device
     import torch
 
-    idx = int(placement.device.split(":")[1]) if ":" in placement.device else 0
-    return f"{placement.device} ({torch.cuda.get_device_name(idx)})"
+    return f"{placement.device} ({torch.cuda.get_device_name(placement.cuda_index)})"
 
 
 # --------------------------------------------------------------------------- the run
