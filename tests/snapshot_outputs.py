@@ -1,0 +1,127 @@
+"""Snapshot every folder the tests write, to prove a refactor leaves outputs byte-identical.
+
+Usage (from the repository root)::
+
+    python3 tests/snapshot_outputs.py record before.json          # default: the conversion tests
+    python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
+    python3 tests/snapshot_outputs.py compare before.json after.json
+
+``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
+``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
+the planned outputs of the real-config corpus) and records, per folder (its path under the
+basetemp, which pytest derives from the test's name):
+
+* ``config.json`` parsed, with what legitimately differs between two runs taken out: the
+  provenance timestamp (``specfmt.created``), the specfmt version, and the basetemp prefix
+  of absolute paths;
+* the sha256 of every other file (``model.safetensors``, ``validation.json`` with its wall-time
+  fields taken out, ...).
+
+``compare`` prints every folder and file that differs, and exits 1 when anything does. It is a
+tool for the person refactoring, not a test: the two snapshots come from two trees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: the tests that write conversions: each layout and option, the real-config corpus, upgrades,
+#: trained drafts and the shipped worlds
+DEFAULT_TESTS = [
+    "tests/test_convert_eagle3.py", "tests/test_convert_eagle.py", "tests/test_convert_medusa.py", "tests/test_layouts.py",
+    "tests/test_real_configs.py", "tests/test_upgrade.py", "tests/test_fast_copy.py", "tests/test_hostile.py",
+    "tests/test_train.py", "tests/test_example_world.py", "tests/test_world_qwen3.py", "tests/test_qwen3_layer.py",
+]
+
+#: keys whose values are wall-clock measurements or run-specific (dropped before comparing)
+VOLATILE = {"created", "specfmt_version", "seconds", "wall_seconds", "tokens_per_second", "elapsed", "timestamp"}
+
+
+def _scrub(obj, base: str):
+    if isinstance(obj, dict):
+        return {k: _scrub(v, base) for k, v in obj.items() if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_s")}
+    if isinstance(obj, list):
+        return [_scrub(v, base) for v in obj]
+    if isinstance(obj, str) and base in obj:
+        return obj.replace(base, "<basetemp>")
+    return obj
+
+
+def snapshot(base: Path) -> dict:
+    """``{folder under base: {"config": scrubbed config, "files": {name: sha256}}}``."""
+    real = str(base.resolve())
+    out = {}
+    for cfg_path in sorted(base.rglob("config.json")):
+        folder = cfg_path.parent
+        if any(part.startswith(".") for part in folder.relative_to(base).parts):
+            continue  # temporary folders of interrupted writes
+        try:
+            cfg = json.loads(cfg_path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(cfg, dict) or "specfmt" not in cfg:
+            continue  # a source or a verifier the test built, not something specfmt wrote
+        files = {}
+        for p in sorted(folder.iterdir()):
+            if not p.is_file() or p.name == "config.json":
+                continue
+            if p.suffix == ".json":
+                try:
+                    files[p.name] = _scrub(json.loads(p.read_text()), real)
+                    continue
+                except ValueError:
+                    pass
+            files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files}
+    return out
+
+
+def record(path: Path, pytest_args: list[str]) -> int:
+    base = Path(tempfile.mkdtemp(prefix="specfmt-snapshot-"))
+    args = pytest_args or DEFAULT_TESTS
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={base}", *args], cwd=REPO)
+    snap = snapshot(base)
+    path.write_text(json.dumps({"pytest_exit": r.returncode, "folders": snap}, indent=1, sort_keys=True))
+    print(f"{len(snap)} folders recorded in {path} (pytest exit {r.returncode}; basetemp {base})")
+    return 0
+
+
+def compare(a_path: Path, b_path: Path) -> int:
+    a, b = (json.loads(p.read_text())["folders"] for p in (a_path, b_path))
+    bad = 0
+    for folder in sorted(a.keys() | b.keys()):
+        if folder not in a or folder not in b:
+            print(f"{folder}: only in {'before' if folder in a else 'after'}")
+            bad += 1
+            continue
+        if a[folder]["config"] != b[folder]["config"]:
+            print(f"{folder}/config.json differs")
+            bad += 1
+        fa, fb = a[folder]["files"], b[folder]["files"]
+        for name in sorted(fa.keys() | fb.keys()):
+            if fa.get(name) != fb.get(name):
+                print(f"{folder}/{name} differs" if name in fa and name in fb else f"{folder}/{name}: only in {'before' if name in fa else 'after'}")
+                bad += 1
+    print(f"{len(a)} folders before, {len(b)} after, {bad} difference(s)")
+    return 1 if bad else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "record":
+        rest = argv[2:]
+        return record(Path(argv[1]), rest[1:] if rest[:1] == ["--"] else rest)
+    if len(argv) == 3 and argv[0] == "compare":
+        return compare(Path(argv[1]), Path(argv[2]))
+    print(__doc__)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
