@@ -192,8 +192,8 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
         src_cfg = read_json(src_res.folder / CONFIG_FILE)
         reader = CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files)
     with reader:
+        _refuse_named(source_format, src_cfg, reader, src_res.folder)  # says what the source is already
         with _refusal_names_the_source(f"--from {source_format}", source_format, src_res.folder, src_ref, ver.ref):
-            _refuse_named(source_format, src_cfg, reader, src_res.folder)
             plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
             _check_plan(plan, allow_missing)
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())

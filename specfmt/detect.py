@@ -88,10 +88,13 @@ class Detection:
         if self.format == "unknown":
             return None
         message = f"{asked} cannot read this source: it is {self.what}"
-        command = self.next_command(src, out, verifier)
         if self.candidates and self.format not in ("specfmt", "speculators"):
             flags = " or ".join(f"--from {c}" for c in self.candidates)
+            command = shlex.join(["specfmt", "convert", "--from", self.candidates[0], src, "-o", out, "--verifier", verifier])
             return message + f", which {flags} reads", f"run `{command}`"
+        command = self.next_command(src, out, verifier)
+        if self.format == "speculators":
+            return message + ", which `specfmt upgrade` (--from speculators) reads", f"run `{command}`"
         if command:
             return message, f"run `{command}`"
         if self.served:

@@ -69,7 +69,7 @@ def checked_release(version: str | Version) -> tuple[Version, bool]:
     """The checked release (:data:`CHECKED_RELEASES`) whose rules answer for ``version``.
 
     A checked release answers for itself. Any other version gets the nearest checked release:
-    the newest one whose major.minor.micro is not after its own (``0.32.1`` and ``0.33.0rc1`` ->
+    the newest one whose epoch and major.minor.micro are not after its own (``0.32.1`` and ``0.33.0rc1`` ->
     0.32.0 and 0.33.0; ``9.9`` -> the newest checked), or the oldest checked release for one that
     precedes them all (``0.29.0`` -> 0.30.0). Its rules are a guess for that version, which the
     caller must say.
@@ -84,8 +84,10 @@ def checked_release(version: str | Version) -> tuple[Version, bool]:
     checked = [Version(r) for r in CHECKED_RELEASES]
     if v in checked:
         return v, True
-    key = (tuple(v.release) + (0, 0, 0))[:3]
-    before = [r for r in checked if (tuple(r.release) + (0, 0, 0))[:3] <= key]
+    def key(x: Version) -> tuple[int, ...]:  # epoch, major, minor, micro: pre-, post- and dev-releases count as their release
+        return (x.epoch, *(tuple(x.release) + (0, 0, 0))[:3])
+
+    before = [r for r in checked if key(r) <= key(v)]
     return (before[-1] if before else checked[0]), False
 
 
