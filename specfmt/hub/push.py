@@ -229,7 +229,8 @@ def plan_push(
 
     Raises:
         InputError: the folder is missing or not a folder; the repo id or revision is
-            malformed; config.json is unreadable; the verifier is a local path and no
+            malformed; the folder is not a draft in the speculators format, whatever ``validate``
+            says (:func:`_draft_config` names what it is); config.json is unreadable; the verifier is a local path and no
             ``verifier_id`` was given, or ``verifier_id`` contradicts config.json's Hub id;
             the validation fails; ``validation.json`` is stale or failed; a symlink points
             outside the folder.
