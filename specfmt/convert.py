@@ -35,7 +35,7 @@ from .checkpoint.writer import SafetensorsStreamWriter
 from .converters import Options, Plan, Source, get
 from .draft import read_draft
 from .format.draft import Draft, is_specfmt_folder
-from .errors import ConversionError, InputError
+from .errors import ConversionError, InputError, SpecfmtError
 from .format import WEIGHTS_FILE
 from .format.provenance import provenance_block, utc_now
 from .format.schema import validate_config
@@ -188,13 +188,84 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
     converter = get(source_format)
     before_plan(src_res)
     ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
-    src_cfg = read_json(src_res.folder / CONFIG_FILE)
-    with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
-        _refuse_named(source_format, src_cfg, reader, src_res.folder)
-        plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
-        _check_plan(plan, allow_missing)
+    with _refusal_names_the_source(f"--from {source_format}", source_format, src_res.folder, src_ref, ver.ref):
+        src_cfg = read_json(src_res.folder / CONFIG_FILE)
+        reader = CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files)
+    with reader:
+        _refuse_named(source_format, src_cfg, reader, src_res.folder)  # says what the source is already
+        with _refusal_names_the_source(f"--from {source_format}", source_format, src_res.folder, src_ref, ver.ref):
+            plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
+            _check_plan(plan, allow_missing)
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
         yield Opened(src_res, plan, reader)
+
+
+def wrong_format(asked: str, reads: str, folder: Path, src: str, out: str = "OUT", verifier: str = "VERIFIER") -> tuple[str, str] | None:
+    """When a command refuses a source, what the source is instead (:func:`specfmt.detect.detect`),
+    as ``(message, hint)`` naming the command that reads it; None when detection finds nothing
+    else (the format is ``unknown``, or ``reads`` is among the ``--from`` names that read it), so
+    the refusing command's own complaint stands.
+
+    Args:
+        asked: the refusing command as the message names it (``--from eagle3``, ``specfmt upgrade``).
+        reads: the ``--from`` name of the converter that refused it.
+        folder: the source's local folder (a Hub id already resolved).
+        src, out, verifier: the words of the suggested command.
+    """
+    from .detect import detect  # detect imports the converters
+
+    try:
+        cfg = read_json(folder / CONFIG_FILE) if (folder / CONFIG_FILE).is_file() else {}
+        if "speculators_config" in cfg and not isinstance(cfg["speculators_config"], dict):
+            return None  # a malformed speculators config: the refusal of it stands
+        d = detect(folder)
+    except SpecfmtError:
+        return None
+    if reads in d.candidates:
+        return None
+    return d.refusal(asked, src, out, verifier)
+
+
+def check_upgradable(src: str, cfg: dict[str, Any], *, revision: str | None = None, out: str | None = None, verifier: str | None = None) -> None:
+    """``specfmt upgrade`` reads speculators-format checkpoints only; refuse anything else before
+    the verifier is looked for, naming what SRC is and the ``specfmt convert --from X SRC -o OUT
+    --verifier V`` line that reads it (:func:`wrong_format`).
+
+    Args:
+        src: SRC as given; cfg: its config.json; revision: its Hub revision;
+        out, verifier: ``-o`` and ``--verifier`` as given, for the suggested command.
+
+    Raises:
+        InputError: ``speculators_config`` is missing or not an object.
+        HubError: a Hub SRC cannot be fetched (to read its tensor names).
+    """
+    spec = cfg.get("speculators_config")
+    if isinstance(spec, dict):
+        return
+    if spec is not None:
+        raise InputError(f"speculators_config must be an object, not {type(spec).__name__}", where=f"{src}/config.json",
+                         hint="specfmt upgrade reads speculators-format checkpoints; fix config.json")
+    res = resolve(src, allow_patterns=SOURCE_PATTERNS, revision=revision, what="source")
+    better = wrong_format("specfmt upgrade", "speculators", res.folder, src, out or "OUT", verifier or "VERIFIER")
+    if better is not None:
+        raise InputError(better[0], where=src, hint=better[1])
+    raise InputError("specfmt upgrade reads speculators-format checkpoints; this config.json has no speculators_config", where=src,
+                     hint=f"`specfmt inspect {src}` names what the folder holds; a research draft is read by `specfmt convert --from FORMAT`")
+
+
+@contextmanager
+def _refusal_names_the_source(asked: str, reads: str, folder: Path, src: str, verifier: str) -> Iterator[None]:
+    """A converter's refusal (:class:`ConversionError` or :class:`InputError`) of a source that
+    detection recognises as another format says what the source is and which ``--from`` reads it
+    (:func:`wrong_format`), instead of the first field or tensor that the wrong converter missed
+    (``hidden_size must be a positive integer, got None`` on Medusa heads read ``--from eagle3``)."""
+    try:
+        yield
+    except (ConversionError, InputError) as e:
+        better = wrong_format(asked, reads, folder, src, verifier=verifier)
+        if better is None:
+            raise
+        raise type(e)(better[0], where=src, hint=better[1]) from None
 
 
 def convert(

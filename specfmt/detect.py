@@ -12,6 +12,7 @@ heads, the MLP speculator, a plain causal LM) are named here, with what identifi
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +21,7 @@ from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.reader import CheckpointReader
 from .converters import REGISTRY
 from .converters.base import Seen
+from .algorithms import find
 from .algorithms.recognised import recognised
 from .hub.resolve import resolve
 
@@ -49,6 +51,55 @@ class Detection:
     convert_hint: str | None = None
     candidates: list[str] = field(default_factory=list)
     served: str = ""
+
+    @property
+    def what(self) -> str:
+        """What the folder is, as an error message names it (``an EAGLE-3 research draft
+        (safeailab layout)``, ``a causal-lm (llama): a full decoder stack ...``); empty for ``unknown``."""
+        if self.format == "unknown":
+            return ""
+        algo = self.summary.get("algorithm")
+        if self.format == "specfmt":
+            return f"a specfmt {algo} draft, already in the current format"
+        if self.format == "speculators":
+            return f"a speculators-format {algo} checkpoint (speculators_version {self.summary.get('speculators_version')!r})"
+        if self.candidates:
+            title = find(self.format).title if find(self.format) else self.format
+            return f"an {title} research draft ({self.layout} layout)" if title[0] in "AEIOU" else f"a {title} research draft ({self.layout} layout)"
+        return f"{self.format} ({self.layout})" + (f": {self.evidence[0]}" if self.evidence else "")
+
+    def next_command(self, src: str = "SRC", out: str = "OUT", verifier: str = "VERIFIER") -> str | None:
+        """:attr:`convert_hint` with the placeholders filled in (``SRC``/``DIR``, ``OUT``, ``VERIFIER``),
+        shell-quoted; None when no specfmt command applies."""
+        if self.convert_hint is None:
+            return None
+        fill = {"SRC": src, "DIR": src, "OUT": out, "VERIFIER": verifier}
+        return " ".join(shlex.quote(fill[w]) if w in fill else w for w in self.convert_hint.split(" "))
+
+    def refusal(self, asked: str, src: str = "SRC", out: str = "OUT", verifier: str = "VERIFIER") -> tuple[str, str] | None:
+        """The one-line refusal of a command that cannot take this folder, as ``(message, hint)``:
+        what the folder is, and the command that reads it (or why none does). None for ``unknown``
+        (nothing is known beyond the refusing command's own complaint).
+
+        Args:
+            asked: what refused it, e.g. ``--from eagle3`` or ``specfmt upgrade``.
+            src, out, verifier: the words put into the suggested command.
+        """
+        if self.format == "unknown":
+            return None
+        message = f"{asked} cannot read this source: it is {self.what}"
+        if self.candidates and self.format not in ("specfmt", "speculators"):
+            flags = " or ".join(f"--from {c}" for c in self.candidates)
+            command = shlex.join(["specfmt", "convert", "--from", self.candidates[0], src, "-o", out, "--verifier", verifier])
+            return message + f", which {flags} reads", f"run `{command}`"
+        command = self.next_command(src, out, verifier)
+        if self.format == "speculators":
+            return message + ", which `specfmt upgrade` (--from speculators) reads", f"run `{command}`"
+        if command:
+            return message, f"run `{command}`"
+        if self.served:
+            return message + ", which no converter reads", self.served
+        return message + ", which no converter reads", "give a draft checkpoint: `specfmt inspect SRC` names what a folder holds"
 
 
 def _speculators(cfg: dict[str, Any], ev: list[str], summary: dict[str, Any]) -> Detection:
@@ -163,7 +214,8 @@ FOREIGN = (
     Foreign("causal-lm", None, lambda s: s.has(r"(model\.)?layers\.\d+\.self_attn\.[qkv]_proj\.weight") and s.has(r"(model\.)?embed_tokens\.weight"),
             "a full decoder stack with embeddings (a verifier-like causal LM, not a draft)",
             lambda s: {"model_type": s.config.get("model_type"), "layers": s.config.get("num_hidden_layers"),
-                       "hidden_size": s.config.get("hidden_size"), "vocab_size": s.config.get("vocab_size")}),
+                       "hidden_size": s.config.get("hidden_size"), "vocab_size": s.config.get("vocab_size")},
+            served="a verifier, not a draft: name it with --verifier and give the draft's folder as SRC (vLLM serves it alone: `vllm serve DIR`)"),
 )
 
 

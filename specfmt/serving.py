@@ -65,6 +65,32 @@ def parse_version(text: str) -> Version:
         raise InputError(f"--vllm-version {text!r} is not a version", hint="e.g. --vllm-version 0.33.0") from None
 
 
+def checked_release(version: str | Version) -> tuple[Version, bool]:
+    """The checked release (:data:`CHECKED_RELEASES`) whose rules answer for ``version``.
+
+    A checked release answers for itself. Any other version gets the nearest checked release:
+    the newest one whose epoch and major.minor.micro are not after its own (``0.32.1`` and ``0.33.0rc1`` ->
+    0.32.0 and 0.33.0; ``9.9`` -> the newest checked), or the oldest checked release for one that
+    precedes them all (``0.29.0`` -> 0.30.0). Its rules are a guess for that version, which the
+    caller must say.
+
+    Returns:
+        ``(release, exact)``: ``exact`` is False when ``version`` is not itself a checked release.
+
+    Raises:
+        InputError: ``version`` is a string that is not a version (:func:`parse_version`).
+    """
+    v = version if isinstance(version, Version) else parse_version(version)
+    checked = [Version(r) for r in CHECKED_RELEASES]
+    if v in checked:
+        return v, True
+    def key(x: Version) -> tuple[int, ...]:  # epoch, major, minor, micro: pre-, post- and dev-releases count as their release
+        return (x.epoch, *(tuple(x.release) + (0, 0, 0))[:3])
+
+    before = [r for r in checked if key(r) <= key(v)]
+    return (before[-1] if before else checked[0]), False
+
+
 def auto_detects(version: Version, verifier: str) -> bool:
     """Whether ``vllm serve OUT`` (auto-detection of the speculators config) accepts this verifier
     reference on ``version``: every reference before 0.33, a Hub id that is not also a path from
@@ -72,6 +98,18 @@ def auto_detects(version: Version, verifier: str) -> bool:
     if version.release[:3] < AUTO_NEEDS_HUB_ID.release:
         return True
     return is_hub_id(verifier) and not Path(verifier).exists()
+
+
+def auto_refusal(version: str | Version, verifier: str) -> str | None:
+    """Why ``vllm serve OUT`` does not serve a draft whose config names ``verifier`` on ``version``
+    (the rule of :func:`auto_detects`, in words), or None when it does."""
+    v = version if isinstance(version, Version) else parse_version(version)
+    if auto_detects(v, verifier):
+        return None
+    if not is_hub_id(verifier):
+        return f"the verifier is a local path, and vLLM {AUTO_NEEDS_HUB_ID} and later read only a Hub id from the speculators config"
+    return (f"the verifier {verifier} also exists as a path here, and vLLM {AUTO_NEEDS_HUB_ID} and later refuse a verifier "
+            "that exists as a path")
 
 
 @dataclass(frozen=True)
@@ -128,6 +166,20 @@ def serve_command(cfg: dict[str, Any], draft: str, version: str | Version) -> Se
         return ServeCommand(("vllm", "serve", draft), "auto", _releases(auto))
     spec = explicit_config(cfg, draft)
     return ServeCommand(("vllm", "serve", verifier, "--speculative-config", json.dumps(spec)), "explicit", _releases(served), spec)
+
+
+def by_release(cfg: dict[str, Any], draft: str) -> list[tuple[tuple[str, ...], ServeCommand | None]]:
+    """:func:`serve_command` for every checked release, neighbouring releases with the same line
+    grouped: ``[(releases, command or None), ...]`` in release order (None: those releases cannot
+    serve the algorithm). What a model card says per release (:mod:`specfmt.hub.card`)."""
+    groups: list[tuple[list[str], ServeCommand | None]] = []
+    for r in CHECKED_RELEASES:
+        c = serve_command(cfg, draft, r)
+        if groups and (groups[-1][1] is None) == (c is None) and (c is None or groups[-1][1].line == c.line):  # type: ignore[union-attr]
+            groups[-1][0].append(r)
+        else:
+            groups.append(([r], c))
+    return [(tuple(rs), c) for rs, c in groups]
 
 
 def engine_args(cfg: dict[str, Any], draft: str, verifier: str, version: str | None, k: int) -> tuple[str, dict[str, Any] | None, str]:
@@ -203,14 +255,15 @@ def serving_summary(cfg: dict[str, Any]) -> tuple[str, str]:
     refused = [r for r in CHECKED_RELEASES if r not in served]
     auto = [r for r in served if auto_detects(Version(r), verifier)]
     parts = [f"vLLM {_releases(served)} serve{'s' if len(served) == 1 else ''} it as {algo.vllm_method}"]
-    if auto != served:
-        parts.append(f"`vllm serve OUT` works on {_releases(auto)}; later releases need the explicit form "
-                     "(`specfmt serve-command OUT`) because the verifier is a local path")
+    later = [r for r in served if r not in auto]
+    if later:
+        parts.append(f"`vllm serve OUT` works on {_releases(auto)}; {_releases(later)} need{'s' if len(later) == 1 else ''} the explicit form "
+                     f"(`specfmt serve-command OUT`) because {auto_refusal(later[0], verifier)}")
     if refused:
         parts.append(algo.serving_note())
         return "warn", "; ".join(parts)
     return "pass", "; ".join(parts)
 
 
-__all__ = ["CHECKED_RELEASES", "NEWEST_VLLM", "ServeCommand", "auto_detects", "engine_args", "installed_vllm", "serve_command", "serve_commands",
+__all__ = ["CHECKED_RELEASES", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release", "checked_release", "engine_args", "installed_vllm", "serve_command", "serve_commands",
            "serving_lines", "serving_summary"]

@@ -113,3 +113,42 @@ def test_configs_speculators_writes_are_recognised_never_unknown(eagle3, tmp_pat
     assert st["finite"].status == "pass" and st["tensors"].status == "skip"
     r = run_cli("validate", out)
     assert r.returncode == 0 and "recognised, not validated by this specfmt version" in r.stdout
+
+
+def test_unchecked_releases_are_answered_by_the_nearest_checked_one():
+    from specfmt.serving import checked_release
+
+    for asked, want in (("0.30.0", "0.30.0"), ("0.32", "0.32.0"), ("0.33.0", "0.33.0")):
+        assert checked_release(asked) == (Version(want), True)
+    for asked, want in (("9.9", "0.33.0"), ("0.34.1", "0.33.0"), ("0.29.0", "0.30.0"), ("0.1", "0.30.0"), ("0.32.1", "0.32.0"),
+                        ("0.31.0.post1", "0.31.0"), ("0.33.0rc1", "0.33.0"), ("1!0.1", "0.33.0")):
+        assert checked_release(asked) == (Version(want), False), asked
+
+
+@pytest.mark.parametrize("asked,nearest", [("9.9", "0.33.0"), ("0.29.0", "0.30.0"), ("0.32.1", "0.32.0")])
+def test_serve_command_on_an_unchecked_release_says_so_on_stderr(eagle3, asked, nearest):
+    """stdout stays the one line (the nearest checked release's); stderr says the release is not checked."""
+    out, cfg = eagle3
+    r = run_cli("serve-command", out, "--vllm-version", asked)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [serve_command(cfg, str(out), nearest).line]
+    (note,) = r.stderr.strip().splitlines()
+    assert f"vLLM {asked} is not a release specfmt has checked" in note and f"nearest checked release, {nearest}" in note
+
+
+def test_serve_command_on_a_checked_release_prints_only_the_line(eagle3, medusa):
+    out, cfg = eagle3
+    for release in ("0.30.0", "0.33.0"):
+        r = run_cli("serve-command", out, "--vllm-version", release)
+        assert r.returncode == 0 and r.stderr == "" and r.stdout.splitlines() == [serve_command(cfg, str(out), release).line]
+    r = run_cli("serve-command", medusa[0], "--vllm-version", "9.9")  # nearest is 0.33.0, which cannot serve Medusa
+    assert r.returncode == 2 and r.stdout == ""
+    assert "vLLM 0.33.0 (the nearest checked release to 9.9) cannot serve this medusa draft" in r.stderr
+
+
+@pytest.mark.parametrize("asked", ["latest", "", "0.3x", "v0.33.0-final"])
+def test_serve_command_refuses_an_unparsable_version_in_one_line(eagle3, asked):
+    r = run_cli("serve-command", eagle3[0], "--vllm-version", asked)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"specfmt: error: --vllm-version {asked!r} is not a version")

@@ -102,7 +102,7 @@ def test_newer_speculators_version_is_refused(tmp_path, verifier):
 
 
 def test_research_checkpoint_is_not_a_speculators_one(tmp_path, verifier):
-    with pytest.raises(ConversionError, match="no speculators_config"):
+    with pytest.raises(ConversionError, match=r"--from speculators cannot read this source: it is an EAGLE-3 research draft \(safeailab layout\), which --from eagle3 reads"):
         convert("speculators", str(write_safeailab(tmp_path / "src")), tmp_path / "out", str(verifier))
 
 

@@ -95,11 +95,12 @@ def upgrade(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the changes; write nothing."),
 ) -> None:
     """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""
-    from ..convert import config_changes, source_config
+    from ..convert import check_upgradable, config_changes, source_config
     from ..format.config import verifier_ref
     from ..verifier import Verifier
 
     old = source_config(src, revision=revision)
+    check_upgradable(src, old, revision=revision, out=None if output is None else str(output), verifier=verifier)
     resolved: "str | Verifier | None" = verifier
     if resolved is None:
         named = verifier_ref(old)

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, figures_table, out, reports_errors, verdict
+from .common import checks_table, err, figures_table, out, reports_errors, verdict
 
 
 @reports_errors
@@ -100,21 +100,29 @@ def serve_command(
     path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
 ) -> None:
-    """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts)."""
+    """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts).
+
+    stdout is that one line; a release specfmt has not checked gets the line of the nearest
+    checked one (:func:`specfmt.serving.checked_release`), with a note on stderr saying so.
+    """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
     from ..format.schema import validate_config
     from ..hub.resolve import resolve
-    from ..serving import NEWEST_VLLM, installed_vllm, parse_version, serve_command as command
+    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
 
+    version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM
+    release, exact = checked_release(version)  # an unparsable --vllm-version fails before anything is read
     res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
     cfg = read_json(res.folder / CONFIG_FILE)
     validate_config(cfg, where=str(res.folder / CONFIG_FILE))
-    version = vllm_version or installed_vllm() or NEWEST_VLLM
-    parse_version(version)
-    line = command(cfg, res.name_or_path, version)
+    line = command(cfg, res.name_or_path, release)
+    which = "" if exact else f" (the nearest checked release to {version})"
     if line is None:
         from ..algorithms import get
 
-        raise InputError(f"vLLM {version} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
+        raise InputError(f"vLLM {release}{which} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
+    if not exact:
+        err.print(f"note: vLLM {version} is not a release specfmt has checked ({', '.join(CHECKED_RELEASES)}); "
+                  f"this is the line for the nearest checked release, {release}", markup=False, highlight=False, soft_wrap=True)
     out.print(line.line, markup=False, highlight=False, soft_wrap=True)

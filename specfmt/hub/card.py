@@ -85,13 +85,10 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
              ("weights", ", ".join(f"`{name}` ({_size(size)})" for name, size in weights))]
     lines = [f"# {repo_id.split('/')[1]}", "",
              f"{'An' if name[0] in 'AEIOU' else 'A'} **{name}** draft model (speculator) for {_place(verifier)}, in the speculators format "
-             f"(`speculators_version` {cfg.get('speculators_version')}) that vLLM detects by itself: `vllm serve` loads the verifier "
-             "named in config.json and attaches this draft for speculative decoding. The output is exactly what the verifier alone "
-             "would produce; the draft only makes it faster.", "",
-             "## Serve it with vLLM", "", "```bash", f"vllm serve {repo_id}", "```", "",
-             f"No speculative-decoding flags are needed: vLLM reads `speculators_config` from config.json, serves {verifier} and "
-             f"proposes {k} tokens per step with its `{algorithm.vllm_method if algorithm else algo}` method.", "",
-             *_serving_section(cfg, repo_id, algorithm),
+             f"(`speculators_version` {cfg.get('speculators_version')}): vLLM attaches it to the verifier for speculative decoding. "
+             "The output is exactly what the verifier alone would produce; the draft only makes it faster.", "",
+             "## Serve it with vLLM", "",
+             *_serving_section(cfg, repo_id, algorithm, k),
              "## The draft", "", "| | |", "| --- | --- |", *[f"| {a} | {b} |" for a, b in rows], ""]
     lines += _figures_section(figures, repo_id)
     lines += _provenance_section(cfg)
@@ -100,15 +97,36 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
     return str(card)
 
 
-def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any) -> list[str]:
-    """Which vLLM releases serve the draft (checked against each release's own code), and who else reads it."""
-    if algorithm is None:
-        return []
-    from ..serving import CHECKED_RELEASES, serving_summary
+def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any, k: int) -> list[str]:
+    """How each checked vLLM release serves the draft, one paragraph per group of releases with the
+    same line (:func:`specfmt.serving.by_release`, the rules ``specfmt serve-command`` answers with),
+    each with its ``vllm serve`` line; then who else reads it.
 
-    status, summary = serving_summary(cfg)
-    out = [f"Checked against the code of vLLM {CHECKED_RELEASES[0]}-{CHECKED_RELEASES[-1]}: {summary}."]
-    out += [algorithm.interop_note, ""] if algorithm.interop_note else [""]
+    ``cfg`` is the config.json that is uploaded (the verifier named as uploaded) and ``repo_id``
+    the name the draft is served by, so every line and every reason given is that config's.
+    """
+    if algorithm is None:
+        return ["No vLLM release specfmt has checked serves this algorithm.", ""]
+    from ..format.config import verifier_ref
+    from ..serving import CHECKED_RELEASES, auto_refusal, by_release
+
+    verifier = verifier_ref(cfg) or ""
+    out = []
+    for releases, command in by_release(cfg, repo_id):
+        span = releases[0] if len(releases) == 1 else f"{releases[0]}-{releases[-1]}"
+        if command is None:
+            note = algorithm.serving_note().rstrip(".")
+            out += [f"vLLM {span}: cannot serve it" + (f": {note}." if note else "."), ""]
+            continue
+        if command.form == "auto":
+            said = (f"no speculative-decoding flags are needed: vLLM reads `speculators_config` from config.json, serves the verifier "
+                    f"{verifier} and proposes {k} tokens per step with its `{algorithm.vllm_method}` method.")
+        else:
+            said = (f"the explicit form, because {auto_refusal(releases[0], verifier)}: the verifier, with `--speculative-config` naming "
+                    f"this draft, its `{algorithm.vllm_method}` method and {k} speculative tokens.")
+        out += [f"vLLM {span}: {said}", "", "```bash", command.line, "```", ""]
+    out += [f"Checked against the code of vLLM {', '.join(CHECKED_RELEASES)}; `specfmt serve-command {repo_id} --vllm-version X` prints the line for one release.", ""]
+    out += [algorithm.interop_note, ""] if algorithm.interop_note else []
     return out
 
 

@@ -155,6 +155,43 @@ def _read_validation(folder: Path, validate: bool) -> tuple[dict[str, Any] | Non
     return data, []
 
 
+def _draft_config(folder: Path) -> dict[str, Any]:
+    """config.json of a folder that holds a draft in the speculators format, whatever the flags
+    (``--no-validate`` skips the validation of a draft, not this).
+
+    Raises:
+        InputError: the folder is no such draft (no config.json, or no ``speculators_config``):
+            the message names what it is (:func:`specfmt.detect.detect`: a verifier, a research
+            draft, ...) and the hint what to do (the ``specfmt convert`` line of a research draft);
+            or config.json lacks what a push reads (``speculators_config`` and its ``verifier``
+            objects, ``speculators_model_type``).
+    """
+    path = folder / CONFIG_FILE
+    cfg = read_json(path) if path.is_file() else None
+    spec = None if cfg is None else cfg.get("speculators_config")
+    if spec is None:
+        from ..detect import detect
+
+        why = "it has no config.json" if cfg is None else "its config.json has no speculators_config"
+        try:
+            d = detect(folder)
+        except SpecfmtError:
+            d = None
+        refusal = d.refusal("push", src=str(folder)) if d is not None else None
+        if refusal is None:
+            raise InputError(f"push uploads a draft in the speculators format; this folder is not one ({why})", where=str(folder),
+                             hint="give the folder `specfmt convert -o` or `specfmt train -o` wrote")
+        hint = (refusal[1] + ", then push OUT" if d.candidates else
+                "give the draft's folder, the one `specfmt convert -o` or `specfmt train -o` wrote (its verifier is named in its config.json or by --verifier-id)")
+        raise InputError(f"push uploads a draft in the speculators format; this folder is {d.what} ({why})", where=str(folder), hint=hint)
+    problem = ("speculators_config must be an object" if not isinstance(spec, dict)
+               else "speculators_config.verifier must be an object" if not isinstance(spec.get("verifier"), dict)
+               else "speculators_model_type must be a string" if not isinstance(cfg.get("speculators_model_type"), str) else None)
+    if problem:
+        raise InputError(f"config.json is not a readable draft config: {problem}", where=str(path), hint=f"see `specfmt validate {folder}`")
+    return cfg
+
+
 def plan_push(
     folder: str | Path,
     repo_id: str,
@@ -192,7 +229,8 @@ def plan_push(
 
     Raises:
         InputError: the folder is missing or not a folder; the repo id or revision is
-            malformed; config.json is unreadable; the verifier is a local path and no
+            malformed; the folder is not a draft in the speculators format, whatever ``validate``
+            says (:func:`_draft_config` names what it is); config.json is unreadable; the verifier is a local path and no
             ``verifier_id`` was given, or ``verifier_id`` contradicts config.json's Hub id;
             the validation fails; ``validation.json`` is stale or failed; a symlink points
             outside the folder.
@@ -203,7 +241,7 @@ def plan_push(
     if not folder.is_dir():
         raise InputError("push uploads a local checkpoint folder; this is not one", where=str(folder),
                          hint="give the folder `specfmt convert -o` or `specfmt train -o` wrote")
-    cfg = read_json(folder / CONFIG_FILE)
+    cfg = _draft_config(folder)
     named = verifier_ref(cfg)
     if verifier_id is not None:
         if not is_hub_id(verifier_id):
@@ -253,7 +291,7 @@ def plan_push(
         files.append(UploadFile(CARD_FILE, own.stat().st_size, local=own, note="the folder's own README.md (--overwrite-card replaces it)"))
     else:
         weights = [(f.path_in_repo, f.size) for f in files if f.path_in_repo.endswith(".safetensors")]
-        card = render_card(cfg, repo_id=repo_id, verifier=verifier, figures=figures, license=license, weights=weights, folder=folder)
+        card = render_card(uploaded, repo_id=repo_id, verifier=verifier, figures=figures, license=license, weights=weights, folder=folder)
         origin = "regenerated" if own.is_file() else "generated"
         data = card.encode()
         files.append(UploadFile(CARD_FILE, len(data), content=data, note=f"{origin} model card"))

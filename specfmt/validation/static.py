@@ -85,7 +85,12 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
         rep.add("schema", WARN, known.summary)
     elif violations:
         details = [f"{p}: {m}" for p, m in violations] + _upgrade_hint(cfg, res.folder)
-        rep.add("schema", FAIL, f"{len(violations)} violation(s) of the specfmt v1 schema" + ("; `specfmt upgrade` rewrites it" if details[len(violations):] else ""), details)
+        summary = f"{len(violations)} violation(s) of the specfmt v1 schema" + ("; `specfmt upgrade` rewrites it" if details[len(violations):] else "")
+        other = _what_else(cfg, res.folder, res.name_or_path)
+        if other:
+            summary = f"not a specfmt checkpoint but {other[0]} ({summary}); {other[1]}"
+            details.append(f"{other[0]}: {other[1]}")
+        rep.add("schema", FAIL, summary, details)
     else:
         rep.add("schema", PASS, f"valid specfmt v1 ({cfg['speculators_model_type']})")
     try:
@@ -137,6 +142,22 @@ def _upgrade_hint(cfg: dict[str, Any], folder: Path) -> list[str]:
         return []
     return [f"written by speculators {cfg.get('speculators_version', '(no version)')}, not by specfmt: "
             f"`specfmt upgrade {folder} -o OUT` writes it in the current format, the tap layers and the verifier made explicit"]
+
+
+def _what_else(cfg: dict[str, Any], folder: Path, name: str) -> tuple[str, str] | None:
+    """For a folder that is not a speculators checkpoint at all: ``(what it is, what to run)``
+    (:func:`specfmt.detect.detect`), e.g. an EAGLE-3 research draft and its ``specfmt convert --from
+    eagle3`` line; None when it is one, or when detection does not know it either."""
+    if isinstance(cfg.get("speculators_config"), dict):
+        return None
+    from ..detect import detect  # detect imports the converters
+
+    try:
+        d = detect(folder)
+    except SpecfmtError:
+        return None
+    refusal = d.refusal("validate", src=name)
+    return None if refusal is None else (d.what, refusal[1])
 
 
 def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"]) -> None:

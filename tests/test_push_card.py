@@ -1,0 +1,185 @@
+"""``specfmt push`` of a folder that is not a draft, and the model card's serve section (issue 23,
+items 3b and 6), without a Hub: everything here happens before the network (``plan_push``) or in
+``--dry-run``.
+
+The card is read back as a reader would: each release's paragraph and ``vllm serve`` line are
+parsed out of the Markdown and compared with :func:`specfmt.serving.serve_command` for that release
+and the config.json that is uploaded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import WORLD, run_cli
+from specfmt.convert import convert
+from specfmt.errors import InputError
+from specfmt.hub.card import render_card
+from specfmt.hub.push import plan_push
+from specfmt.hub.resolve import is_hub_id
+from specfmt.serving import CHECKED_RELEASES, serve_command
+
+VERIFIER = str((WORLD / "verifier").resolve())
+REPO = "me/test-draft"
+
+
+@pytest.fixture(scope="module")
+def drafts(tmp_path_factory) -> dict[str, Path]:
+    """The example EAGLE-3 and Medusa drafts, converted against the local example verifier."""
+    root = tmp_path_factory.mktemp("drafts")
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), root / "eagle3", VERIFIER)
+    convert("medusa", str(WORLD / "medusa-legacy"), root / "medusa", VERIFIER)
+    return {"eagle3": root / "eagle3", "medusa": root / "medusa"}
+
+
+# --------------------------------------------------------------------------- not a draft (3b)
+
+
+def _not_drafts(tmp_path: Path) -> dict[str, tuple[Path, list[str]]]:
+    """Folders push must refuse, with what the refusal must say: ``name -> (folder, [words])``."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    plain = tmp_path / "plain-config"
+    plain.mkdir()
+    (plain / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return {
+        "verifier": (WORLD / "verifier", ["this folder is causal-lm (llama)", "no speculators_config", "specfmt convert -o"]),
+        "eagle3 research draft": (WORLD / "eagle3-safeailab", ["this folder is an EAGLE-3 research draft (safeailab layout)",
+                                                              f"`specfmt convert --from eagle3 {WORLD / 'eagle3-safeailab'} -o OUT --verifier VERIFIER`, then push OUT"]),
+        "medusa research draft": (WORLD / "medusa-legacy", ["this folder is a Medusa research draft (legacy-trainer layout)", "specfmt convert --from medusa"]),
+        "no config": (empty, ["this folder is not one (it has no config.json)", "specfmt convert -o"]),
+        "a config of nothing known": (plain, ["this folder is not one (its config.json has no speculators_config)"]),
+    }
+
+
+@pytest.mark.parametrize("flags", [{}, {"validate": False}, {"verifier_id": "me/v"}, {"validate": False, "verifier_id": "me/v"}],
+                         ids=["plain", "no-validate", "verifier-id", "no-validate+verifier-id"])
+def test_push_of_a_folder_that_is_not_a_draft_says_what_it_is_whatever_the_flags(tmp_path, flags):
+    for name, (folder, words) in _not_drafts(tmp_path).items():
+        with pytest.raises(InputError) as e:
+            plan_push(folder, "me/x", **flags)
+        line = e.value.one_line()
+        assert line.startswith("push uploads a draft in the speculators format; this folder is "), (name, line)
+        for w in words:
+            assert w in line, (name, w, line)
+        assert "local path (None)" not in line
+
+
+def test_the_issue_command_is_one_line_not_a_traceback(tmp_path):
+    """``HF_HUB_OFFLINE=1 specfmt push examples/world/verifier --repo-id me/x --verifier-id me/v --no-validate`` (KeyError before)."""
+    for extra in (["--no-validate"], [], ["--no-validate", "--dry-run"]):
+        r = run_cli("push", WORLD / "verifier", "--repo-id", "me/x", "--verifier-id", "me/v", *extra, env={"HF_HUB_OFFLINE": "1"})
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith("specfmt: error:")]
+        assert len(lines) == 1 and "causal-lm (llama)" in lines[0], r.stderr
+
+
+# --------------------------------------------------------------------------- the card's serve section (6)
+
+
+def serve_section(card: str) -> dict[str, tuple[str, str | None]]:
+    """What the card says for each checked release: ``release -> (statement, vllm serve line or None)``.
+
+    The section is the text between ``## Serve it with vLLM`` and the next ``## ``; each statement
+    is a paragraph ``vLLM A: ...`` or ``vLLM A-B: ...``, followed by at most one ``bash`` block.
+    A release claimed twice or a ``vllm serve`` line outside a statement fails.
+    """
+    body = card.split("## Serve it with vLLM", 1)[1].split("\n## ", 1)[0]
+    said: dict[str, tuple[str, str | None]] = {}
+    current: list[str] = []
+    lines = body.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"vLLM (\d+\.\d+\.\d+)(?:-(\d+\.\d+\.\d+))?: (.+)$", line)
+        if m:
+            lo, hi = m.group(1), m.group(2) or m.group(1)
+            current = [r for r in CHECKED_RELEASES if CHECKED_RELEASES.index(lo) <= CHECKED_RELEASES.index(r) <= CHECKED_RELEASES.index(hi)]
+            for r in current:
+                assert r not in said, f"release {r} stated twice"
+                said[r] = (m.group(3), None)
+        elif line == "```bash":
+            code = lines[i + 1]
+            assert lines[i + 2] == "```" and current, f"a serve line outside a release's statement: {code}"
+            for r in current:
+                assert said[r][1] is None
+                said[r] = (said[r][0], code)
+            current = []
+            i += 2
+        elif "vllm serve" in line and not line.startswith("Checked against"):
+            raise AssertionError(f"a serve line outside a release's statement: {line}")
+        i += 1
+    return said
+
+
+def assert_card_agrees_with_serving(card: str, uploaded: dict, repo_id: str) -> None:
+    """Every checked release is stated once, with serve_command's line for the uploaded config and a
+    reason that holds for its verifier."""
+    verifier = uploaded["speculators_config"]["verifier"]["name_or_path"]
+    said = serve_section(card)
+    assert sorted(said) == sorted(CHECKED_RELEASES), said
+    for release, (statement, line) in said.items():
+        want = serve_command(uploaded, repo_id, release)
+        if want is None:
+            assert line is None and statement.startswith("cannot serve it"), (release, statement)
+            continue
+        assert line == want.line, (release, line, want.line)
+        if want.form == "auto":
+            assert statement.startswith("no speculative-decoding flags are needed") and f"serves the verifier {verifier} " in statement, statement
+        else:
+            assert statement.startswith("the explicit form, because ") and ("local path" in statement) == (not is_hub_id(verifier)), statement
+    flags = len(re.findall(r"no speculative-decoding flags", card, flags=re.I))
+    assert flags == len({line for s, line in said.values() if s.startswith("no speculative-decoding flags")}), card
+    if is_hub_id(verifier):
+        assert "local path" not in card
+
+
+def test_card_with_verifier_id_names_the_uploaded_verifier_and_needs_no_flags(drafts):
+    """The issue's case: a local verifier, ``--verifier-id me/verifier``; the card said `vllm serve` needs no
+    flags and then that later releases need the explicit form "because the verifier is a local path"."""
+    plan = plan_push(drafts["eagle3"], REPO, verifier_id="me/verifier", validate=False)
+    assert plan.config["speculators_config"]["verifier"]["name_or_path"] == "me/verifier"
+    assert_card_agrees_with_serving(plan.card, plan.config, REPO)
+    said = serve_section(plan.card)
+    assert {line for _, line in said.values()} == {f"vllm serve {REPO}"}  # every checked release auto-detects a Hub id
+
+
+def test_card_of_medusa_says_which_releases_cannot_serve_it(drafts):
+    plan = plan_push(drafts["medusa"], REPO, verifier_id="me/verifier", validate=False)
+    assert_card_agrees_with_serving(plan.card, plan.config, REPO)
+    said = serve_section(plan.card)
+    assert said["0.33.0"][1] is None and "removed Medusa" in said["0.33.0"][0]
+    assert said["0.32.0"][1] == f"vllm serve {REPO}"
+
+
+def test_card_with_a_local_verifier_gives_the_explicit_form_where_it_is_needed(drafts):
+    """render_card as push would call it had the config kept its local verifier path (push refuses that upload)."""
+    cfg = json.loads((drafts["eagle3"] / "config.json").read_text())
+    card = render_card(cfg, repo_id=REPO, verifier=VERIFIER, figures=None, license=None, weights=[("model.safetensors", 1)], folder=drafts["eagle3"])
+    assert_card_agrees_with_serving(card, cfg, REPO)
+    said = serve_section(card)
+    assert said["0.32.0"][1] == f"vllm serve {REPO}" and said["0.33.0"][1].startswith(f"vllm serve {VERIFIER} --speculative-config ")
+
+
+def test_card_with_a_hub_id_that_is_also_a_folder_here_gives_that_reason(drafts, tmp_path, monkeypatch):
+    """vLLM 0.33 refuses a Hub-id-shaped verifier that exists as a path: the card's reason is that, not a "local path"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "me" / "verifier").mkdir(parents=True)
+    plan = plan_push(drafts["eagle3"], REPO, verifier_id="me/verifier", validate=False)
+    assert_card_agrees_with_serving(plan.card, plan.config, REPO)
+    assert "also exists as a path" in serve_section(plan.card)["0.33.0"][0]
+
+
+def test_dry_run_prints_the_card_derived_from_the_uploaded_config(drafts, tmp_path):
+    """The command of the issue, end to end: ``push ... --verifier-id me/verifier --dry-run``."""
+    r = run_cli("push", drafts["eagle3"], "--repo-id", REPO, "--verifier-id", "me/verifier", "--dry-run", "--no-validate",
+                env={"HF_HUB_OFFLINE": "1", "HF_TOKEN": ""})
+    assert r.returncode == 0, r.stderr
+    card = r.stdout.split("model card (generated):", 1)[1].rsplit("dry run: nothing uploaded", 1)[0]
+    cfg = json.loads((drafts["eagle3"] / "config.json").read_text())
+    cfg["speculators_config"]["verifier"]["name_or_path"] = "me/verifier"
+    assert_card_agrees_with_serving(card, cfg, REPO)
