@@ -3,7 +3,8 @@
 Order of work (nothing is written before step 5, and SRC is only ever read):
 
 1. resolve SRC and the verifier (local folder or Hub id), the verifier once
-   (:class:`specfmt.verifier.Verifier`);
+   (:class:`specfmt.verifier.Verifier`), and check OUT against both
+   (:func:`specfmt.checkpoint.output.check_output`: never an input, inside one or around one);
 2. read SRC's config and the tensor headers;
 3. the converter plans (:meth:`specfmt.converters.base.Converter.plan`): output config and
    the fate of every source tensor;
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterator
 from .algorithms import of
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
 from .checkpoint.finite import NonfiniteCounter, nonfinite_count
-from .checkpoint.output import atomic_folder, check_output
+from .checkpoint.output import Input, atomic_folder, check_output, real_path
 from .checkpoint.reader import CheckpointReader, TensorInfo
 from .checkpoint.writer import SafetensorsStreamWriter
 from .converters import Options, Plan, Source, get
@@ -163,7 +164,8 @@ class Opened:
 
 @contextmanager
 def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, opts: Options | None = None, revision: str | None = None,
-              allow_missing: frozenset[str] = frozenset(), before_plan: Callable[[Resolved], None] = lambda res: None) -> Iterator[Opened]:
+              allow_missing: frozenset[str] = frozenset(),
+              before_plan: "Callable[[Resolved, Verifier], None]" = lambda res, ver: None) -> Iterator[Opened]:
     """Resolve, read and plan a conversion, checked against the format; nothing is written.
 
     Args:
@@ -173,7 +175,7 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
         opts: :class:`specfmt.converters.Options`.
         revision: Hub revision of the source.
         allow_missing: tensor names the plan may lack (the trainer's fill-ins compute them).
-        before_plan: called with the resolved source before the verifier is read (output checks).
+        before_plan: called with the resolved source and verifier before anything else is read (the output check).
 
     Raises:
         InputError, HubError: inputs cannot be read.
@@ -186,8 +188,8 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
     if source_format == "auto":
         source_format = detect_source_format(src_res.folder)
     converter = get(source_format)
-    before_plan(src_res)
     ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
+    before_plan(src_res, ver)
     src_cfg = read_json(src_res.folder / CONFIG_FILE)
     with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
         _refuse_named(source_format, src_cfg, reader, src_res.folder)
@@ -229,14 +231,16 @@ def convert(
         ConversionError: the source cannot be converted exactly (the message lists
             every offending tensor); nothing was written.
         OutputExistsError: ``out`` is not empty and ``force`` is False.
+        OutputOverlapError: ``out`` is, lies inside or contains the source or the verifier
+            (:func:`specfmt.checkpoint.output.check_output`; ``force`` does not lift it).
     """
-    out_path = Path(out).expanduser().resolve() if out is not None else None
+    out_path = real_path(out) if out is not None else None
 
-    def check_out(res: Resolved) -> None:
+    def check_out(res: Resolved, ver: Verifier) -> None:
         if not dry_run:
             if out_path is None:
                 raise InputError("no output folder given", hint="pass -o OUT")
-            check_output(out_path, force, (res.folder,))
+            check_output(out_path, force, [*Input.of("SRC", src_ref, res), *Input.of("--verifier", ver.ref, ver.resolved)])
 
     with open_plan(source_format, src_ref, verifier_ref, opts=opts, revision=revision, before_plan=check_out) as opened:
         plan, reader = opened.plan, opened.reader
