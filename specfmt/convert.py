@@ -38,7 +38,7 @@ from .draft import read_draft
 from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError
 from .format import WEIGHTS_FILE
-from .format.provenance import provenance_block, utc_now
+from .format.provenance import carry_provenance, provenance_block, provenance_violations, utc_now
 from .format.schema import validate_config
 from .hub.resolve import Resolved, resolve
 from .validation.checks import inventory_problems
@@ -153,11 +153,13 @@ class Opened:
 
     Attributes:
         src: where the source is.
+        config: the source's config.json as read.
         plan: the checked plan.
         reader: the source's weights (open until the ``with`` block of :func:`open_plan` ends).
     """
 
     src: Resolved
+    config: dict[str, Any]
     plan: Plan
     reader: CheckpointReader
 
@@ -191,12 +193,13 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
     ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
     before_plan(src_res, ver)
     src_cfg = read_json(src_res.folder / CONFIG_FILE)
+    _check_earlier_provenance(src_cfg, src_res.folder)
     with CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files) as reader:
         _refuse_named(source_format, src_cfg, reader, src_res.folder)
         plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
         _check_plan(plan, allow_missing)
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
-        yield Opened(src_res, plan, reader)
+        yield Opened(src_res, src_cfg, plan, reader)
 
 
 def convert(
@@ -248,11 +251,14 @@ def convert(
         digests = _Digests(opened.src.folder, files_read)  # hashed on a second thread while the tensors are copied
         # the digests' shape, for validation; filled in once the tensors are copied
         config = with_provenance(plan, opened.src, {f: "0" * 64 for f in files_read})
+
+        def finish(config: dict[str, Any]) -> dict[str, Any]:
+            return keep_provenance(digests.fill(config), opened)
+
         if dry_run:
-            digests.fill(config)
-            return ConvertResult(plan, config, None, 0)
+            return ConvertResult(plan, finish(config), None, 0)
         assert out_path is not None
-        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=digests.fill)
+        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=finish)
     return ConvertResult(plan, config, out_path, written)
 
 
@@ -277,6 +283,45 @@ def with_provenance(plan: Plan, src: Resolved, files: dict[str, str]) -> dict[st
         derived={d.dst: d.how for d in plan.derived},
         created=utc_now(),
     )
+    validate_config(config, where="output config.json (a specfmt bug if this fails)")
+    return config
+
+
+def _check_earlier_provenance(cfg: dict[str, Any], folder: Path) -> None:
+    """A source that has a ``specfmt`` block (a folder specfmt wrote) keeps it through the rewrite
+    (:func:`keep_provenance`), so the block must be valid provenance.
+
+    Raises:
+        ConversionError: the block is there but is not what the schema defines.
+    """
+    if "specfmt" not in cfg:
+        return
+    bad = provenance_violations(cfg["specfmt"])
+    if bad:
+        path, why = bad[0]
+        raise ConversionError(f"the source's specfmt provenance block is not valid ({path}: {why}" + (f"; {len(bad) - 1} more" if len(bad) > 1 else "") + ")",
+                              where=str(folder / CONFIG_FILE),
+                              hint="a rewrite keeps the original provenance; restore the block, or delete it to record this folder as the source")
+
+
+def keep_provenance(config: dict[str, Any], opened: Opened) -> dict[str, Any]:
+    """Keep the original provenance of a source specfmt wrote (``upgrade`` of a converted or trained
+    folder), in place in ``config``, by :func:`specfmt.format.provenance.carry_provenance`: an
+    upgrade that changes nothing (no config change, every tensor kept byte for byte under its
+    name) leaves the source's block as it was; one that changes something adds an ``upgrades``
+    entry to it. A source without a block is left to :func:`with_provenance`'s.
+
+    Raises:
+        ConfigSchemaError: the result is not schema-valid (a specfmt bug).
+    """
+    earlier = opened.config.get("specfmt")
+    if earlier is None:
+        return config
+    plan = opened.plan
+    changes = config_changes(opened.config, config)
+    unchanged = not changes and not plan.derived and all(
+        m.action == "keep" and m.dst == m.src and m.out_dtype == m.info.dtype for m in plan.moves)
+    config["specfmt"] = carry_provenance(earlier, config["specfmt"], unchanged=unchanged, changes=changes)
     validate_config(config, where="output config.json (a specfmt bug if this fails)")
     return config
 
@@ -319,6 +364,7 @@ def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifi
             tensors[d.dst] = t
         _check_maps(algo, plan.config, {n: tensors[n] for n in algo.map_tensors if n in tensors})
         config = with_provenance(plan, opened.src, {f: sha256_file(opened.src.folder / f) for f in [CONFIG_FILE, *reader.files]})
+        keep_provenance(config, opened)
     return Draft(config, tensors, config["specfmt"]["source"], list(plan.notes))
 
 

@@ -79,6 +79,8 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
                             created=created)
     prov["tensors"] = ((draft.config.get("specfmt") or {}).get("tensors")) or prov["tensors"]
     prov["train"] = train
+    if (draft.config.get("specfmt") or {}).get("upgrades"):  # rewrites by `specfmt upgrade` since the source (provenance.carry_provenance)
+        prov["upgrades"] = draft.config["specfmt"]["upgrades"]
     cfg["specfmt"] = prov
     validate_config(cfg, where="trained config.json (a specfmt bug if this fails)")
     problems = inventory_problems(cfg, {n: (tuple(t.shape), TORCH_TO_ST[str(t.dtype).removeprefix("torch.")]) for n, t in tensors.items()})
