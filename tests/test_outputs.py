@@ -156,9 +156,11 @@ HUB_COMMANDS = {
     ("train fill", "SRC"): ["train", "fill", "{src}", "--verifier", "{ver}", "--no-validate"],
     ("train eagle3", "--verifier"): ["train", "eagle3", "--verifier", "{ver}", "--data", "{data}", "--draft-vocab", "64", *TRAIN],
 }
-#: OUT against a Hub id's files in the cache: the snapshot, inside it, the repo folder, its blobs, the whole cache
+#: OUT against a Hub id's files in the cache: the snapshot, inside it, the repo folder (``models--OWNER--NAME``), inside
+#: that, its blobs, the whole cache
 HUB_PLACES = {"snapshot": lambda snap: snap, "inside the snapshot": lambda snap: snap / "sub", "the repo folder": lambda snap: snap.parents[1],
-              "the blobs": lambda snap: snap.parents[1] / "blobs", "the whole cache": lambda snap: snap.parents[2]}
+              "inside the repo folder": lambda snap: snap.parents[1] / "refs" / "sub", "the blobs": lambda snap: snap.parents[1] / "blobs",
+              "the whole cache": lambda snap: snap.parents[2]}
 HUB_CASES = [(c, l, p) for (c, l) in HUB_COMMANDS for p in HUB_PLACES]
 
 

@@ -134,8 +134,10 @@ def check_output(out: Path, force: bool, inputs: Iterable[Input] = ()) -> None:
     """OUT may be written: apart from every input, not a file, and empty unless ``force``.
 
     The overlap rule comes first and ``force`` does not lift it: replacing OUT (or writing
-    beside it) must never touch what the command reads. Paths are compared after following
-    symlinks, and by identity on disk (``os.path.samefile``), so a link to an input, a
+    beside it) must never touch what the command reads. Each input counts with the path as
+    given (a symlink itself), the path it resolves to (for a Hub id, the repo's whole cache
+    folder) and the target of every symlink inside it. Paths are compared after following
+    symlinks and by identity on disk (device and inode), so a link to an input, a
     case-insensitive file system or a bind mount is caught too.
 
     Args:
