@@ -3,7 +3,8 @@
 Order of work (nothing is written before step 5, and SRC is only ever read):
 
 1. resolve SRC and the verifier (local folder or Hub id), the verifier once
-   (:class:`specfmt.verifier.Verifier`);
+   (:class:`specfmt.verifier.Verifier`), and check OUT against both
+   (:func:`specfmt.checkpoint.output.check_output`: never an input, inside one or around one);
 2. read SRC's config and the tensor headers;
 3. the converter plans (:meth:`specfmt.converters.base.Converter.plan`): output config and
    the fate of every source tensor;
@@ -29,7 +30,7 @@ from typing import Any, Callable, Iterator
 from .algorithms import of
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
 from .checkpoint.finite import NonfiniteCounter, nonfinite_count
-from .checkpoint.output import atomic_folder, check_output
+from .checkpoint.output import Input, atomic_folder, check_output, real_path
 from .checkpoint.reader import CheckpointReader, TensorInfo
 from .checkpoint.writer import SafetensorsStreamWriter
 from .converters import Options, Plan, Source, get
@@ -37,7 +38,7 @@ from .draft import read_draft
 from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError, SpecfmtError
 from .format import WEIGHTS_FILE
-from .format.provenance import provenance_block, utc_now
+from .format.provenance import carry_provenance, provenance_block, provenance_violations, utc_now
 from .format.schema import validate_config
 from .hub.resolve import Resolved, resolve
 from .validation.checks import inventory_problems
@@ -152,18 +153,21 @@ class Opened:
 
     Attributes:
         src: where the source is.
+        config: the source's config.json as read.
         plan: the checked plan.
         reader: the source's weights (open until the ``with`` block of :func:`open_plan` ends).
     """
 
     src: Resolved
+    config: dict[str, Any]
     plan: Plan
     reader: CheckpointReader
 
 
 @contextmanager
 def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, opts: Options | None = None, revision: str | None = None,
-              allow_missing: frozenset[str] = frozenset(), before_plan: Callable[[Resolved], None] = lambda res: None) -> Iterator[Opened]:
+              allow_missing: frozenset[str] = frozenset(),
+              before_plan: "Callable[[Resolved, Verifier], None]" = lambda res, ver: None) -> Iterator[Opened]:
     """Resolve, read and plan a conversion, checked against the format; nothing is written.
 
     Args:
@@ -173,7 +177,7 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
         opts: :class:`specfmt.converters.Options`.
         revision: Hub revision of the source.
         allow_missing: tensor names the plan may lack (the trainer's fill-ins compute them).
-        before_plan: called with the resolved source before the verifier is read (output checks).
+        before_plan: called with the resolved source and verifier before anything else is read (the output check).
 
     Raises:
         InputError, HubError: inputs cannot be read.
@@ -186,18 +190,19 @@ def open_plan(source_format: str, src_ref: str, verifier: "str | Verifier", *, o
     if source_format == "auto":
         source_format = detect_source_format(src_res.folder)
     converter = get(source_format)
-    before_plan(src_res)
     ver = verifier if isinstance(verifier, Verifier) else Verifier.load(verifier)
+    before_plan(src_res, ver)
     with _refusal_names_the_source(f"--from {source_format}", source_format, src_res.folder, src_ref, ver.ref):
         src_cfg = read_json(src_res.folder / CONFIG_FILE)
         reader = CheckpointReader(src_res.folder, pickle_names=converter.pickle_names, ignore=converter.ignore_files)
     with reader:
+        _check_earlier_provenance(src_cfg, src_res.folder)
         _refuse_named(source_format, src_cfg, reader, src_res.folder)  # says what the source is already
         with _refusal_names_the_source(f"--from {source_format}", source_format, src_res.folder, src_ref, ver.ref):
             plan = converter.plan(Source(src_res, src_cfg, reader, ver), opts)
             _check_plan(plan, allow_missing)
         plan.notes.extend(f"{name} not read: {why}" for name, why in reader.ignored.items())
-        yield Opened(src_res, plan, reader)
+        yield Opened(src_res, src_cfg, plan, reader)
 
 
 def wrong_format(asked: str, reads: str, folder: Path, src: str, out: str = "OUT", verifier: str = "VERIFIER") -> tuple[str, str] | None:
@@ -300,14 +305,16 @@ def convert(
         ConversionError: the source cannot be converted exactly (the message lists
             every offending tensor); nothing was written.
         OutputExistsError: ``out`` is not empty and ``force`` is False.
+        OutputOverlapError: ``out`` is, lies inside or contains the source or the verifier
+            (:func:`specfmt.checkpoint.output.check_output`; ``force`` does not lift it).
     """
-    out_path = Path(out).expanduser().resolve() if out is not None else None
+    out_path = real_path(out) if out is not None else None
 
-    def check_out(res: Resolved) -> None:
+    def check_out(res: Resolved, ver: Verifier) -> None:
         if not dry_run:
             if out_path is None:
                 raise InputError("no output folder given", hint="pass -o OUT")
-            check_output(out_path, force, (res.folder,))
+            check_output(out_path, force, [*Input.of("SRC", src_ref, res), *Input.of("--verifier", ver.ref, ver.resolved)])
 
     with open_plan(source_format, src_ref, verifier_ref, opts=opts, revision=revision, before_plan=check_out) as opened:
         plan, reader = opened.plan, opened.reader
@@ -315,11 +322,14 @@ def convert(
         digests = _Digests(opened.src.folder, files_read)  # hashed on a second thread while the tensors are copied
         # the digests' shape, for validation; filled in once the tensors are copied
         config = with_provenance(plan, opened.src, {f: "0" * 64 for f in files_read})
+
+        def finish(config: dict[str, Any]) -> dict[str, Any]:
+            return keep_provenance(digests.fill(config), opened)
+
         if dry_run:
-            digests.fill(config)
-            return ConvertResult(plan, config, None, 0)
+            return ConvertResult(plan, finish(config), None, 0)
         assert out_path is not None
-        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=digests.fill)
+        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=finish)
     return ConvertResult(plan, config, out_path, written)
 
 
@@ -344,6 +354,45 @@ def with_provenance(plan: Plan, src: Resolved, files: dict[str, str]) -> dict[st
         derived={d.dst: d.how for d in plan.derived},
         created=utc_now(),
     )
+    validate_config(config, where="output config.json (a specfmt bug if this fails)")
+    return config
+
+
+def _check_earlier_provenance(cfg: dict[str, Any], folder: Path) -> None:
+    """A source that has a ``specfmt`` block (a folder specfmt wrote) keeps it through the rewrite
+    (:func:`keep_provenance`), so the block must be valid provenance.
+
+    Raises:
+        ConversionError: the block is there but is not what the schema defines.
+    """
+    if "specfmt" not in cfg:
+        return
+    bad = provenance_violations(cfg["specfmt"])
+    if bad:
+        path, why = bad[0]
+        raise ConversionError(f"the source's specfmt provenance block is not valid ({path}: {why}" + (f"; {len(bad) - 1} more" if len(bad) > 1 else "") + ")",
+                              where=str(folder / CONFIG_FILE),
+                              hint="a rewrite keeps the original provenance; restore the block, or delete it to record this folder as the source")
+
+
+def keep_provenance(config: dict[str, Any], opened: Opened) -> dict[str, Any]:
+    """Keep the original provenance of a source specfmt wrote (``upgrade`` of a converted or trained
+    folder), in place in ``config``, by :func:`specfmt.format.provenance.carry_provenance`: an
+    upgrade that changes nothing (no config change, every tensor kept byte for byte under its
+    name) leaves the source's block as it was; one that changes something adds an ``upgrades``
+    entry to it. A source without a block is left to :func:`with_provenance`'s.
+
+    Raises:
+        ConfigSchemaError: the result is not schema-valid (a specfmt bug).
+    """
+    earlier = opened.config.get("specfmt")
+    if earlier is None:
+        return config
+    plan = opened.plan
+    changes = config_changes(opened.config, config)
+    unchanged = not changes and not plan.derived and all(
+        m.action == "keep" and m.dst == m.src and m.out_dtype == m.info.dtype for m in plan.moves)
+    config["specfmt"] = carry_provenance(earlier, config["specfmt"], unchanged=unchanged, changes=changes)
     validate_config(config, where="output config.json (a specfmt bug if this fails)")
     return config
 
@@ -386,6 +435,7 @@ def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifi
             tensors[d.dst] = t
         _check_maps(algo, plan.config, {n: tensors[n] for n in algo.map_tensors if n in tensors})
         config = with_provenance(plan, opened.src, {f: sha256_file(opened.src.folder / f) for f in [CONFIG_FILE, *reader.files]})
+        keep_provenance(config, opened)
     return Draft(config, tensors, config["specfmt"]["source"], list(plan.notes))
 
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .algorithms import of
 from .checkpoint.dtypes import TORCH_TO_ST
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.finite import nonfinite_count
-from .checkpoint.output import atomic_folder, check_output
+from .checkpoint.output import Input, atomic_folder, check_output, real_path
 from .errors import InputError
 from .format import WEIGHTS_FILE
 from .format.draft import Draft, is_specfmt_folder
@@ -41,7 +41,7 @@ def read_draft(folder: Path) -> Draft:
     return Draft(cfg, load_file(str(folder / WEIGHTS_FILE)), (cfg.get("specfmt") or {}).get("source"))
 
 
-def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: bool = False) -> Path:
+def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: bool = False, inputs: Iterable[Input] = ()) -> Path:
     """Write ``draft`` as a specfmt folder at ``out``, atomically.
 
     The config gets a ``specfmt`` provenance block: the source's (or, for a new draft, the
@@ -52,20 +52,23 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
         draft: config and tensors; floating tensors are cast to ``config["dtype"]``.
         train: the provenance ``train`` block (filled tensors, trained tensors, steps, data).
         force: replace a non-empty ``out``.
+        inputs: what the command read (:class:`specfmt.checkpoint.output.Input`); ``out`` must
+            be none of them, nor inside or around one.
 
     Returns:
         The absolute output path.
 
     Raises:
         OutputExistsError: ``out`` is not empty and ``force`` is False.
+        OutputOverlapError: ``out`` is, lies inside or contains one of ``inputs``.
         RuntimeError: the tensors are not what the config implies, or are not finite
             (a specfmt bug: the trainer built them).
     """
     import torch
     from safetensors.torch import save_file
 
-    out = Path(out).expanduser().resolve()
-    check_output(out, force)
+    out = real_path(out)
+    check_output(out, force, inputs)
     cfg = json.loads(json.dumps(draft.config))
     dtype = getattr(torch, cfg.get("dtype") or cfg["transformer_layer_config"].get("dtype") or "float32")
     tensors = {n: (t.detach().to("cpu", dtype) if t.is_floating_point() else t.detach().cpu()).contiguous() for n, t in draft.tensors.items()}
@@ -76,6 +79,8 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
                             created=created)
     prov["tensors"] = ((draft.config.get("specfmt") or {}).get("tensors")) or prov["tensors"]
     prov["train"] = train
+    if (draft.config.get("specfmt") or {}).get("upgrades"):  # rewrites by `specfmt upgrade` since the source (provenance.carry_provenance)
+        prov["upgrades"] = draft.config["specfmt"]["upgrades"]
     cfg["specfmt"] = prov
     validate_config(cfg, where="trained config.json (a specfmt bug if this fails)")
     problems = inventory_problems(cfg, {n: (tuple(t.shape), TORCH_TO_ST[str(t.dtype).removeprefix("torch.")]) for n, t in tensors.items()})

@@ -316,7 +316,7 @@ def test_output_folder_rules(tmp_path, verifier):
     assert (out / "keep.txt").read_text() == "user data"
     convert("eagle3", str(src), out, str(verifier), force=True)
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
-    with pytest.raises(InputError, match="overlaps the source"):
+    with pytest.raises(InputError, match="the output folder lies inside SRC"):
         convert("eagle3", str(src), src / "converted", str(verifier))
     empty = tmp_path / "empty"
     empty.mkdir()

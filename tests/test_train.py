@@ -269,7 +269,7 @@ def test_output_folder_is_never_half_written_and_bad_options_fail_first(tmp_path
     assert (tmp_path / "taken" / "x").read_text() == "keep"
     legacy = write_legacy(tmp_path / "legacy", heads=2, hidden=128, vocab=2048, dtype=torch.float32)
     before = tree_digest(legacy)
-    with pytest.raises(InputError, match="overlaps the source"):  # --force never replaces the --init draft itself
+    with pytest.raises(InputError, match="the output folder is --init"):  # --force never replaces the --init draft itself
         _train(legacy, verifier, corpus, "medusa", init=str(legacy), heads=3, force=True)
     assert tree_digest(legacy) == before
     res = _cli("eagle3", "-o", tmp_path / "o", "--verifier", verifier, "--steps", "3")

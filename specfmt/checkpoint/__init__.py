@@ -13,13 +13,13 @@ Nothing here knows about drafts or algorithms.
 from .dtypes import DTYPE_CODES, DTYPE_NAMES, FLOAT_CODES, ST_DTYPES, TORCH_TO_ST, kind_of
 from .files import CONFIG_FILE, check_inside, jsonl_objects, mapped_windows, read_json, sha256_file, weight_file_digests
 from .finite import NONFINITE_BITS, NonfiniteCounter, nonfinite_count, nonfinite_in
-from .output import atomic_folder, check_output, cleanup_stale, install_folder
+from .output import Input, OutputOverlapError, apply_umask, atomic_folder, check_output, cleanup_stale, install_folder, real_path
 from .reader import PICKLE_INDEX, SAFETENSORS_INDEX, CheckpointReader, TensorInfo
 from .writer import SafetensorsStreamWriter
 
 __all__ = [
     "CONFIG_FILE", "DTYPE_CODES", "DTYPE_NAMES", "FLOAT_CODES", "NONFINITE_BITS", "PICKLE_INDEX", "SAFETENSORS_INDEX", "ST_DTYPES",
-    "TORCH_TO_ST", "CheckpointReader", "NonfiniteCounter", "SafetensorsStreamWriter", "TensorInfo", "atomic_folder", "check_inside",
-    "check_output", "cleanup_stale", "install_folder", "jsonl_objects", "kind_of", "mapped_windows", "nonfinite_count", "nonfinite_in",
-    "read_json", "sha256_file", "weight_file_digests",
+    "TORCH_TO_ST", "CheckpointReader", "Input", "NonfiniteCounter", "OutputOverlapError", "SafetensorsStreamWriter", "TensorInfo",
+    "apply_umask", "atomic_folder", "check_inside", "check_output", "cleanup_stale", "install_folder", "jsonl_objects", "kind_of",
+    "mapped_windows", "nonfinite_count", "nonfinite_in", "read_json", "real_path", "sha256_file", "weight_file_digests",
 ]

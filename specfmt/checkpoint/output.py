@@ -1,12 +1,22 @@
-"""The one way specfmt writes a folder: beside OUT, then renamed into place.
+"""The one way specfmt writes a folder: beside OUT, then renamed into place, never over an input.
 
 ``OUT`` is the old folder or the new one at every moment, never a half-written one:
 everything is written into a temporary folder ``.OUT.specfmt-PID-*`` next to it, which is
 renamed to ``OUT`` once complete. A run killed with SIGKILL leaves only that temporary
 folder, never a partial ``OUT``; the next run on the same ``OUT`` removes it.
 
+One rule for every command that writes (``convert``, ``upgrade``, ``train``, ``train fill``):
+OUT is never an input, never inside one, and never contains one (:func:`check_output`);
+``--force`` replaces an earlier output, never an input. Every writer passes the full list of its
+inputs as :class:`Input` values.
+
+What is written gets the permissions of a file or folder made with ``open()`` / ``mkdir()``
+under the process umask (:func:`apply_umask`): ``0666 & ~umask`` for files, ``0777 & ~umask``
+for folders, whichever library wrote the bytes (safetensors' ``save_file`` makes 0600 files,
+``mkdtemp`` 0700 folders).
+
 Used by ``convert`` (:func:`specfmt.convert.convert`), the trainer and
-:meth:`specfmt.draft.Draft.save`.
+:func:`specfmt.draft.save_draft`.
 """
 
 from __future__ import annotations
@@ -15,28 +25,184 @@ import os
 import shutil
 import tempfile
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..errors import InputError, OutputExistsError
+from .files import containing_root
 
 
-def check_output(out: Path, force: bool, sources: Iterable[Path] = ()) -> None:
-    """OUT may be written: not a file, empty unless ``force``, and apart from every input folder.
+@dataclass(frozen=True)
+class Input:
+    """One input of a writing command, as the user named it.
+
+    Attributes:
+        label: the argument or option that named it (``SRC``, ``--verifier``, ``--init``,
+            ``--data``, ``--prompts``, ``--cache``), as the refusal quotes it.
+        path: where it is on disk: a folder or a file, as given (a symlink is followed by
+            :func:`check_output`); need not exist.
+        hub: the Hub id when ``path`` is that id's snapshot in the Hugging Face cache (the whole
+            repo cache folder, ``models--OWNER--NAME``, is then the input).
+    """
+
+    label: str
+    path: Path
+    hub: str | None = None
+
+    @classmethod
+    def of(cls, label: str, ref: "str | os.PathLike[str] | None", resolved=None) -> "list[Input]":
+        """The input behind one argument: ``ref`` as typed, or, for a Hub id, the snapshot folder
+        it was ``resolved`` to (a :class:`specfmt.hub.resolve.Resolved`) in the Hugging Face cache.
+        ``ref`` None (an option not given) gives none."""
+        if resolved is not None and resolved.is_hub:
+            return [cls(label, Path(resolved.folder), hub=str(resolved.name_or_path))]
+        if ref is None:
+            return [cls(label, Path(resolved.folder))] if resolved is not None else []
+        return [cls(label, Path(ref).expanduser())]
+
+
+class OutputOverlapError(InputError):
+    """OUT is an input, lies inside one, or contains one (``--force`` does not lift this).
+
+    Attributes:
+        relation: ``is``, ``lies inside`` or ``contains``.
+        input: the :class:`Input` OUT collides with.
+        at: the path of the collision (the input, its Hub cache folder, or a file it links to).
+    """
+
+    def __init__(self, message: str, *, relation: str, input: Input, at: Path, **kw):
+        super().__init__(message, **kw)
+        self.relation = relation
+        self.input = input
+        self.at = at
+
+
+def real_path(path: "str | os.PathLike[str]") -> Path:
+    """``path`` absolute, with ``~`` expanded and every symlink followed (``os.path.realpath``:
+    unlike ``Path.resolve`` on Python 3.11, a symlink loop is not an exception)."""
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def _same(a: Path, b: Path) -> bool:
+    """Same path, or the same entry on disk (a case-insensitive file system, a bind mount). Entries
+    are compared without following a final symlink: the callers pass resolved paths, except for an
+    input's own path as given, which then stands for the link itself."""
+    if a == b:
+        return True
+    try:
+        sa, sb = os.lstat(a), os.lstat(b)
+    except OSError:  # one of them does not exist
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _relation(out: Path, other: Path) -> str | None:
+    """How OUT stands to ``other`` (both resolved): ``is``, ``lies inside``, ``contains`` or None."""
+    if _same(out, other):
+        return "is"
+    if any(_same(p, other) for p in out.parents):
+        return "lies inside"
+    if any(_same(p, out) for p in other.parents):
+        return "contains"
+    return None
+
+
+def _locations(inp: Input) -> Iterator[tuple[Path, str]]:
+    """Every place on disk that belongs to ``inp``, each with how the refusal names it: the path
+    as given (a symlink itself), what it resolves to (a Hub snapshot: the repo's cache folder,
+    whose ``blobs/`` its files link to), and the target of every symlink inside an input folder."""
+    given = Path(os.path.abspath(inp.path.expanduser()))
+    name = f"{inp.label} {inp.hub}" if inp.hub else f"{inp.label} {inp.path}"
+    at = real_path(given.parent) / given.name
+    yield at, name if str(at) == str(inp.path) else f"{name} ({at})"
+    real = real_path(given)
+    if inp.hub:
+        yield containing_root(real), f"the Hub cache folder of {name} ({containing_root(real)})"
+    else:
+        yield real, name if str(real) == str(inp.path) else f"{name} ({real})"
+    if real.is_dir():
+        for root, dirs, files in os.walk(real):
+            for entry in dirs + files:
+                p = Path(root) / entry
+                if p.is_symlink():
+                    target = real_path(p)
+                    yield target, f"{target}, the target of the link {p.relative_to(real)} in {name}"
+
+
+def check_output(out: Path, force: bool, inputs: Iterable[Input] = ()) -> None:
+    """OUT may be written: apart from every input, not a file, and empty unless ``force``.
+
+    The overlap rule comes first and ``force`` does not lift it: replacing OUT (or writing
+    beside it) must never touch what the command reads. Each input counts with the path as
+    given (a symlink itself), the path it resolves to (for a Hub id, the repo's whole cache
+    folder) and the target of every symlink inside it. Paths are compared after following
+    symlinks and by identity on disk (device and inode), so a link to an input, a
+    case-insensitive file system or a bind mount is caught too.
+
+    Args:
+        out: the output folder.
+        force: the user allows replacing a non-empty OUT.
+        inputs: every input of the command (:meth:`Input.of`).
 
     Raises:
-        OutputExistsError: OUT is a file, or a non-empty folder without ``force``.
-        InputError: OUT is, contains or lies inside one of ``sources``.
+        OutputOverlapError: OUT is, lies inside or contains an input (the message names it).
+        OutputExistsError: OUT is a file or lies under one, or is a non-empty folder without ``force``.
     """
-    if out.exists() and not out.is_dir():
+    out = Path(out).expanduser()
+    o = real_path(out)
+    for inp in inputs:
+        for at, name in _locations(inp):
+            rel = _relation(o, at)
+            if rel is not None:
+                raise OutputOverlapError(
+                    f"the output folder {rel} {name}",
+                    relation=rel, input=inp, at=at, where=str(out),
+                    hint="choose an -o outside every input; --force replaces an earlier output, never an input",
+                )
+    for p in o.parents:
+        if p.exists() and not p.is_dir():
+            raise OutputExistsError("the output path lies under a file", where=str(p), hint="choose a folder path for -o")
+    if o.exists() and not o.is_dir():
         raise OutputExistsError("the output path exists and is a file", where=str(out), hint="choose a folder path for -o")
-    if out.is_dir() and any(out.iterdir()) and not force:
+    if o.is_dir() and any(o.iterdir()) and not force:
         raise OutputExistsError("the output folder is not empty", where=str(out), hint="choose another -o or pass --force to replace it")
-    o = out.resolve()
-    for src_folder in sources:
-        src = Path(src_folder).resolve()
-        if o == src or src in o.parents or o in src.parents:
-            raise InputError("the output folder overlaps the source folder", where=str(out), hint="write the output elsewhere; the source is never modified")
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux reports it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def apply_umask(path: Path) -> None:
+    """Give ``path`` (a file, or a folder and everything in it) the modes ``open()`` and ``mkdir()``
+    would: ``0666 & ~umask`` for files, ``0777 & ~umask`` for folders. Symlinks are left alone."""
+    mask = current_umask()
+    fmode, dmode = 0o666 & ~mask, 0o777 & ~mask
+    path = Path(path)
+    if not path.is_dir() or path.is_symlink():
+        if not path.is_symlink():
+            os.chmod(path, fmode)
+        return
+    for root, dirs, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                os.chmod(p, fmode)
+        for d in dirs:
+            p = os.path.join(root, d)
+            if not os.path.islink(p):
+                os.chmod(p, dmode)
+    os.chmod(path, dmode)
 
 
 def cleanup_stale(out: Path) -> None:
@@ -58,9 +224,10 @@ def install_folder(tmp: Path, out: Path) -> None:
     """Move a finished temporary folder to ``out`` (same parent), replacing what is there.
 
     ``out`` is swapped by renames: it is the old folder or the new one at every moment,
-    never a half-written one. The folder is made world-readable (``mkdtemp`` gives 0700).
+    never a half-written one. The folder and its files first get the umask's modes
+    (:func:`apply_umask`; ``mkdtemp`` gives 0700, safetensors 0600).
     """
-    os.chmod(tmp, 0o755)
+    apply_umask(tmp)
     if out.exists():
         old = out.parent / f".{out.name}.specfmt-{os.getpid()}-old"
         out.rename(old)

@@ -77,7 +77,7 @@ def convert(
     tap_ids: Optional[str] = typer.Option(None, "--tap-ids", help="EAGLE-3, SpecForge/ModelOpt eagle_config tap ids: layer-output (SGLang/SpecForge; written +1) or layer-input (vLLM; written as given). Required when the source has such ids."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 (default: keep)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
 ) -> None:
     """Convert a research draft checkpoint into the specfmt format that `vllm serve OUT` runs."""
@@ -91,7 +91,7 @@ def upgrade(
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="The verifier (default: speculators_config.verifier.name_or_path of SRC)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the changes; write nothing."),
 ) -> None:
     """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""

@@ -118,7 +118,7 @@ def _make_command(algorithm: str, summary: str):
         dry_run: bool = typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it."),
         validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
         prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in)."),
-        force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+        force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     ) -> None:
         from ..training.loop import TrainOptions
         from ..training.pipeline import TrainRequest
@@ -156,7 +156,7 @@ def fill(
     speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the source's)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
-    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder."),
+    force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
 ) -> None:
     """Fill in what a draft lacks, without training: d2t/t2d from corpus frequencies, embed_tokens and lm_heads copied from the verifier, new Medusa heads."""
     from ..training.loop import TrainOptions

@@ -50,3 +50,49 @@ def provenance_block(
         },
         "tensors": {"renamed": renamed, "kept": kept, "dropped": dropped, "folded": dict(folded or {}), "derived": dict(derived or {})},
     }
+
+
+def provenance_violations(block: Any) -> list[tuple[str, str]]:
+    """Violations of the schema's provenance definition by a ``specfmt`` block alone,
+    ``[(json_path, message), ...]`` with paths under ``$.specfmt``; empty when it is valid."""
+    from jsonschema import Draft202012Validator
+
+    from .schema import load_schema
+
+    defs = load_schema()["$defs"]
+    validator = Draft202012Validator({"$ref": "#/$defs/provenance", "$defs": defs}, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return sorted(("$.specfmt" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e.absolute_path), e.message)
+                  for e in validator.iter_errors(block))
+
+
+def carry_provenance(earlier: dict[str, Any], step: dict[str, Any], *, unchanged: bool, changes: list[str]) -> dict[str, Any]:
+    """The provenance of a rewrite of a checkpoint that already has one (``specfmt upgrade`` of a
+    folder specfmt wrote): the original conversion is what the block describes, and stays so.
+
+    * ``unchanged`` (no config change, every tensor kept byte for byte under its name): the block
+      is ``earlier`` as it was, so the rewritten config equals the original one.
+    * otherwise: ``earlier`` with one more entry in its ``upgrades`` list -- the step's
+      ``specfmt_version`` and ``created``, its ``source`` (the folder read, with the sha256 of its
+      files), its ``tensors`` (what happened to each) and the config ``changes``
+      (:func:`specfmt.convert.config_changes` lines). ``source``, ``tensors``, ``created`` and
+      ``specfmt_version`` at the top keep describing the first conversion (or training).
+
+    Args:
+        earlier: the source's ``specfmt`` block (schema-valid: :func:`provenance_violations`).
+        step: the block this rewrite alone would get (:func:`provenance_block`).
+        unchanged: the rewrite changed nothing.
+        changes: what it changed in config.json, one line per JSON path.
+    """
+    import copy
+
+    block = copy.deepcopy(earlier)
+    if unchanged:
+        return block
+    block["upgrades"] = [*block.get("upgrades", []), {
+        "specfmt_version": step["specfmt_version"],
+        "created": step["created"],
+        "source": copy.deepcopy(step["source"]),
+        "tensors": copy.deepcopy(step["tensors"]),
+        "changes": list(changes),
+    }]
+    return block

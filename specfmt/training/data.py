@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.files import jsonl_objects, sha256_file
+from ..checkpoint.output import apply_umask
 from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -284,6 +285,7 @@ class FeatureCache:
             tensors = {n: torch.cat(v).contiguous() for n, v in parts.items() if v}
             tmp = path.with_suffix(".tmp")
             save_file(tensors, str(tmp))
+            apply_umask(tmp)  # save_file makes 0600 files; the cache follows the umask like every output
             os.replace(tmp, path)
             if progress:
                 progress(min(windows.n, (k + 1) * self.SHARD), windows.n)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..algorithms import get, layers
 from ..algorithms.base import REGISTRY, Algorithm, NewDraft
-from ..checkpoint.output import check_output
+from ..checkpoint.output import Input, check_output, real_path
 from ..convert import load_draft
 from ..draft import save_draft
 from ..format.draft import Draft
@@ -135,7 +135,7 @@ class TrainResult:
 
 def state_dir(out: str | Path) -> Path:
     """Where the training state of OUT is kept between runs (``OUT.train-state``)."""
-    p = Path(out).expanduser().resolve()
+    p = real_path(out)
     return p.parent / f"{p.name}.train-state"
 
 
@@ -245,6 +245,30 @@ def check_request(req: TrainRequest) -> None:
         raise InputError("--resume continues training; it does not go with --dry-run")
 
 
+def request_inputs(req: TrainRequest, verifier: Verifier) -> list[Input]:
+    """Every input of a training request, for the output check (:func:`specfmt.checkpoint.output.check_output`):
+    the verifier, the draft read (``--init``; ``SRC`` of ``train fill``), each ``--data`` file, the
+    ``--prompts`` file and the ``--cache`` folder. A Hub id is resolved here, so that its folder in
+    the Hugging Face cache is known before anything is read.
+
+    Raises:
+        InputError, HubError: ``--init`` is neither a folder nor a reachable Hub id.
+    """
+    from ..convert import SOURCE_PATTERNS
+    from ..hub.resolve import resolve
+
+    found = Input.of("--verifier", verifier.ref, verifier.resolved)
+    if req.init is not None:
+        label = "SRC" if req.fill_only else "--init"
+        local = Path(req.init).expanduser().exists()
+        found += Input.of(label, req.init, None if local else resolve(req.init, allow_patterns=SOURCE_PATTERNS, what="source"))
+    for path in req.data:
+        found += Input.of("--data", path)
+    found += Input.of("--prompts", req.prompts)
+    found += Input.of("--cache", req.cache)
+    return found
+
+
 def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, float, list[float]], None] | None = None,
                 status: Callable[[str], None] | None = None) -> TrainResult:
     """Run a :class:`TrainRequest`.
@@ -261,15 +285,15 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     Raises:
         InputError, HubError, ConversionError: bad inputs; nothing is written.
         OutputExistsError: OUT is not empty and ``force`` is not set.
+        OutputOverlapError: OUT is, lies inside or contains an input (:func:`request_inputs`;
+            ``force`` does not lift it); checked before anything is read but the verifier's config.
         TrainInterrupted: Ctrl-C during training (the state is saved).
     """
     import torch
 
     say = status or (lambda msg: None)
     check_request(req)
-    out = Path(req.out).expanduser().resolve()
-    init_folder = Path(req.init).expanduser() if req.init is not None and Path(req.init).expanduser().is_dir() else None
-    check_output(out, req.force, (init_folder,) if init_folder else ())
+    out = real_path(req.out)
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
     if opts.ttt_steps < 1:
@@ -278,6 +302,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     device = torch.device(placement.device)
     torch.manual_seed(opts.seed)
     verifier = Verifier.load(req.verifier)  # resolved once: data, fill-ins, training and the validation run share it
+    inputs = request_inputs(req, verifier)
+    check_output(out, req.force, inputs)
     req.verifier = verifier.name_or_path
     training = not (req.fill_only or req.dry_run) and (opts.steps > 0 or req.fill_cache_only)
     docs = None
@@ -396,7 +422,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     if req.init is None:
         draft.source = {"format": "specfmt-train", "layout": "new draft", "name_or_path": req.verifier, "revision": None,
                         "files": {Path(f).name: h for f, h in (docs.files if docs else {}).items()}}
-    result.out = save_draft(out, draft, train=provenance, force=req.force)
+    result.out = save_draft(out, draft, train=provenance, force=req.force, inputs=inputs)
     if sdir.exists():
         shutil.rmtree(sdir, ignore_errors=True)
     if req.validate:
@@ -412,4 +438,4 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
 FILLABLE = frozenset(n for a in REGISTRY.values() for n in a.fillable)
 
 
-__all__ = ["TrainRequest", "TrainResult", "check_request", "state_dir", "train_draft"]
+__all__ = ["TrainRequest", "TrainResult", "check_request", "request_inputs", "state_dir", "train_draft"]
