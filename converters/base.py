@@ -245,18 +245,57 @@ class Seen:
 
 
 @dataclass(frozen=True)
+class Example:
+    """A published checkpoint or config of a layout (the docs' "real example" column).
+
+    Attributes:
+        title: what it is, e.g. ``yuhuili/EAGLE3-LLaMA3.1-Instruct-8B``.
+        url: where its text is published (empty when none was found).
+        note: what else to know about it, e.g. ``config says 2 heads, file holds 5``.
+    """
+
+    title: str
+    url: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Layout:
-    """A repository layout a converter recognises.
+    """A repository layout a converter recognises. The one statement of the layout: ``inspect``
+    prints :attr:`evidence`, and the docs' table of accepted layouts (``docs/layouts.md``) is
+    rendered from these fields.
 
     Attributes:
         name: the layout name (written into the provenance block, printed by ``inspect``).
         test: ``test(seen) -> bool``.
         evidence: one line saying what identifies it (``inspect`` prints it).
+        details: what else the layout holds, beyond what identifies it (files, dtypes, fields).
+        outcome: what ``specfmt convert`` does with it.
+        examples: published checkpoints or configs in this layout.
     """
 
     name: str
     test: Callable[[Seen], bool]
     evidence: str
+    details: str = ""
+    outcome: str = "converted"
+    examples: tuple[Example, ...] = ()
+
+
+@dataclass(frozen=True)
+class Case:
+    """A variation a converter meets in any of its layouts (a config field, a tensor, a size) and
+    what it does with it; rendered into the docs next to :attr:`Converter.layouts`.
+
+    Attributes:
+        what: the variation, e.g. ``head_dim`` ≠ H / heads.
+        outcome: converted (and how), or refused (and why).
+        examples: published checkpoints or configs that have it.
+    """
+
+    what: str
+    outcome: str
+    examples: tuple[Example, ...] = ()
 
 
 # --------------------------------------------------------------------------- config fields
@@ -349,6 +388,8 @@ class Converter:
     layouts: ClassVar[tuple[Layout, ...]] = ()
     #: the layout of a source no predicate matches (the plan then reports its tensors in full)
     fallback_layout: ClassVar[str] = ""
+    #: variations met in any of the layouts, and what the conversion does with each (docs only)
+    cases: ClassVar[tuple[Case, ...]] = ()
     #: pickle files read besides ``pytorch_model*.bin`` (e.g. ``medusa_lm_head.pt``)
     pickle_names: ClassVar[tuple[str, ...]] = ()
     #: weight files of the source that are not the draft, with the reason (not read)

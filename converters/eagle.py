@@ -1,24 +1,9 @@
 """``--from eagle`` / ``--from hass``: EAGLE-1/2 and HASS drafts -> specfmt (``eagle``).
 
-Accepted layouts (``research-formats.md`` §2-§3):
-
-* **safeailab** -- SafeAILab/EAGLE ``v1`` checkpoints (``yuhuili/EAGLE-*``): one
-  ``pytorch_model.bin`` (or ``model.safetensors``), unprefixed keys, ``fc.weight`` [H, 2H],
-  ``fc.bias`` [H] unless the config says ``"bias": false``, ``layers.0`` without
-  ``input_layernorm``, a frozen copy of the verifier's ``embed_tokens``;
-* **accelerate** -- ``eagle/train/main.py``'s ``accelerator.save_state`` folders: the
-  same, plus ``pytorch_model_1.bin`` / ``model_1.safetensors`` (the frozen verifier
-  ``lm_head``, not read) and optimizer/scheduler/RNG state (not weights);
-* **hass** -- HArmonizedSS/HASS: the same layout, always with ``fc.bias``;
-* **vllm-v0** -- vLLM V0's EAGLE wrapper (``abhigoyal/vllm-eagle-llama-68m-random``,
-  ``abhigoyal/EAGLE-LLaMA3-Instruct-8B-vllm``; written by the conversion script of vLLM
-  PR #6830): config ``{"model_type": "eagle", "model": {<the draft's Llama config>}}`` with
-  ``eagle_fc_bias`` beside or inside ``model`` (and sometimes an inner ``bias`` that
-  contradicts it), tensors sometimes under ``model.``, plus a copy of the verifier's
-  ``lm_head.weight`` (V0's ``EAGLE`` class loaded it). The nested config is unwrapped, the
-  tensors decide the bias (``fc.bias`` folded as below, a zero one dropped), and the head copy
-  is dropped: vLLM's EAGLE model applies the verifier's own head. A ``truncated_vocab_size``
-  below the vocabulary (V0's ``token_map``) is refused.
+The layouts it accepts, and the variations it converts or refuses, are stated once, in
+:attr:`EagleConverter.layouts`, :attr:`EagleConverter.cases` and :attr:`HassConverter.layouts`;
+the docs render them (``docs/layouts.md``). The formats behind them:
+``docs/design/research-formats.md`` §2-§3.
 
 The output is vLLM's ``EagleLlamaForCausalLM`` (``vllm/model_executor/models/llama_eagle.py``,
 method ``eagle``): the same names, no ``lm_head``/``norm`` (the verifier's head is
@@ -55,7 +40,7 @@ from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Converter, Derived, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
                    TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register,
                    restore_source_names)
 
@@ -119,9 +104,43 @@ class EagleConverter(Converter):
     ignore_files = _FROZEN_FILES
     layouts = (
         Layout("vllm-v0", lambda s: _v0_wrapper(s.config) and _eagle1(Seen(s.config, {n: s.shapes[o] for n, o in _v0_names(s.names).items()}, s.format, s.files)),
-               "config model_type 'eagle' with the draft's config nested under 'model' (vLLM V0's EAGLE wrapper)"),
-        Layout("accelerate", _accelerate, "an accelerate save_state folder: the frozen verifier head in pytorch_model_1.bin / model_1.safetensors"),
-        Layout("safeailab", _eagle1, "fc.weight [H, 2H] fuses token embedding and verifier state (EAGLE-1/2 / HASS)"),
+               "config model_type 'eagle' with the draft's config nested under 'model' (vLLM V0's EAGLE wrapper)",
+               details="written by the conversion script of vLLM PR #6830: `eagle_fc_bias` beside or inside `model` (sometimes contradicted "
+                       "by an inner `bias`), tensors sometimes under `model.`, plus a copy of the verifier's `lm_head.weight` (V0's `EAGLE` "
+                       "class loaded it)",
+               outcome="converted: unwrapped, the tensors decide the bias (`fc.bias` folded, a zero one dropped), the head copy dropped "
+                       "with its reason (vLLM's EAGLE model applies the verifier's own head). A `truncated_vocab_size` below the vocabulary "
+                       "(V0's `token_map`) is refused",
+               examples=(Example("abhigoyal/EAGLE-LLaMA3-Instruct-8B-vllm", note="the repo exists; no published config text found"),
+                         Example("abhigoyal/vllm-eagle-llama-68m-random", note="the repo exists; no published config text found"))),
+        Layout("accelerate", _accelerate, "an accelerate save_state folder: the frozen verifier head in pytorch_model_1.bin / model_1.safetensors",
+               details="`eagle/train/main.py`'s `accelerator.save_state` folders: the draft as in `safeailab`, plus optimizer, scheduler "
+                       "and RNG state (not weights)",
+               outcome="converted; the frozen verifier head is not read, with a note"),
+        Layout("safeailab", _eagle1, "fc.weight [H, 2H] fuses token embedding and verifier state (EAGLE-1/2 / HASS)",
+               details="SafeAILab/EAGLE `v1` checkpoints (`yuhuili/EAGLE-*`): one `pytorch_model.bin` (or `model.safetensors`), unprefixed "
+                       "keys, `fc.bias` [H] unless the config says `\"bias\": false`, `layers.0` without `input_layernorm`, a frozen copy of "
+                       "the verifier's `embed_tokens`",
+               examples=(Example("yuhuili/EAGLE-LLaMA3-Instruct-8B",
+                                 "https://github.com/SafeAILab/EAGLE/blob/f872b7fe099672e48a6d4fb7fdabe7cea2bda767/eagle/train/EAGLE-LLaMA3-Instruct-8B.json",
+                                 "`\"bias\": false`, no `fc.bias`, float16"),)),
+    )
+    cases = (
+        Case("`fc.bias` (SafeAILab v1 without `\"bias\": false`; HASS always)",
+             "converted: a non-zero `fc.bias` is folded exactly into layer 0 (`q/k/v_proj.bias = W·b`, `o_proj.bias = b`, "
+             "`attention_bias: true`; computed in float64), a zero one dropped. A fold that does not fit the output dtype is refused "
+             "(`--dtype float32` fixes it). `--from auto` asks for `--from eagle` or `--from hass`",
+             (Example("yuhuili/EAGLE-Vicuna-33B-v1.3",
+                      "https://github.com/SafeAILab/EAGLE/blob/2320d52e443672367a7b8447160f81af8318d1b1/eagle/train/vicuna_33B_config.json",
+                      "float32, 13 KV heads for 52 heads"),)),
+        Case("`model_type: mixtral` with dense Llama layers",
+             "converted as Llama layers, with a note (`cnets.py` builds Llama layers whatever `model_type` says)",
+             (Example("yuhuili/EAGLE-mixtral-instruct-8x7B",
+                      "https://github.com/SafeAILab/EAGLE/blob/2320d52e443672367a7b8447160f81af8318d1b1/eagle/train/Mixtral_8x7B_config.json"),)),
+        Case("the draft's own `embed_tokens`",
+             "kept: the reference uses it, and vLLM shares the verifier's embedding instead only when the two are equal"),
+        Case("layer 0 with an input norm, or the extra-norm (\"layernorms\") variant",
+             "**refused** with the reason: vLLM's EAGLE model has no place for those norms, and the `fc.bias` fold would not be exact"),
     )
     fallback_layout = "safeailab"
 
@@ -336,13 +355,18 @@ class EagleConverter(Converter):
 
 @register
 class HassConverter(EagleConverter):
-    """HArmonizedSS/HASS drafts: the EAGLE-1 layout (``research-formats.md`` §3); ``fc.bias``
+    """HArmonizedSS/HASS drafts: the EAGLE-1 layout (``docs/design/research-formats.md`` §3); ``fc.bias``
     is always trained and saved (``train/main_hass.py``), so it is always folded."""
 
     name = "hass"
     summary = "HASS drafts (HArmonizedSS/HASS: the EAGLE-1 layout, always with fc.bias)"
     upgrades = None
-    layouts = (EagleConverter.layouts[1], Layout("hass", _eagle1, EagleConverter.layouts[2].evidence))
+    layouts = (EagleConverter.layouts[1],
+               Layout("hass", _eagle1, EagleConverter.layouts[2].evidence,
+                      details="HArmonizedSS/HASS: the EAGLE-1 layout; `train/main_hass.py` always trains and saves `fc.bias`",
+                      outcome="converted; `fc.bias` folded exactly, as for EAGLE-1",
+                      examples=(Example("HArmonizedSS/HASS-LLaMA2-Chat-7B",
+                                        "https://github.com/HArmonizedSS/HASS/blob/38922e43fec95f0bd2993f33aaa6ee82371741a5/train/llama_2_chat_7B_config.json"),)))
 
     def claims(self, seen: Seen) -> bool:
         """Only with ``fc.bias``: HASS always trains and saves it, so a draft without one is EAGLE-1/2;

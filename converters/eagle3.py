@@ -1,21 +1,8 @@
 """``--from eagle3``: EAGLE-3 research checkpoints -> specfmt (speculators ``eagle3``).
 
-Accepted layouts (``research-formats.md`` §4):
-
-* **safeailab** -- SafeAILab/EAGLE ``traineagle3``: ``pytorch_model.bin`` (fp16 pickle),
-  ``midlayer.*`` keys, ``architectures: LlamaForCausalLM``, no tap ids (the
-  reference taps the verifier at (2, N//2, N-3)), no ``embed_tokens`` (borrowed
-  from the verifier), ``d2t``/``t2d`` when Vd < V.
-* **specforge** -- SpecForge / NVIDIA ModelOpt exports: ``model.safetensors`` (possibly
-  sharded with an index), ``LlamaForCausalLMEagle3``, tap ids in a nested
-  ``eagle_config.eagle_aux_hidden_state_layer_ids``; ModelOpt multi-layer drafts use
-  ``midlayer.{i}.*``. Those ids come in two conventions the file does not say, so the user
-  names it with ``--tap-ids`` (:func:`read_taps`).
-* drafts with ``target_hidden_size`` (H ≠ H_t) and their own ``embed_tokens``;
-  full-vocabulary drafts (Vd = V) without ``d2t``/``t2d``;
-* configs whose ``num_hidden_layers`` is the verifier's depth (e.g. 36) while the weights hold
-  one unnumbered ``midlayer.*``: SafeAILab's and SGLang's code build one layer whatever the
-  config says, so the tensors decide, with a note (issue 18).
+The layouts it accepts, and the variations it converts or refuses, are stated once, in
+:attr:`Eagle3Converter.layouts` and :attr:`Eagle3Converter.cases`; the docs render them
+(``docs/layouts.md``). The formats behind them: ``docs/design/research-formats.md`` §4.
 
 Forward pass of the reference (``eagle/model/cnets.py``): the residual is taken
 *before* ``hidden_norm``, i.e. ``norm_before_residual = false``; vLLM's speculators
@@ -32,7 +19,7 @@ from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError, InputError
 
-from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, Rule, Seen, Source,
                    check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
 
 #: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
@@ -158,7 +145,7 @@ def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[s
 
 
 def _describe_taps(ids: Any) -> Any:
-    """``inspect``'s tap figure: a research config's ids with both readings (:func:`read_taps`)."""
+    """``inspect``'s tap figure: a research config's ids with both readings (`read_taps`)."""
     if not ids:
         return "not given (reference default 2, N//2, N-3)"
     if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
@@ -200,9 +187,61 @@ class Eagle3Converter(Converter):
               "eagle_aux_hidden_state_layer_ids": INDEXES}
     nested_fields = ("eagle_config",)
     layouts = (
-        Layout("specforge", lambda s: _eagle3(s) and "eagle_config" in s.config, "config has a nested eagle_config (SpecForge / ModelOpt export)"),
-        Layout("safeailab", lambda s: _eagle3(s) and s.has(r"midlayer\..+"), "midlayer.* tensors (EAGLE-3 decoder layer)"),
-        Layout("layers-named", _eagle3, "layers.0.hidden_norm.weight (EAGLE-3 decoder layer)"),
+        Layout("specforge", lambda s: _eagle3(s) and "eagle_config" in s.config, "config has a nested eagle_config (SpecForge / ModelOpt export)",
+               details="SpecForge / NVIDIA ModelOpt exports: `model.safetensors` (also sharded, with an index), `architectures: "
+                       "LlamaForCausalLMEagle3`, tap ids in `eagle_config.eagle_aux_hidden_state_layer_ids`; ModelOpt multi-layer drafts "
+                       "use `midlayer.{i}.*`",
+               outcome="converted with `--tap-ids`; taps from `eagle_config`. Those ids come in two conventions the file does not say "
+                       "(`read_taps`): SpecForge's `[1, 46, 90]` (94 layers) are SGLang's layer outputs, which become vLLM ids "
+                       "`[2, 47, 91]` with `--tap-ids layer-output`. Without `--tap-ids` the conversion is **refused**, naming both readings",
+               examples=(Example("SpecForge qwen3-235B-A22B-eagle3",
+                                 "https://github.com/sgl-project/SpecForge/blob/cbb0d9561e2b3b8e48bb19ef4eec6ad213433307/configs/qwen3-235B-A22B-eagle3.json"),)),
+        Layout("safeailab", lambda s: _eagle3(s) and s.has(r"midlayer\..+"), "midlayer.* tensors (EAGLE-3 decoder layer)",
+               details="SafeAILab/EAGLE `traineagle3`: `pytorch_model.bin` (float16 pickle), one unnumbered `midlayer.*`, `architectures: "
+                       "LlamaForCausalLM`, no tap ids, no `embed_tokens` (the verifier's is used), `d2t` int64 + `t2d` bool when Vd < V",
+               outcome="converted; taps (2, N//2, N-3), the reference's, with a note",
+               examples=(Example("yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                                 "https://github.com/SafeAILab/EAGLE/blob/9666a8182d9bed8b5b637fd4a126c90d9b9c3db2/eagle/traineagle3/config.json"),)),
+        Layout("layers-named", _eagle3, "layers.0.hidden_norm.weight (EAGLE-3 decoder layer)",
+               details="the decoder layers already named `layers.{i}.*` (vLLM's and speculators' names)"),
+    )
+    cases = (
+        Case("sharded safetensors with an index (`model.safetensors.index.json`)", "converted; the index may name only files in the folder"),
+        Case("the draft's own `embed_tokens` [V, H], with or without `target_hidden_size` (H ≠ H_t)", "converted; the embedding is kept",
+             (Example("SpecForge outputs/llama3-8b-eagle3/epoch_0",
+                      "https://github.com/sgl-project/SpecForge/blob/64f59f5caf70360661efeb986026196a3319b54a/outputs/llama3-8b-eagle3/epoch_0/config.json",
+                      "a `save_pretrained` output, float32"),)),
+        Case("`head_dim` ≠ H / heads", "converted; the reference forward pass uses `head_dim` too",
+             (Example("SpecForge gpt-oss-120B-eagle3",
+                      "https://github.com/sgl-project/SpecForge/blob/94d67101e02cf23fce6032bbb553bce1ce48e368/configs/gpt-oss-120B-eagle3.json", "64 vs 45"),
+              Example("TorchSpec kimi_k25_eagle3",
+                      "https://github.com/lightseekorg/TorchSpec/blob/06a9760b2d64ad9c6d51dc25e9f652308e03aa63/configs/draft_models/kimi_k25_eagle3.json"))),
+        Case("full vocabulary: no `draft_vocab_size`, no `d2t`/`t2d`", "converted",
+             (Example("TorchSpec kimi_k25_eagle3",
+                      "https://github.com/lightseekorg/TorchSpec/blob/06a9760b2d64ad9c6d51dc25e9f652308e03aa63/configs/draft_models/kimi_k25_eagle3.json",
+                      "V = 163840"),)),
+        Case("EAGLE-3.1: `fc_norm` (`fc_norm.{0,1,2}.weight`) and SpecForge's top-level `norm_output`",
+             "converted. SpecForge's `norm_output: true` means \"norm before lm_head, the pre-norm output fed back\" (`llama3_eagle.py`, "
+             "`compute_logits`), which is vLLM's `norm_output: false`; it is written false, with a note. `false` (no norm before lm_head) "
+             "is refused: vLLM always norms there",
+             (Example("SpecForge qwen3-30B-A3B-eagle3.1",
+                      "https://github.com/sgl-project/SpecForge/blob/b7ce50cdc7689b670b3b86eaa2eff1838b9f269a/configs/qwen3-30B-A3B-eagle3.1.json"),)),
+        Case("`norm_before_fc` in a nested `eagle_config` (ModelOpt gpt-oss exports)", "converted; tested on a built gpt-oss-shaped draft",
+             (Example("sglang PR #32334", "https://github.com/sgl-project/sglang/pull/32334",
+                      "states the flags of gpt-oss-120b-Eagle3-v3; no published config text found"),)),
+        Case("`num_hidden_layers` = the verifier's depth, one unnumbered `midlayer.*`",
+             "converted as one layer, with a note (SafeAILab's and SGLang's code build one layer whatever the config says)",
+             (Example("BaldEagle issue #6", note="reports 40 for EAGLE3-Vicuna1.3-13B; no config text found"),)),
+        Case("`d2t` alone, int32 or int64, no `t2d`",
+             "converted: `t2d` is built from `d2t` and an int32 `d2t` widened to int64, exactly (vLLM reads only `d2t`)",
+             (Example("no published file found", note="a Kimi card mentions `d2t` without `t2d`"),)),
+        Case("ModelOpt `eagle_config.use_aux_hidden_state: false` (last hidden state only, no fc)",
+             "**refused**: vLLM builds it from its own config (`--speculative-config '{\"method\": \"eagle3\", \"model\": DIR}'`); "
+             "the speculators format has no field for it",
+             (Example("nvidia/gpt-oss-120b-Eagle3-v2", note="named in vLLM's code"),)),
+        Case("`eagle_config` flags that describe another forward pass (`use_mtp_layernorm: true`, `parallel_draft_step` > 1, "
+             "`has_lm_head: false`, ...; `_EAGLE_CONFIG_KEYS`), or fields the converter does not know",
+             "**refused**, naming the flag and the value vLLM's EAGLE-3 model needs"),
     )
     fallback_layout = "layers-named"
 

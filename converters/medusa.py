@@ -2,36 +2,11 @@
 
 A Medusa head i (of K) is L residual blocks ``x + SiLU(W_ij x + b_ij)`` over the
 verifier's last hidden state (after its final norm), then a Linear [V, H] that
-predicts the token i+2 positions ahead. Accepted layouts (``research-formats.md`` §5):
+predicts the token i+2 positions ahead.
 
-* **v0.1** -- ``FasterDecoding/medusa-vicuna-{7b,13b,33b}-v1.3``: ``medusa_lm_head.pt``
-  (``torch.save(medusa_head.state_dict())``, read with ``weights_only=True`` only),
-  keys ``{i}.{j}.linear.{weight,bias}`` and ``{i}.{L}.weight``; ``config.json`` holds only
-  ``base_model_name_or_path``, ``medusa_num_heads``, ``medusa_num_layers`` -- no sizes, and
-  ``medusa_num_heads`` understates the heads (2 in the config, 5 in the weights), so K, L,
-  H and V are read from the tensors.
-* **legacy-trainer** -- ``medusa/train/train_legacy.py`` before 2b8020f (and the
-  ``refs/pr/1`` safetensors of the 7B repo): ``medusa_lm_head.safetensors``, the same keys.
-* **v2** -- ``train_legacy.py`` from 2b8020f ("Creating medusa2"), config ``"version": "2"``:
-  only ``{i}.{j}.linear.*``, no per-head Linear; logits are ``base.lm_head(head_i(h))``, so
-  the verifier's ``lm_head.weight`` (its ``model.embed_tokens.weight`` when tied) is copied
-  once into ``lm_head.weight`` with ``original_lm_head: true`` (vLLM PR #10454).
-* **medusa-1.0** -- Medusa-2 full models (``FasterDecoding/medusa-1.0-*``): a whole causal
-  LM (``model.*``, ``lm_head.weight``, sharded ``pytorch_model-*.bin`` with an index) plus
-  ``medusa_head.{i}.{j}.linear.*`` and ``medusa_head.{i}.{L}.weight``. Only the heads are
-  extracted; the base model is what ``--verifier`` serves.
-
-* **vllm** -- heads already in vLLM's names (``abhigoyal/vllm-medusa-vicuna-7b-v1.3``, written by
-  vLLM's own conversion for ``MedusaModel``): ``blocks.{i}.layers.{j}.weight`` [H, H] and
-  ``lm_heads.{i}.weight`` [V, H], config ``num_heads`` / ``num_hidden_layers`` /
-  ``truncated_vocab_size``. Old conversions dropped the blocks' biases (vLLM then built them
-  without bias); ``medusa_fc_bias`` is set from the tensors present, and a note says that
-  biases absent from the file cannot be recovered. A ``truncated_vocab_size`` below the
-  vocabulary (a ``token_map``) is refused.
-
-A ``medusa_head.`` prefix is accepted in every research layout; heads with L > 1 blocks (the
-reference's ``[ResBlock(H)] * L`` shares one block, but its state dict lists every index)
-and with L = 0 (only the Linear, ``Narsil/mistral-medusa``) are accepted.
+The layouts it accepts, and the variations it converts or refuses, are stated once, in
+:attr:`MedusaConverter.layouts` and :attr:`MedusaConverter.cases`; the docs render them
+(``docs/layouts.md``). The formats behind them: ``docs/design/research-formats.md`` §5.
 
 Output (:meth:`specfmt.algorithms.medusa.Medusa.expected_tensors`): ``blocks.{i}.layers.{j}.weight`` [H, H] (and ``.bias``
 [H] with ``medusa_fc_bias``), ``lm_heads.{i}.weight`` [V, H] or one ``lm_head.weight`` [V, H].
@@ -56,7 +31,7 @@ from specfmt.algorithms.medusa import build_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Converter, Derived, Layout, Options, Plan, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Rule, Seen, Source,
                    decide_float_dtype, register, short)
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved
@@ -105,12 +80,39 @@ class MedusaConverter(Converter):
               "num_heads": POSITIVE_INT, "truncated_vocab_size": POSITIVE_INT, "medusa_fc_bias": BOOL}
     layouts = (
         Layout("vllm", lambda s: s.has(_VLLM_BLOCK.pattern) or s.has(_VLLM_HEAD.pattern),
-               "vLLM Medusa names blocks.{i}.layers.{j}.weight / lm_heads.{i}.weight (converted for vLLM's MedusaModel)"),
+               "vLLM Medusa names blocks.{i}.layers.{j}.weight / lm_heads.{i}.weight (converted for vLLM's MedusaModel)",
+               details="written by vLLM's own conversion for `MedusaModel`: `blocks.{i}.layers.{j}.weight` [H, H], `lm_heads.{i}.weight` "
+                       "[V, H], config `num_heads` / `num_hidden_layers` / `truncated_vocab_size`; old conversions dropped the blocks' biases",
+               outcome="converted; `medusa_fc_bias` set from the tensors present, with a note that biases absent from the file cannot be "
+                       "recovered. A `truncated_vocab_size` below the vocabulary (a `token_map`) is refused",
+               examples=(Example("abhigoyal/vllm-medusa-vicuna-7b-v1.3", "https://huggingface.co/abhigoyal/vllm-medusa-vicuna-7b-v1.3",
+                                 "no biases; config text from the project's reference notes only"),)),
         Layout("medusa-1.0", lambda s: _medusa(s) and any(n.startswith("model.") or n == "lm_head.weight" for n in s.names),
-               "Medusa-2 full model: medusa_head.* next to the base model's model.* (only the heads are converted)"),
-        Layout("v2", lambda s: _medusa(s) and str(s.config.get("version")) == "2", "config version 2: heads without their own lm_head"),
-        Layout("v0.1", lambda s: _medusa(s) and s.format == "pickle", "medusa_lm_head.pt with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (FasterDecoding v0.1)"),
-        Layout("legacy-trainer", _medusa, "medusa_lm_head.safetensors with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (train_legacy.py)"),
+               "Medusa-2 full model: medusa_head.* next to the base model's model.* (only the heads are converted)",
+               details="`FasterDecoding/medusa-1.0-*`: a whole causal LM (`model.*`, `lm_head.weight`, sharded `pytorch_model-*.bin` with "
+                       "an index) plus `medusa_head.{i}.{j}.linear.*` and `medusa_head.{i}.{L}.weight`",
+               outcome="converted: only the heads are extracted; the base model is what `--verifier` serves"),
+        Layout("v2", lambda s: _medusa(s) and str(s.config.get("version")) == "2", "config version 2: heads without their own lm_head",
+               details="`medusa/train/train_legacy.py` from commit 2b8020f (\"Creating medusa2\"): only `{i}.{j}.linear.*`, no per-head "
+                       "Linear; the logits are `base.lm_head(head_i(h))`",
+               outcome="converted: the verifier's `lm_head.weight` (its embedding when tied) is copied once into `lm_head.weight` with "
+                       "`original_lm_head: true` (vLLM PR #10454); for a Hub id only the index and the one shard holding it are downloaded"),
+        Layout("v0.1", lambda s: _medusa(s) and s.format == "pickle", "medusa_lm_head.pt with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (FasterDecoding v0.1)",
+               details="`torch.save(medusa_head.state_dict())`, read as plain tensors only; `config.json` holds only "
+                       "`base_model_name_or_path`, `medusa_num_heads` and `medusa_num_layers`, no sizes",
+               outcome="converted; K heads, L blocks, H and V are read from the tensors and checked against the verifier. The released "
+                       "configs understate the heads (2 in the config, 5 in the weights): the weights win, with a note",
+               examples=(Example("FasterDecoding/medusa-vicuna-7b-v1.3", "https://huggingface.co/FasterDecoding/medusa-vicuna-7b-v1.3",
+                                 "config says 2 heads, the file holds 5"),)),
+        Layout("legacy-trainer", _medusa, "medusa_lm_head.safetensors with {i}.{j}.linear.* blocks / {i}.{L}.weight heads (train_legacy.py)",
+               details="`medusa/train/train_legacy.py` before commit 2b8020f (and the `refs/pr/1` safetensors of the 7B repo): the keys of v0.1"),
+    )
+    cases = (
+        Case("a `medusa_head.` prefix (the whole model's state dict)", "accepted in every research layout"),
+        Case("no residual blocks (`medusa_num_layers: 0`, only `{i}.0.weight`)", "recognised by inspect and `--from auto`; converted",
+             (Example("Narsil/mistral-medusa", note="no config text found"),)),
+        Case("L > 1 blocks per head (the reference's `[ResBlock(H)] * L` shares one block, but its state dict lists every index)",
+             "accepted"),
     )
     fallback_layout = "legacy-trainer"
     pickle_names = ("medusa_lm_head.pt",)

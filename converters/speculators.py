@@ -1,30 +1,8 @@
 """``--from speculators`` (``specfmt upgrade``): older speculators checkpoints -> the current format.
 
-Accepted (``speculators-format.md`` §1-§3):
-
-* **eagle3** written by speculators 0.1.x-0.9.x (``Eagle3DraftModel`` from the trainer,
-  ``Eagle3Speculator`` from the converter) and by NVIDIA ModelOpt's exporter
-  (``speculators_version: 0.1.0.dev14``). Older files may lack
-  ``eagle_aux_hidden_state_layer_ids`` (speculators then tapped the reference default),
-  ``norm_before_residual`` (speculators' default false; vLLM assumes true when absent),
-  ``target_hidden_size`` and ``transformer_layer_config.num_aux_hidden_states``; carry
-  ``torch_dtype`` instead of ``dtype``, ``auto_map`` to a module no checkpoint ships, and
-  ``has_no_defaults_at_init``. Tensors already have the current names.
-* **eagle** (EAGLE-1/HASS, speculators <= 0.6, ``EagleSpeculator``): ``fusion_fc.*`` and
-  ``transformer.*`` (one Llama layer with an Identity input norm), optional
-  ``fusion_fc.bias`` (``fusion_bias``); the ``layernorms`` variant adds
-  ``embedding_layernorm``/``pre_lm_head_layernorm`` norms vLLM's EAGLE model lacks and
-  is refused. vLLM 0.32 has no speculators ``eagle`` algorithm, so the output is
-  specfmt's ``eagle`` layout (``fusion_fc.bias`` folded exactly, see ``eagle.py``).
-
-* **the first EAGLE dialect** of speculators' pre-releases (the ``llama_eagle`` model of
-  speculators PR #31 and vLLM PR #20436, neither merged; no published checkpoint was found):
-  no ``speculators_model_type`` -- ``model_type: llama_eagle`` and
-  ``speculators_config.algorithm: "eagle"`` say the algorithm --, a proposal method that may be
-  ``static_tree`` with ``draft_tokens`` instead of ``speculative_tokens``, and the
-  ``fusion_fc.*`` / ``transformer.*`` tensors of ``eagle`` above. The algorithm is read from
-  ``speculators_config.algorithm`` and ``draft_tokens`` is k; vLLM 0.32 proposes a chain of k
-  tokens (a tree proposal is an inference setting, not a weight), which a note says.
+What it accepts, and what an upgrade makes explicit, is stated once, in
+:attr:`SpeculatorsConverter.layouts` and :attr:`SpeculatorsConverter.cases`; the docs render them
+(``docs/layouts.md``). The format behind them: ``docs/design/speculators-format.md``.
 
 The upgrade hands the source to the research converter that :attr:`~Converter.upgrades` its
 algorithm (its :meth:`~Converter.from_speculators` translates the dialect), so every rule and
@@ -39,7 +17,7 @@ from typing import Any
 from specfmt.errors import ConversionError, VersionError
 from specfmt.format.versions import check_speculators_version
 
-from .base import REGISTRY, Converter, Layout, Options, Plan, RenamedReader, Source, register, restore_source_names
+from .base import REGISTRY, Case, Converter, Example, Layout, Options, Plan, RenamedReader, Source, register, restore_source_names
 
 
 def _speculators(seen) -> bool:
@@ -52,7 +30,31 @@ class SpeculatorsConverter(Converter):
     summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3; eagle <= 0.6): rewrite in the current version"
     detects_as = "speculators"
     fields = {}  # the speculators dialect is read by the converter it is handed to
-    layouts = (Layout("speculators", _speculators, "config has speculators_config"),)
+    layouts = (Layout("speculators", _speculators, "config has speculators_config",
+                      details="a speculators-format config.json (`speculators_model_type`, `speculators_config`, "
+                              "`transformer_layer_config`) written by speculators 0.1-0.9 or NVIDIA ModelOpt's exporter",
+                      outcome="rewritten in the current version by the converter of its algorithm, with every rule and check of a "
+                              "conversion; `specfmt upgrade` prints what changed"),)
+    cases = (
+        Case("eagle3 written by speculators 0.1.x-0.9.x (the converter's `Eagle3Speculator`, the trainer's `Eagle3DraftModel`) or by "
+             "NVIDIA ModelOpt's exporter (`speculators_version: 0.1.0.dev14`)",
+             "converted; made explicit: tap layers (older files let speculators guess them), `norm_before_residual` (speculators' "
+             "default false; vLLM assumes true when the key is missing), `num_aux_hidden_states`, `dtype` for `torch_dtype`. Removed: "
+             "`auto_map` to a module no checkpoint ships, `has_no_defaults_at_init`. Kept: a draft's sliding window (`layer_types`, "
+             "`sliding_window`, `use_sliding_window`)"),
+        Case("speculators 0.8 training output: 4 taps, `norm_before_fc` (`input_norm` [4H]), `norm_output` (EAGLE-3.1's meaning), "
+             "`norm_before_residual`", "converted",
+             (Example("speculators issue #1065", "https://github.com/vllm-project/speculators/issues/1065"),)),
+        Case("eagle (EAGLE-1/HASS) of speculators <= 0.6: `fusion_fc.*` and `transformer.*`, optional `fusion_fc.bias` (`fusion_bias`)",
+             "converted into the `eagle` layout (vLLM 0.32 has no speculators `eagle` algorithm), `fusion_fc.bias` folded exactly. The "
+             "`layernorms` variant (`embedding_layernorm`, `pre_lm_head_layernorm`) is **refused**: vLLM's EAGLE model has no such norms"),
+        Case("the pre-release EAGLE dialect: no `speculators_model_type` (`model_type: llama_eagle`, `speculators_config.algorithm: "
+             "eagle`), `draft_tokens`, `static_tree`",
+             "converted: the algorithm is read from `speculators_config.algorithm` and k from `draft_tokens`; the tree proposal is "
+             "written as greedy, with a note (a proposal method is an inference setting, not a weight)",
+             (Example("speculators PR #31, vLLM PR #20436", note="the dialect's code only, never merged; no published checkpoint found"),)),
+        Case("other algorithms (`peagle`, `dflash`, `dspark`, `mtp`, ...)", "**refused**: vLLM serves them as they are"),
+    )
 
     def plan(self, src: Source, opts: Options) -> Plan:
         """Translate the speculators config into the source the algorithm's converter reads

