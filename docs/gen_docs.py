@@ -1,0 +1,493 @@
+"""Parts of the docs generated from the code and the data at build time (mkdocs-gen-files runs
+this script before the pages are read, ``mkdocs.yml``).
+
+A page asks for a generated part with a marker on a line of its own::
+
+    <!-- gen:options convert -->
+
+and the marker is replaced by what :data:`RENDERERS` makes of it. The kinds:
+
+* ``commands``: every command of the ``specfmt`` app, with the page that documents it;
+* ``options CMD...``: the usage and every option of one command, read from the typer app through
+  click (``typer.main.get_command``), so the reference cannot drift from ``--help``;
+* ``layouts NAME``: a converter's accepted layouts and the variations it converts or refuses, from
+  its :class:`~specfmt.converters.base.Layout` and :class:`~specfmt.converters.base.Case` declarations;
+* ``named``: the formats no converter reads, from :data:`specfmt.detect.NAMED` and ``FOREIGN``;
+* ``corpus``: the real-config corpus of ``tests/data/real_configs``;
+* ``serving-matrix`` / ``serving-lines`` / ``recognised``: which checked vLLM release serves what,
+  from :mod:`specfmt.serving` and each algorithm's ``vllm_releases``;
+* ``schema``: ``schemas/config-v1.schema.json`` as tables;
+* ``bench NAME``: ``benchmarks/NAME.results.json`` as tables, with the machine and the date;
+* ``file PATH``: a file of the repository as it is (e.g. ``examples/train.sh``).
+
+The build fails (and so does ``mkdocs build --strict`` in CI) when a marker is unknown, or when a
+command, a converter or a benchmark result has no page that renders it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+import mkdocs_gen_files
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER = re.compile(r"^<!-- gen:([\w-]+)((?: [^ >]+)*) -->$", re.M)
+#: Sphinx roles in docstrings and declarations (``:func:`x```), shown as code
+ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+class DocsError(RuntimeError):
+    """A page asks for what does not exist, or something the code declares has no page."""
+
+
+def cell(text: Any) -> str:
+    """A Markdown table cell: roles as code, pipes escaped, newlines joined."""
+    s = ROLE.sub(r"`\1`", str(text))
+    return " ".join(s.split()).replace("|", "\\|")
+
+
+def table(head: list[str], rows: list[list[Any]], align: str = "") -> str:
+    """A Markdown table; ``align`` is one letter per column (``l``/``r``), default left."""
+    marks = ["---:" if (align[i:i + 1] == "r") else "---" for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(marks) + " |"]
+    lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def link(page: str, target: str) -> str:
+    """A relative link from ``page`` to ``target`` (both paths under docs/)."""
+    return posixpath.relpath(target, posixpath.dirname(page) or ".")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _app():
+    import typer.main
+
+    from specfmt.cli import app
+
+    return typer.main.get_command(app)
+
+
+def command_paths() -> dict[str, Any]:
+    """Every leaf command of the app by its path (``convert``, ``train eagle3``), in the app's order."""
+    out: dict[str, Any] = {}
+
+    def walk(cmd: Any, path: tuple[str, ...]) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, path + (name,))
+        elif path:
+            out[" ".join(path)] = cmd
+
+    walk(_app(), ())
+    return out
+
+
+def _context(path: str):
+    """A click context for the command at ``path`` (for its help records)."""
+    root = _app()
+    ctx = root.make_context("specfmt", ["--help"], resilient_parsing=True)
+    cmd = root
+    for name in path.split():
+        cmd = cmd.commands[name]
+        ctx = type(ctx)(cmd, info_name=name, parent=ctx)
+    return cmd, ctx
+
+
+def render_options(page: str, args: list[str], state: dict) -> str:
+    path = " ".join(args)
+    commands = command_paths()
+    if path not in commands:
+        raise DocsError(f"{page}: <!-- gen:options {path} --> names no command of the specfmt app (known: {', '.join(commands)})")
+    state["documented"][path] = page
+    cmd, ctx = _context(path)
+    usage = " ".join(["specfmt", path, *cmd.collect_usage_pieces(ctx)])
+    usage = re.sub(r"\{(\w+)\}", lambda m: m.group(1).upper(), usage)
+    rows = []
+    for param in cmd.params:
+        if getattr(param, "hidden", False):
+            continue
+        record = param.get_help_record(ctx)
+        if record is None:
+            continue
+        names, help_text = record
+        if param.param_type_name == "argument":
+            names = param.name.upper()
+        rows.append([f"`{names}`", help_text])
+    rows.append(["`--help`", "Show the help and exit."])
+    help_text = ROLE.sub(r"`\1`", cmd.help or "").replace("\b", "").strip()
+    return "\n\n".join([f"```text\n{usage}\n```", help_text, table(["option", "meaning"], rows)])
+
+
+def render_commands(page: str, args: list[str], state: dict) -> str:
+    rows = []
+    for path, cmd in command_paths().items():
+        where = state["documented"].get(path)
+        if where is None:
+            raise DocsError(f"command `specfmt {path}` has no page: add <!-- gen:options {path} --> to one")
+        first = ROLE.sub(r"`\1`", (cmd.help or "").strip().split("\n\n")[0])
+        rows.append([f"[`specfmt {path}`]({link(page, where)})", first])
+    return table(["command", "what it does"], rows)
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def _examples(examples: tuple) -> str:
+    parts = []
+    for ex in examples:
+        title = f"[{ex.title}]({ex.url})" if ex.url else ex.title
+        parts.append(title + (f" ({ex.note})" if ex.note else ""))
+    return "; ".join(parts) if parts else "—"
+
+
+def render_layouts(page: str, args: list[str], state: dict) -> str:
+    from specfmt.converters import REGISTRY
+
+    if len(args) != 1 or args[0] not in REGISTRY:
+        raise DocsError(f"{page}: <!-- gen:layouts {' '.join(args)} --> must name one converter ({', '.join(REGISTRY)})")
+    conv = REGISTRY[args[0]]
+    state["layouts"].add(conv.name)
+    rows = [[f"`{lay.name}`", lay.evidence + (f"<br>{lay.details}" if lay.details else ""), _examples(lay.examples), lay.outcome]
+            for lay in conv.layouts]
+    out = [f"`--from {conv.name}`: {cell(conv.summary)}.", table(["layout", "what identifies it; what it holds", "real example", "what happens"], rows)]
+    if "cases" in vars(type(conv)) and conv.cases:  # inherited cases are rendered with the class that declares them
+        out.append(table(["variation", "real example", "what happens"], [[c.what, _examples(c.examples), c.outcome] for c in conv.cases]))
+    return "\n\n".join(out)
+
+
+def render_named(page: str, args: list[str], state: dict) -> str:
+    from specfmt.converters.base import Seen
+    from specfmt.detect import FOREIGN, NAMED
+
+    state["named"] = True
+    empty = Seen({}, {}, "safetensors", frozenset())
+    rows = []
+    for foreign in NAMED + FOREIGN:
+        layout = f" / `{foreign.layout}`" if foreign.layout else ""
+        rows.append([f"`{foreign.format}`{layout}", foreign.evidence, _examples(foreign.examples), foreign.serving(empty)])
+    return table(["format / layout", "what identifies it", "real example", "what specfmt says"], rows)
+
+
+def render_corpus(page: str, args: list[str], state: dict) -> str:
+    from collections import Counter
+
+    records = sorted((REPO / "tests" / "data" / "real_configs").glob("*.json"))
+    rows, converted, refused = [], Counter(), Counter()
+    for path in records:
+        rec = json.loads(path.read_text())
+        exp = rec["expect"]
+        source = f"[source]({rec['source_url']})" if rec["source_url"].startswith("http") else rec["source_url"]
+        outcome = exp["outcome"]
+        if outcome == "converted":
+            converted[exp.get("algorithm", "?")] += 1
+            what = f"converted to `{exp.get('algorithm')}`" + (f", `--tap-ids {exp['tap_ids']}`" if exp.get("tap_ids") else "")
+        else:
+            refused[exp["inspect"].split("/")[0]] += 1
+            what = "refused, named"
+        rows.append([f"`{path.stem}`", rec["repo"], source, f"`{exp['inspect']}`", f"`--from {exp['from']}`", what])
+    total_c, total_r = sum(converted.values()), sum(refused.values())
+    summary = (f"{len(records)} records: {total_c} converted ({', '.join(f'{k} {v}' for k, v in sorted(converted.items()))}) and "
+               f"{total_r} refused with their names ({', '.join(f'{k} {v}' for k, v in sorted(refused.items()))}).")
+    return summary + "\n\n" + table(["record", "what it is", "published text", "`inspect`", "read with", "outcome"], rows)
+
+
+# --------------------------------------------------------------------------- serving
+
+
+def _configs() -> list[tuple[str, str, dict]]:
+    """A config per algorithm and verifier reference, as :mod:`specfmt.serving` reads it."""
+    from specfmt.algorithms import REGISTRY
+
+    out = []
+    for name in REGISTRY:
+        for kind, ref in (("local path", "/models/verifier"), ("Hub id", "OWNER/VERIFIER")):
+            cfg = {"speculators_model_type": name,
+                   "speculators_config": {"proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+                                          "verifier": {"name_or_path": ref}}}
+            out.append((name, kind, cfg))
+    return out
+
+
+def render_serving_matrix(page: str, args: list[str], state: dict) -> str:
+    from specfmt.algorithms import get
+    from specfmt.serving import CHECKED_RELEASES, serve_command
+
+    rows = []
+    for name, kind, cfg in _configs():
+        row = [f"{get(name).title} (`{name}`), verifier named by a {kind}"]
+        for release in CHECKED_RELEASES:
+            c = serve_command(cfg, "OUT", release)
+            if c is None:
+                row.append("not served")
+            elif c.form == "auto":
+                row.append("`vllm serve OUT`")
+            else:
+                row.append(f"explicit form, method `{c.speculative_config['method']}`")
+        rows.append(row)
+    return table(["output", *[f"vLLM {r}" for r in CHECKED_RELEASES]], rows)
+
+
+def render_serving_lines(page: str, args: list[str], state: dict) -> str:
+    from specfmt.algorithms import get
+    from specfmt.serving import serve_commands
+
+    out = []
+    for name, kind, cfg in _configs():
+        algo = get(name)
+        commands, _ = serve_commands(cfg, "OUT", "0.0")
+        lines = [f"# vLLM {c.releases}\n{c.line}" for c in commands]
+        note = algo.serving_note()
+        block = f"**{algo.title}, verifier named by a {kind}**\n\n```bash\n" + "\n".join(lines) + "\n```"
+        out.append(block + (f"\n\n{cell(note)}" if note else ""))
+    return "\n\n".join(out)
+
+
+def render_recognised(page: str, args: list[str], state: dict) -> str:
+    from specfmt.algorithms import REGISTRY
+    from specfmt.algorithms.recognised import RECOGNISED
+
+    interop = table(["algorithm", "speculators 0.9"], [[f"{a.title} (`{n}`)", a.interop_note or "—"] for n, a in REGISTRY.items()])
+    rec = table(["`speculators_model_type`", "what it is", "how vLLM serves it", "defined in"],
+                [[f"`{r.name}`", r.title, r.served, r.source] for r in RECOGNISED.values()])
+    return interop + "\n\nAlgorithms speculators writes that this specfmt recognises without validating them:\n\n" + rec
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _type_of(node: dict) -> str:
+    if "$ref" in node:
+        name = node["$ref"].split("/")[-1]
+        return f"[{name}](#{name})"
+    if "const" in node:
+        return f"`{json.dumps(node['const'])}`"
+    if "enum" in node:
+        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+    for key in ("oneOf", "anyOf"):
+        if key in node:
+            return " or ".join(_type_of(n) for n in node[key])
+    t = node.get("type", "")
+    t = " or ".join(t) if isinstance(t, list) else t
+    if t == "array" and isinstance(node.get("items"), dict):
+        t = f"array of {_type_of(node['items'])}"
+    bounds = [f"≥ {node['minimum']}" if "minimum" in node else "", f"≤ {node['maximum']}" if "maximum" in node else "",
+              f"≥ {node['minItems']} items" if "minItems" in node else "", f"pattern `{node['pattern']}`" if "pattern" in node else ""]
+    return " ".join([t or "any", *[b for b in bounds if b]])
+
+
+def _properties(node: dict) -> str:
+    required = set(node.get("required", []))
+    rows = [[f"`{k}`", _type_of(v), "yes" if k in required else "", v.get("description", "")] for k, v in node.get("properties", {}).items()]
+    out = table(["field", "type", "required", "meaning"], rows) if rows else ""
+    extra = [f"required: {', '.join(f'`{r}`' for r in sorted(required - set(node.get('properties', {}))))}" if required - set(node.get("properties", {})) else ""]
+    if "not" in node:
+        extra.append(f"must not match: `{json.dumps(node['not'].get('required', node['not']))}`" + (f" ({node['not']['description']})" if node["not"].get("description") else ""))
+    if node.get("additionalProperties") is False:
+        extra.append("no other fields")
+    return "\n\n".join([out, *[e for e in extra if e]])
+
+
+def render_schema(page: str, args: list[str], state: dict) -> str:
+    path = REPO / "schemas" / "config-v1.schema.json"
+    schema = json.loads(path.read_text())
+    out = [f"`$id`: `{schema.get('$id')}` (JSON Schema `{schema.get('$schema')}`). {cell(schema.get('description', ''))}",
+           "### The top level", _properties(schema)]
+    for rule in schema.get("allOf", []):
+        cond = rule.get("if", {}).get("properties", {})
+        then = rule.get("then", {})
+        if cond and "$ref" in then:
+            (key, val), = cond.items()
+            target = then["$ref"].split("/")[-1]
+            out.append(f"- `{key}` = `{json.dumps(val.get('const'))}`: the [{target}](#{target}) branch applies too.")
+    for name, node in schema.get("$defs", {}).items():
+        body = _properties(node) if "properties" in node or "required" in node else f"{_type_of(node)}"
+        out += [f"### {name}", cell(node.get("description", "")), body]
+    out.append(f"### The file\n\n```json\n{json.dumps(schema, indent=2)}\n```")
+    return "\n\n".join(o for o in out if o)
+
+
+# --------------------------------------------------------------------------- benchmarks
+
+CONVERT_CASES = {"eagle3-8b-bin": "8B EAGLE-3, `.bin`", "eagle3-8b-st": "8B EAGLE-3, safetensors", "eagle3-8b-sharded": "8B EAGLE-3, 2 shards",
+                 "eagle3-70b": "70B EAGLE-3, own embedding, `.bin`", "medusa-7b": "Medusa, 5 heads for 7B, `.pt`"}
+TRAIN_CASES = {"eagle3": "EAGLE-3, new draft, TTT 3 steps", "eagle": "EAGLE-1, new draft", "medusa": "Medusa, 3 new heads",
+               "eagle3-cache-build": "EAGLE-3 with `--cache`, first run (fills the cache)", "eagle3-cache-read": "EAGLE-3 with `--cache`, second run (reads it)"}
+MiB, GiB = 2 ** 20, 2 ** 30
+
+
+def _when(name: str, data: dict) -> str:
+    """The machine and the date of a result file: the JSON's own, else the date the file was committed."""
+    meta = {**data.get("machine", {}), **data.get("meta", {})}
+    machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
+    date = meta.get("date")
+    if not date:
+        try:
+            date = subprocess.run(["git", "log", "-1", "--format=%cs", "--", f"benchmarks/{name}.results.json"], cwd=REPO,
+                                  capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            date = ""
+        date = f"results committed {date}" if date else "date not recorded"
+    return f"`benchmarks/{name}.results.json`: {machine or 'machine not recorded'}; {date}."
+
+
+def _size(n: float) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def bench_convert(data: dict) -> str:
+    rows = []
+    for key, c in data["cases"].items():
+        s, sp = c["specfmt"], c.get("speculators")
+        start = data.get("start_s", {}).get(key)
+        net = s["wall_s"] - start if start is not None else None
+        limit = (c["largest_tensor_bytes"] + 400e6) / MiB
+        theirs = "not run" if sp is None else (f"{sp['wall_s']:.2f} s" if sp["ok"] else f"fails: \"{sp['error']}\"")
+        rows.append([CONVERT_CASES.get(key, key), _size(c["input_bytes"]), f"{c['copy_s']:.2f} s", f"{s['wall_s']:.2f} s" if s["ok"] else f"fails: {s['error']}",
+                     f"{net:.2f} s" if net is not None else "", f"{net / c['copy_s']:.2f}" if net is not None else "",
+                     f"{s['rss_mib']:,.0f} MiB", f"{limit:,.0f} MiB", theirs, f"{sp['rss_mib']:,.0f} MiB" if sp and sp["ok"] else ""])
+    out = [table(["input", "size", "copy (floor)", "specfmt", "specfmt − start-up", "× copy", "specfmt peak RSS", "RSS limit (largest tensor + 400 MB)",
+                  data.get("speculators", "speculators"), "its peak RSS"], rows, "lrrrrrrrrr")]
+    ref = data["cases"].get("eagle3-8b-bin")
+    if ref and ref.get("speculators", {}).get("ok"):
+        out.append(f"On the 8B `.bin`, specfmt is {ref['speculators']['wall_s'] / ref['specfmt']['wall_s']:.1f}× faster than "
+                   f"{data.get('speculators', 'speculators')} and uses {ref['speculators']['rss_mib'] / ref['specfmt']['rss_mib']:.1f}× less memory. "
+                   f"Runs per tool: {data.get('runs', '?')} (medians).")
+    starts = {k: v for k, v in data.get("start_s", {}).items() if k in ("help", "inspect")}
+    if starts:
+        out.append("Start-up: " + ", ".join(f"`specfmt {'--help' if k == 'help' else k}` {v:.2f} s" for k, v in starts.items()) + ".")
+    return "\n\n".join(out)
+
+
+def bench_real_configs(data: dict) -> str:
+    t = data["total"]
+    head = (f"{t['records']} records, {t['source_gb']} GB of published-shape sources: `convert` {t['convert_s']} s and `validate` "
+            f"{t['validate_s']} s in all, {t['failures']} failures, peak RSS {t['max_convert_rss_mib']} MiB for any one conversion.")
+    rows = [[f"`{r['record']}`", _size(r["source_bytes"]), f"{r['convert_s']:.1f}", f"{r['convert_rss_mib']}", f"{r['validate_s']:.1f}",
+             "ok" if r["convert_rc"] == 0 and r["validate_rc"] == 0 else f"failed: {r.get('error', '')}"] for r in data["rows"]]
+    return head + "\n\n" + table(["record", "source", "convert (s)", "convert peak RSS (MiB)", "validate (s)", "result"], rows, "lrrrrl")
+
+
+def bench_scale(data: dict) -> str:
+    rows = []
+    for r in data["results"]:
+        v, t = r.get("validate") or {}, r.get("train") or {}
+        ref, yard = v.get("reference_seconds", {}), v.get("yardstick", {})
+        rows.append([r["size"], f"{r['params'] / 1e6:,.1f} M", f"{r['verifier_bytes'] / GiB:.2f} GiB",
+                     v.get("device", ""), v.get("dtype", ""), v.get("wall_seconds", ""),
+                     f"{ref.get('verifier', '')} + {ref.get('drafts', '')}" if ref else "",
+                     f"{yard.get('generate_seconds', '')} + {yard.get('forward_seconds', '')}" if yard else "",
+                     v.get("reference_over_yardstick", ""),
+                     f"{v['peak_rss'] / GiB:.2f} / {v['bound'] / GiB:.2f}" if "peak_rss" in v else "",
+                     f"{t['tokens_per_second']:,}" if "tokens_per_second" in t else "", t.get("wall_seconds", ""),
+                     f"{t['peak_rss'] / GiB:.2f} / {t['bound'] / GiB:.2f}" if "peak_rss" in t else ""])
+    opts = data.get("meta", {}).get("options", {})
+    head = ("Options: " + ", ".join(f"{k} {v}" for k, v in opts.items() if v is not None) + ".") if opts else ""
+    return "\n\n".join(x for x in [head, table(
+        ["verifier", "params", "bytes (float32)", "device", "dtype", "`validate --run --no-vllm` wall (s)", "reference: verifier passes + drafts (s)",
+         "yardstick: one generation + one forward (s)", "reference / yardstick", "validate peak RSS / bound (GiB)", "`train` tokens/s", "`train` wall (s)",
+         "train peak RSS / bound (GiB)"], rows, "lrrllrrrrrrrr")] if x)
+
+
+def bench_train(data: dict) -> str:
+    rows = [[TRAIN_CASES.get(r["case"], r["case"]), r.get("device", ""), f"{r['tokens_per_second']:,.0f}", f"{r['seconds_per_step']:.3f}",
+             f"{r['peak_rss_mib']:,.0f}", f"{r['cuda_peak_mib']:,.0f}" if r.get("cuda_peak_mib") else "", f"{r['wall_seconds']:.0f}"]
+            for r in data["results"]]
+    first = data["results"][0] if data["results"] else {}
+    head = f"{first.get('steps', '?')} steps of {first.get('batch', '?')} × {first.get('seq_len', '?')} tokens, each case in its own process."
+    return head + "\n\n" + table(["case", "device", "tokens/s", "s/step", "peak RSS (MiB)", "peak GPU memory (MiB)", "wall (s)"], rows, "llrrrrr")
+
+
+def bench_generic(data: Any) -> str:
+    """Any other result file: its scalar values, flattened."""
+    rows: list[list[Any]] = []
+
+    def walk(x: Any, key: str) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{key}.{k}" if key else k)
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                walk(v, f"{key}[{i}]")
+        else:
+            rows.append([f"`{key}`", x])
+
+    walk(data, "")
+    return table(["key", "value"], rows)
+
+
+BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
+                                             "scale_bench": bench_scale, "train_bench": bench_train}
+
+
+def render_bench(page: str, args: list[str], state: dict) -> str:
+    if len(args) != 1:
+        raise DocsError(f"{page}: <!-- gen:bench NAME --> takes one name")
+    name = args[0]
+    path = REPO / "benchmarks" / f"{name}.results.json"
+    if not path.is_file():
+        raise DocsError(f"{page}: benchmarks/{name}.results.json does not exist")
+    state["benches"].add(name)
+    data = json.loads(path.read_text())
+    return _when(name, data) + "\n\n" + BENCHES.get(name, bench_generic)(data)
+
+
+def render_file(page: str, args: list[str], state: dict) -> str:
+    path = REPO / " ".join(args)
+    if len(args) != 1 or not path.is_file():
+        raise DocsError(f"{page}: <!-- gen:file {' '.join(args)} --> names no file of the repository")
+    lang = {".sh": "bash", ".py": "python", ".json": "json", ".toml": "toml"}.get(path.suffix, "text")
+    return f"```{lang} title=\"{args[0]}\"\n{path.read_text().rstrip()}\n```"
+
+
+# --------------------------------------------------------------------------- the pages
+
+RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
+    "options": render_options, "commands": render_commands, "layouts": render_layouts, "named": render_named, "corpus": render_corpus,
+    "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "recognised": render_recognised,
+    "schema": render_schema, "bench": render_bench, "file": render_file,
+}
+#: rendered after the others: they list what the others documented
+LAST = ("commands",)
+
+
+def main() -> None:
+    docs = Path(mkdocs_gen_files.config["docs_dir"])
+    pages = {p.relative_to(docs).as_posix(): p.read_text() for p in sorted(docs.rglob("*.md"))}
+    state: dict[str, Any] = {"documented": {}, "layouts": set(), "named": False, "benches": set()}
+    for kind in [k for k in RENDERERS if k not in LAST] + list(LAST):
+        for page, text in pages.items():
+            def replace(m: re.Match, page: str = page) -> str:
+                return RENDERERS[m.group(1)](page, m.group(2).split(), state)
+
+            for m in MARKER.finditer(text):
+                if m.group(1) not in RENDERERS:
+                    raise DocsError(f"{page}: unknown marker <!-- gen:{m.group(1)} --> (known: {', '.join(RENDERERS)})")
+            pages[page] = MARKER.sub(lambda m: replace(m) if m.group(1) == kind else m.group(0), text)
+    for page, text in pages.items():
+        if "<!-- gen:" in text:
+            raise DocsError(f"{page}: a marker is not on a line of its own: {text[text.index('<!-- gen:'):][:60]!r}")
+    from specfmt.converters import REGISTRY
+
+    missing = [f"command `specfmt {c}` (<!-- gen:options {c} -->)" for c in command_paths() if c not in state["documented"]]
+    missing += [f"converter `{c}` (<!-- gen:layouts {c} -->)" for c in REGISTRY if c not in state["layouts"]]
+    missing += [] if state["named"] else ["the formats no converter reads (<!-- gen:named -->)"]
+    missing += [f"benchmarks/{p.name} (<!-- gen:bench {p.name.removesuffix('.results.json')} -->)" for p in sorted((REPO / "benchmarks").glob("*.results.json"))
+                if p.name.removesuffix(".results.json") not in state["benches"]]
+    if missing:
+        raise DocsError("no docs page renders: " + "; ".join(missing))
+    for page, text in pages.items():
+        if text != (docs / page).read_text():
+            with mkdocs_gen_files.open(page, "w") as f:
+                f.write(text)
+
+
+main()
