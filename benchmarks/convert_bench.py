@@ -58,7 +58,7 @@ LLAMA31_8B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hid
 LLAMA33_70B = {**LLAMA31_8B, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80, "num_attention_heads": 64}
 VICUNA_7B = {**LLAMA31_8B, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
              "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 2048, "rope_theta": 10000.0, "torch_dtype": "float16"}
-#: research-formats.md §4.2: the 591-byte config of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
+#: docs/design/research-formats.md §4.2: the 591-byte config of yuhuili/EAGLE3-LLaMA3.1-Instruct-8B
 EAGLE3_8B_CONFIG = {"architectures": ["LlamaForCausalLM"], "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
                     "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 2048,
                     "model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1,

@@ -1,4 +1,4 @@
-"""Small research checkpoints built from the layouts in ``research-formats.md``.
+"""Small research checkpoints built from the layouts in ``docs/design/research-formats.md``.
 
 Shapes are tiny but every name, dtype and config field follows the real layouts:
 SafeAILab EAGLE-3 (``pytorch_model.bin``, ``midlayer.*``, LlamaForCausalLM config
@@ -238,7 +238,7 @@ def _spec_block(algo: str, verifier: str, k: int = 5) -> dict:
 
 
 def write_speculators_eagle3(folder: Path, verifier: str, *, style: str = "converter-0.1", hidden: int = 64, vocab: int = 256, draft_vocab: int = 128, inter: int = 96, heads: int = 2, kv_heads: int = 1, taps: list[int] | None = None) -> Path:
-    """An EAGLE-3 checkpoint as older speculators wrote it (``speculators-format.md`` §1.4, §2).
+    """An EAGLE-3 checkpoint as older speculators wrote it (``docs/design/speculators-format.md`` §1.4, §2).
 
     ``converter-0.1``: speculators 0.1.0.dev21's converter (``Eagle3Speculator``, ``auto_map``,
     ``has_no_defaults_at_init``, ``torch_dtype`` float32, no tap ids); ``modelopt``: NVIDIA

@@ -1,4 +1,4 @@
-"""Small Medusa checkpoints built from the layouts in ``research-formats.md`` §5.
+"""Small Medusa checkpoints built from the layouts in ``docs/design/research-formats.md`` §5.
 
 The heads are the reference modules themselves (FasterDecoding/Medusa
 ``medusa/model/medusa_model.py``: ``ResBlock``, ``ModuleList([Sequential(*([ResBlock(H)] * L),

@@ -30,7 +30,7 @@ from specfmt.validation.static import validate_static
 
 
 def vllm_name(src_name: str) -> str:
-    """The reference key -> vLLM's parameter name (research-formats.md §5.4)."""
+    """The reference key -> vLLM's parameter name (docs/design/research-formats.md §5.4)."""
     parts = src_name.removeprefix("medusa_head.").split(".")
     if parts[2] == "linear":
         return f"blocks.{parts[0]}.layers.{parts[1]}.{parts[3]}"

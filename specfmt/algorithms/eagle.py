@@ -320,7 +320,7 @@ class Eagle(Algorithm):
         return native_config_violations(cfg)
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
-        """EAGLE-1/2 and HASS (``research-formats.md`` §2.3/§2.5; vLLM ``llama_eagle.py``):
+        """EAGLE-1/2 and HASS (``docs/design/research-formats.md`` §2.3/§2.5; vLLM ``llama_eagle.py``):
 
         ============================== ====================== =====================================
         name                           shape                  when

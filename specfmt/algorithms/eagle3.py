@@ -456,7 +456,7 @@ class Eagle3(Algorithm):
         return out
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
-        """EAGLE-3 (tensor table: ``research-formats.md`` §4.3; vLLM ``llama_eagle3.py``):
+        """EAGLE-3 (tensor table: ``docs/design/research-formats.md`` §4.3; vLLM ``llama_eagle3.py``):
 
         ============================== ====================== =====================================
         name                           shape                  when

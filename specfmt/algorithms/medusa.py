@@ -253,7 +253,7 @@ class Medusa(Algorithm):
         return out
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
-        """Medusa (``research-formats.md`` §5.4; vLLM ``medusa.py``), K heads of L blocks:
+        """Medusa (``docs/design/research-formats.md`` §5.4; vLLM ``medusa.py``), K heads of L blocks:
 
         ================================ ========= ==========================================
         name                             shape     when

@@ -7,7 +7,7 @@
   ``torch.load(..., weights_only=True, mmap=True)``;
 * sharded checkpoints through their ``*.index.json``.
 
-File choice follows vLLM's loader (``research-formats.md`` §1): safetensors first, then pickles.
+File choice follows vLLM's loader (``docs/design/research-formats.md`` §1.1): safetensors first, then pickles.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class TensorInfo:
 class CheckpointReader:
     """The weight files of one checkpoint folder, read lazily.
 
-    File choice follows vLLM's loader (``research-formats.md`` §1): safetensors
+    File choice follows vLLM's loader (``docs/design/research-formats.md`` §1.1): safetensors
     first (sharded through ``model.safetensors.index.json`` when present), then
     pickles. Files of the other kind are listed in :attr:`ignored`.
 

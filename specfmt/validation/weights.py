@@ -1,7 +1,7 @@
 """Did vLLM load the draft's weights? Compare what vLLM's worker holds with the file.
 
 vLLM keeps a draft tensor it did not find at its initial value without a word
-(``research-formats.md`` §1: the EAGLE classes' ``load_weights`` return nothing). The probe in
+(``docs/design/research-formats.md`` §1.2: the EAGLE classes' ``load_weights`` return nothing). The probe in
 :mod:`specfmt.validation.vllm_run` reads back every draft parameter inside vLLM's worker; this
 module maps vLLM's names back to the file's and compares.
 """

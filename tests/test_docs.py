@@ -1,0 +1,184 @@
+"""The docs site builds with ``mkdocs build --strict`` (a broken link, a missing anchor, a page left
+out of the nav or a docstring mkdocstrings cannot render fails it), and what it generates from the
+code covers the code: every command and option of the ``specfmt`` app, every converter layout and
+named format, every benchmark result. The README stays a front door (at most 300 lines, links
+that resolve), and the docs pages the code cites exist, down to the section.
+
+One build serves every test here (module fixture); it needs the ``docs`` extra (``.ci/install``
+installs it).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+for _module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_gen_files"):
+    pytest.importorskip(_module, reason='the docs extra is not installed (pip install -e ".[docs]")')
+
+README_MAX_LINES = 300
+
+
+class _Text(HTMLParser):
+    """The text of a page's article, tags dropped, entities resolved."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def plain(markdown: str) -> str:
+    """Text as a page shows it: code spans, bold and roles dropped, whitespace normalised."""
+    return " ".join(re.sub(r":\w+:|`|\*\*", "", markdown).split())
+
+
+def page_text(site: Path, page: str) -> str:
+    parser = _Text()
+    parser.feed((site / page / "index.html").read_text())
+    return " ".join("".join(parser.parts).split())
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(REPO / "mkdocs.yml"), "-d", str(out)],
+                         cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
+    return out
+
+
+def test_the_docs_site_builds_strict_with_every_page(site):
+    for page in ("commands/convert", "layouts", "serving", "format", "measured", "design/research-formats",
+                 "design/speculators-format", "api/conversion"):
+        assert (site / page / "index.html").is_file(), page
+
+
+def _commands() -> dict:
+    import typer.main
+
+    from specfmt.cli import app
+
+    out = {}
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, path + [name])
+        elif path:
+            out[" ".join(path)] = cmd
+
+    walk(typer.main.get_command(app), [])
+    return out
+
+
+def test_every_command_and_every_option_is_in_the_command_reference(site):
+    commands = _commands()
+    assert {"convert", "upgrade", "validate", "inspect", "serve-command", "push", "train eagle3", "train fill"} <= set(commands)
+    for path, cmd in commands.items():
+        text = page_text(site, f"commands/{path.split()[0]}")
+        assert f"specfmt {path}" in text, path
+        for param in cmd.params:
+            names = [param.name.upper()] if param.param_type_name == "argument" else [*param.opts, *param.secondary_opts]
+            for name in names:
+                assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), f"specfmt {path}: {name} is not on its page"
+            if getattr(param, "help", None):
+                assert plain(param.help)[:40] in text, f"specfmt {path}: the help of {names[0]} is not on its page"
+
+
+def test_every_layout_case_and_named_format_is_on_the_layouts_page(site):
+    from specfmt.converters import REGISTRY
+    from specfmt.detect import FOREIGN, NAMED
+
+    text = page_text(site, "layouts")
+    for conv in REGISTRY.values():
+        assert f"--from {conv.name}" in text
+        for lay in conv.layouts:
+            for part in (lay.evidence, lay.details, lay.outcome, *(e.title for e in lay.examples)):
+                assert plain(part) in text, f"{conv.name}/{lay.name}: {part[:60]!r}"
+        for case in conv.cases:
+            assert plain(case.what) in text and plain(case.outcome) in text, f"{conv.name}: {case.what[:60]!r}"
+    for foreign in NAMED + FOREIGN:
+        assert plain(foreign.evidence) in text, foreign.evidence
+    records = sorted((REPO / "tests" / "data" / "real_configs").glob("*.json"))
+    assert records and all(p.stem in text for p in records)
+
+
+def test_the_serving_matrix_is_specfmt_serving_rules(site):
+    from specfmt.serving import CHECKED_RELEASES
+
+    text = page_text(site, "serving")
+    for release in CHECKED_RELEASES:
+        assert f"vLLM {release}" in text
+    # what serving.py says of 0.33: a local verifier needs the explicit form, Medusa is not served
+    assert "explicit form, method eagle3" in text and "not served" in text
+
+
+def test_every_benchmark_result_is_rendered_with_its_figures(site):
+    text = page_text(site, "measured")
+    results = sorted((REPO / "benchmarks").glob("*.results.json"))
+    assert results
+    for path in results:
+        assert f"benchmarks/{path.name}" in text
+    scale = json.loads((REPO / "benchmarks" / "scale_bench.results.json").read_text())
+    assert scale["meta"]["date"] in text
+    for row in scale["results"]:
+        assert str(row["validate"]["reference_over_yardstick"]) in text
+
+
+def test_the_schema_page_renders_the_committed_schema(site):
+    schema = json.loads((REPO / "schemas" / "config-v1.schema.json").read_text())
+    text = page_text(site, "format")
+    assert schema["$id"] in text
+    for name in [*schema["properties"], *schema["$defs"]]:
+        assert name in text, name
+
+
+def test_readme_is_a_front_door_whose_links_resolve():
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= README_MAX_LINES
+    assert "bash .ci/install && bash examples/quickstart.sh" in readme
+    assert "bash .ci/install && python3 -m pytest -q -ra" in readme
+    links = re.findall(r"\]\(([^)#]+?)(?:#[^)]*)?\)", readme)
+    local = [target for target in links if not re.match(r"[a-z]+://", target)]
+    assert local
+    for target in local:
+        assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+#: a docs page cited from code, with an optional section (``docs/design/research-formats.md`` §4.3)
+CITE = re.compile(r"(docs/[\w./-]+?\.md)`{0,2}(?: §(\d+(?:\.\d+)?)(?:[-/]§(\d+(?:\.\d+)?))?)?")
+
+
+def test_the_docs_pages_cited_in_the_code_exist_down_to_the_section():
+    cited = 0
+    for folder in ("specfmt", "converters", "tests", "examples", "benchmarks"):
+        for path in (REPO / folder).rglob("*.py"):
+            if path == Path(__file__):
+                continue
+            source = path.read_text()
+            assert "shared/reference" not in source, f"{path.relative_to(REPO)} cites notes outside the repository"
+            assert not re.search(r"(?<!design/)(research-formats|speculators-format)\.md", source), \
+                f"{path.relative_to(REPO)} cites a design note by a path that is not docs/design/"
+            for m in CITE.finditer(source):
+                page = REPO / m.group(1)
+                assert page.is_file(), f"{path.relative_to(REPO)} cites {m.group(1)}, which does not exist"
+                headings = re.findall(r"^#{2,4} (\d+(?:\.\d+)?)\.? ", page.read_text(), re.M)
+                for section in filter(None, m.groups()[1:]):
+                    assert section in headings, f"{path.relative_to(REPO)} cites {m.group(1)} §{section}, which has no such section"
+                cited += 1
+    assert cited >= 10
