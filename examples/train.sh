@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's training example, start to finish, on the shipped example world (CPU, a few minutes):
+# The training example of docs/commands/train.md, start to finish, on the shipped example world (CPU, a few minutes):
 #   1. fill in a research checkpoint without training (EAGLE-3: its own copy of the verifier's embedding);
 #   2. add two heads to the shipped Medusa set and train only them;
 #   3. train a new EAGLE-3 draft from scratch for the verifier;

@@ -55,8 +55,9 @@ def page_text(site: Path, page: str) -> str:
 def site(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(REPO / "mkdocs.yml"), "-d", str(out)],
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"), "-d", str(out)],
                          cwd=REPO, capture_output=True, text=True, env=env, timeout=600)
+    # never --quiet: it raises the log level above WARNING, and --strict then counts no warnings
     assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
     return out
 

@@ -1,4 +1,4 @@
-"""The shipped example world is what the README says: small, real, and in the research layout."""
+"""The shipped example world is what the README and docs/getting-started.md say: small, real, and in the research layout."""
 
 import json
 

@@ -14,7 +14,7 @@ never another exception. Three families, derandomized so CI runs the same exampl
   (eagle3 and eagle), each through a dry-run ``convert`` with its own ``--from`` and ``auto``.
 
 ``COUNTS`` records how many configs each family tried; the last test asserts the total
-(at least 1,000) and the README reports it.
+(at least 1,000) and docs/measured.md reports it.
 """
 
 from __future__ import annotations
@@ -211,6 +211,6 @@ def test_fuzzed_configs_of_every_converter_convert_or_refuse_cleanly(family, tmp
 
 
 def test_at_least_1000_configs_were_tried():
-    """Runs after the tests above (file order); the README reports these counts."""
+    """Runs after the tests above (file order); docs/measured.md reports these counts."""
     assert all(COUNTS[k] >= EXAMPLES[k] for k in EXAMPLES), COUNTS
     assert sum(COUNTS.values()) >= 1000

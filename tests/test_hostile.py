@@ -3,7 +3,7 @@ clear line and a non-zero exit, no output folder and no temporary folder left be
 unchanged, and never a traceback (``invoke`` re-raises anything but a SpecfmtError).
 
 The corpus is built here from the example world's drafts; ``CORPUS`` lists every case. Its size
-is asserted (at least 30) and reported in the README.
+is asserted (at least 30) and reported in docs/measured.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   parameter equal to the file's tensor of the same name, and our provenance block survives
   speculators' ``save_pretrained``: users continue training in speculators from our output.
 * speculators cannot load specfmt's EAGLE-1 and Medusa outputs (it has no such classes); the
-  README and the model card say so.
+  docs (docs/serving.md) and the model card say so.
 * A checkpoint written by speculators' own converter (``speculators convert --algorithm eagle3``:
   tap layers null) fails ``specfmt validate`` with a hint naming ``specfmt upgrade``, and the
   upgrade, its changes printed, gives a checkpoint that validates and equals ``specfmt convert``'s

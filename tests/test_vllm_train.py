@@ -1,6 +1,6 @@
 """Trained and initialised drafts in vLLM: the example world's trained EAGLE-1 and Medusa drafts
 agree with the reference run, a `specfmt train --dry-run` draft is served as is, and the
-README's training example runs start to finish."""
+training example (examples/train.sh, shown in docs/commands/train.md) runs start to finish."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ class Algorithm:
     fillable: ClassVar[frozenset[str]] = frozenset()
     #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
     vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()
-    #: what other tools make of the output (the model card and the README say it)
+    #: what other tools make of the output (the model card and ``docs/serving.md`` say it)
     interop_note: ClassVar[str] = ""
 
     def serving_note(self) -> str:

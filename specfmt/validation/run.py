@@ -166,7 +166,7 @@ def agreement_tolerance(tolerance: float, reference_dtype: str | None, vllm_dtyp
     check of a 16-bit run. The floor :data:`BF16_GAP` is measured on the shipped example: the bf16 and the
     float32 reference runs differ by at most 0.008 per position (16 prompts x 32 tokens, k = 3;
     ``tests/test_scale.py`` holds it under 0.05), vLLM's CPU build (bf16) and the float32 reference by
-    0.016 (README, "What was measured").
+    0.016 (``docs/scale.md``, "bf16 and the comparison with vLLM").
 
     Args:
         tolerance: the ``--tolerance`` given (acceptance-rate difference, 0 to 1).
