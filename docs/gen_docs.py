@@ -46,9 +46,10 @@ class DocsError(RuntimeError):
 
 
 def cell(text: Any) -> str:
-    """A Markdown table cell: roles as code, pipes escaped, newlines joined."""
-    s = ROLE.sub(r"`\1`", str(text))
-    return " ".join(s.split()).replace("|", "\\|")
+    """A Markdown table cell: roles as code, newlines joined, pipes escaped outside code spans
+    (a pipe inside backticks is not a column separator, and an escape there would show)."""
+    parts = re.split(r"(`[^`]*`)", " ".join(ROLE.sub(r"`\1`", str(text)).split()))
+    return "".join(p if p.startswith("`") else p.replace("|", "\\|") for p in parts)
 
 
 def table(head: list[str], rows: list[list[Any]], align: str = "") -> str:
@@ -271,7 +272,7 @@ def _type_of(node: dict) -> str:
     if "const" in node:
         return f"`{json.dumps(node['const'])}`"
     if "enum" in node:
-        return " \\| ".join(f"`{json.dumps(v)}`" for v in node["enum"])
+        return " | ".join(f"`{json.dumps(v)}`" for v in node["enum"])
     for key in ("oneOf", "anyOf"):
         if key in node:
             return " or ".join(_type_of(n) for n in node[key])
@@ -328,6 +329,8 @@ def _when(name: str, data: dict) -> str:
     """The machine and the date of a result file: the JSON's own, else the date the file was committed."""
     meta = {**data.get("machine", {}), **data.get("meta", {})}
     machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
+    if meta.get("loadavg"):
+        machine += ", load average " + " / ".join(f"{x:.1f}" for x in meta["loadavg"])
     date = meta.get("date")
     if not date:
         try:
@@ -392,7 +395,7 @@ def bench_scale(data: dict) -> str:
     opts = data.get("meta", {}).get("options", {})
     head = ("Options: " + ", ".join(f"{k} {v}" for k, v in opts.items() if v is not None) + ".") if opts else ""
     return "\n\n".join(x for x in [head, table(
-        ["verifier", "params", "bytes (float32)", "device", "dtype", "`validate --run --no-vllm` wall (s)", "reference: verifier passes + drafts (s)",
+        ["verifier", "params", "verifier bytes", "device", "dtype", "`validate --run --no-vllm` wall (s)", "reference: verifier passes + drafts (s)",
          "yardstick: one generation + one forward (s)", "reference / yardstick", "validate peak RSS / bound (GiB)", "`train` tokens/s", "`train` wall (s)",
          "train peak RSS / bound (GiB)"], rows, "lrrllrrrrrrrr")] if x)
 
