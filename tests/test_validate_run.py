@@ -562,10 +562,10 @@ def test_a_run_that_measures_less_keeps_what_an_earlier_run_measured_on_the_same
     r = CliRunner().invoke(app, ["validate", str(draft), "--run", "--no-vllm", "--prompts", str(three_prompts), "--max-tokens", str(SHORT)],
                            terminal_width=200)
     assert r.exit_code == 0, r.output
-    assert f"kept: the vllm figures and checks (vllm, vllm_exact, agreement, vllm_weights) measured on {before['date']}" in r.output
-    assert "greedy paths" not in r.output  # not a terminal: no progress bars
     after = json.loads((draft / VALIDATION_FILE).read_text())
     assert after["vllm"] == before["vllm"] and after["passed"] is True and after["date"] >= before["date"]
+    assert f"kept: the vllm figures and checks (vllm, vllm_exact, agreement, vllm_weights) measured on {before['date']}" in r.output
+    assert "greedy paths" not in r.output  # not a terminal: no progress bars
     assert after["kept"] == {"vllm": {k: before[k] for k in ("date", "specfmt_version", "prompts", "num_speculative_tokens", "max_tokens")}}
     checks, old = ({c["name"]: c for c in d["checks"]} for d in (after, before))
     for name in ("vllm", "vllm_exact", "agreement", "vllm_weights"):
