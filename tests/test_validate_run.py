@@ -580,6 +580,22 @@ def test_a_run_that_measures_less_keeps_what_an_earlier_run_measured_on_the_same
     assert not again.report.ok and json.loads((draft / VALIDATION_FILE).read_text())["passed"] is False
 
 
+def test_a_part_this_run_tried_and_failed_is_never_covered_by_earlier_figures(measured, three_prompts, tmp_path, monkeypatch):
+    """Only what a run did not try is kept: a vLLM that fails now is reported as failing, not as the earlier pass."""
+    from specfmt.errors import VLLMRunError
+
+    def broken_engine(model, prompts, **kw):
+        raise VLLMRunError("vLLM exited with code 1 without a result", where=str(model))
+
+    draft = _copy(measured[0], tmp_path / "draft", keep_validation=True)
+    monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: True)
+    monkeypatch.setattr("specfmt.validation.vllm_run.generate", broken_engine)
+    res = _run(draft, three_prompts)
+    after = json.loads((draft / VALIDATION_FILE).read_text())
+    assert after["vllm"] is None and after["kept"] == {} and after["passed"] is False and res.notes == []
+    assert {c["name"]: c["status"] for c in after["checks"]}["vllm"] == "fail"
+
+
 @pytest.mark.parametrize("change", ["weights", "config", "verifier"])
 def test_figures_of_a_changed_draft_or_another_verifier_are_never_carried_over(measured, three_prompts, tmp_path, change):
     import shutil
