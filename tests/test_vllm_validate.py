@@ -11,11 +11,17 @@ from typer.testing import CliRunner
 from conftest import WORLD
 from specfmt.cli import app
 from specfmt.convert import convert
+from specfmt.serving import LAUNCHERS, installed_distribution
 from specfmt.validation.run import VALIDATION_FILE, validate_run
 from specfmt.validation.vllm_run import vllm_available
 from test_validate_run import TOKENS, broken, few_prompts  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
+
+
+def launcher() -> str:
+    """How the installed vLLM build starts its server: `vllm serve`, or the CPU build's module with --model."""
+    return " ".join(LAUNCHERS[installed_distribution()[0]])
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +41,7 @@ def test_example_passes_with_vllm_and_reference_side_by_side(example, few_prompt
     assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
     ref, vl = data["reference"], data["vllm"]
     assert vl["method"] == "eagle3" and vl["draft_class"] == "Eagle3LlamaForCausalLM" and vl["engine"].startswith("vllm ")
-    assert vl["form"] == "auto" and vl["command"] == f"vllm serve {example}"  # vLLM 0.32 auto-detects the local verifier
+    assert vl["form"] == "auto" and vl["command"] == f"{launcher()} {example}"  # vLLM 0.32 auto-detects the local verifier
     assert vl["num_drafts"] > 0 and vl["num_draft_tokens"] == 3 * vl["num_drafts"]
     gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
     assert len(gaps) == 3 and max(gaps) <= 0.1
@@ -64,4 +70,4 @@ def test_where_the_release_refuses_the_local_verifier_the_explicit_form_runs(exa
     st = {c.name: (c.status, c.summary) for c in res.report.checks}
     assert res.report.ok, st
     assert res.vllm["form"] == "explicit" and res.vllm["method"] == "eagle3" and "explicit form" in st["vllm"][1]
-    assert res.vllm["command"].startswith("vllm serve ") and "--speculative-config" in res.vllm["command"]
+    assert res.vllm["command"].startswith(f"{launcher()} {WORLD / 'verifier'} --speculative-config ")

@@ -83,6 +83,8 @@ def fake_hub(hf_home: Path, repo_id: str, src: Path) -> None:
 def probe(version: str, cases: list[dict], *, hf_home: Path, timeout: float = 600) -> dict[str, dict]:
     """Run ``vllm ARGV`` of every case (``{"id", "argv"}``, argv without ``vllm``) through release
     ``version``'s code; returns each case's outcome by id (see :func:`_describe` / :func:`_run_one`).
+    A case with ``"module"`` is ``python3 -m MODULE ARGV`` instead: the module's own ``__main__`` runs,
+    up to the point where it would start the server (the line vLLM's CPU build is served with).
 
     Raises:
         RuntimeError: the child crashed before it reported (its stderr's tail in the message).
@@ -144,12 +146,17 @@ def _run_one(case: dict, ctx: dict) -> dict:
     buf = io.StringIO()
     stage = "parse"
     try:
-        with contextlib.redirect_stderr(buf):  # argparse prints its error, then SystemExit(2)
-            args = ctx["parser"].parse_args(case["argv"])
-        stage = "validate"
-        if getattr(args, "model_tag", None) is not None:  # ServeSubcommand.cmd
-            args.model = args.model_tag
-        ctx["validate"](args)
+        if case.get("module"):
+            stage = "module"
+            args = _module_args(case["module"], case["argv"], buf)
+        else:
+            with contextlib.redirect_stderr(buf):  # argparse prints its error, then SystemExit(2)
+                args = ctx["parser"].parse_args(case["argv"])
+            stage = "validate"
+            if getattr(args, "model_tag", None) is not None:  # ServeSubcommand.cmd
+                args.model = args.model_tag
+            ctx["validate"](args)
+        rec["model"] = getattr(args, "model", None)  # the model the server would load
         stage = "engine config"
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.usage.usage_lib import UsageContext
@@ -162,6 +169,31 @@ def _run_one(case: dict, ctx: dict) -> dict:
         text = str(e) if not isinstance(e, SystemExit) else (buf.getvalue().strip().splitlines() or [f"exit {e.code}"])[-1]
         rec.update(ok=False, stage=stage, error=f"{type(e).__name__}: {text}"[:2000])
     return rec
+
+
+def _module_args(module: str, argv: list[str], buf) -> object:
+    """``python3 -m MODULE ARGV`` up to the server's start: the module runs as ``__main__`` (its parser,
+    ``validate_parsed_serve_args``) and the arguments it would serve with are taken where its ``main``
+    hands them to ``run_server`` (``vllm/entrypoints/launchers/api_server/entry.py`` on 0.30.0-0.33.0)."""
+    import contextlib
+    import runpy
+    import warnings
+
+    import vllm.entrypoints.launchers.api_server.entry as entry
+
+    seen = []
+
+    async def run_server(args, **kwargs):
+        seen.append(args)
+
+    entry.run_server = run_server
+    sys.argv = [module, *argv]
+    with contextlib.redirect_stderr(buf), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    if not seen:
+        raise RuntimeError(f"{module} returned without starting a server")
+    return seen[0]
 
 
 def _child(folder: str) -> None:

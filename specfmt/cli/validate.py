@@ -35,6 +35,8 @@ def validate(
     gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="With --run: vLLM's share of each GPU (default: vLLM's; the CPU build always uses 0.2 of CPU memory)."),
 ) -> None:
     """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
     from ..validation.static import validate_static
 
     if not run:
@@ -52,19 +54,32 @@ def validate(
     from ..validation.run import CAUSES, validate_run
 
     placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
-    res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
-                       num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
-                       tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
-                       tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization)
+    # one bar per phase (verifier load, greedy paths, readings, vLLM) on stderr, at a terminal only
+    progress = Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err,
+                        transient=True, disable=not err.is_terminal)
+    tasks: dict[str, int] = {}
+
+    def tell(phase: str, done: int, total: Optional[int]) -> None:
+        if phase not in tasks:
+            tasks[phase] = progress.add_task(phase, total=total)
+        progress.update(tasks[phase], completed=done, total=total)
+
+    with progress:
+        res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
+                           num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
+                           tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
+                           tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell)
     rep = res.report
     if as_json:
-        out.print_json(json.dumps({**res.to_json(), "written": res.written}))
+        out.print_json(json.dumps({**res.to_json(), "written": res.written, "notes": res.notes}))
     else:
         out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
         if res.reference or res.vllm:
             out.print(figures_table(res))
         if res.causes:
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
+        for note in res.notes:  # what became of an earlier validation.json's figures
+            out.print(note, markup=False, highlight=False, soft_wrap=True)
         if res.written:
             out.print(f"wrote {res.written}", markup=False)
         out.print(verdict(rep))

