@@ -47,6 +47,14 @@ def assert_served(run, alone, out: Path, method: str, tokens: int):
     return run
 
 
+def assert_figures(got: dict, want: dict, where: str = "") -> None:
+    """Every recorded figure is in ``got`` and equal to it. A key missing from ``got`` fails (a comparison
+    over the keys both sides have would drop it from both)."""
+    missing = sorted(set(want) - set(got))
+    assert not missing, f"{where}: no {', '.join(missing)} among the figures {sorted(got)}"
+    assert {key: got[key] for key in want} == want, where
+
+
 WORLD = REPO / "examples" / "world"
 #: prompts and length of the vLLM end-to-end tests (4 held-out prompts x 24 tokens)
 E2E_TOKENS = 24
