@@ -34,9 +34,69 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specfmt", *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
-def assert_served(run, alone, out: Path, method: str, tokens: int):
+#: vLLM's merged linear layers: the file's parts, stacked along the output dimension in this order
+MERGED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+#: vLLM's names of draft tensors the file names otherwise (EAGLE-3's vocabulary map: the offsets ``d2t``)
+RENAMED = {"draft_id_to_target_id": "d2t"}
+#: file tensors vLLM keeps no copy of: EAGLE-3's ``t2d`` (vLLM maps draft ids with ``d2t`` alone)
+NOT_HELD = {"t2d"}
+
+
+def _file_tensor(held_name: str, tensors: dict):
+    """The tensor of ``tensors`` (file names) that vLLM's ``held_name`` should hold, or None: ``model.`` dropped,
+    ``<module>.applied`` is ``<module>.weight``, merged layers are their parts stacked. Also returns the file names used."""
+    import torch
+
+    name = held_name[len("model."):] if held_name.startswith("model.") else held_name
+    if name.endswith(".applied"):
+        name = name[: -len(".applied")] + ".weight"
+    name = RENAMED.get(name, name)
+    stem, _, last = name.rpartition(".")
+    for merged, parts in MERGED.items():
+        if stem.endswith("." + merged):
+            names = [f"{stem[: -len(merged)]}{p}.{last}" for p in parts]
+            return (torch.cat([tensors[n] for n in names]) if all(n in tensors for n in names) else None), names
+    return tensors.get(name), [name]
+
+
+def assert_weights_held(held_file: Path, out: Path, shares: dict[str, bool]) -> None:
+    """Every tensor vLLM holds for the draft (``generate(..., dump_draft=held_file)``) equals the file's element by
+    element, rounded to the dtype vLLM serves in, and every tensor of the file is held. Modules vLLM shares with the
+    verifier (``shares``: ``embed_tokens``, ``lm_head``) are compared with the verifier's. A transposed or permuted
+    block, or weights loaded under each other's names, fail here; sums and shapes cannot see them."""
+    import torch
+    from safetensors.torch import load_file
+
+    held = load_file(str(held_file))
+    _, ours = load_out(out)
+    verifier = Path(json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"])
+    theirs = {n[len("model."):] if n.startswith("model.") else n: t for n, t in load_file(str(verifier / "model.safetensors")).items()}
+    assert held, "vLLM holds no draft tensor"
+    covered: set[str] = set()
+    for name, got in held.items():
+        module = name[len("model."):] if name.startswith("model.") else name
+        shared = shares.get(module.split(".")[0], False)
+        want, names = _file_tensor(name, theirs if shared else ours)
+        assert want is not None, f"vLLM holds {name}, which is not in the {'verifier' if shared else 'file'} ({names})"
+        assert list(got.shape) == list(want.shape), (name, list(got.shape), list(want.shape))
+        want = want.to(got.dtype)  # vLLM rounds each weight once to the served dtype (bf16 on its CPU build), as this cast does
+        assert torch.equal(got, want), (f"{name} differs from {'+'.join(names)} in {int((got != want).sum())} of {got.numel()} "
+                                        f"elements (max |diff| {float((got.double() - want.double()).abs().max()):.3g})")
+        if not shared:
+            covered.update(names)
+        elif all(n in ours for n in names):  # the file's own copy of a module vLLM shares: equal to the verifier's
+            mine = _file_tensor(name, ours)[0].to(got.dtype)
+            assert torch.equal(mine, want), f"vLLM shares {module} with the verifier, but the file's {'+'.join(names)} differs from it"
+            covered.update(names)
+    missing = set(ours) - covered - NOT_HELD
+    assert not missing, f"vLLM holds no copy of {sorted(missing)}"
+
+
+def assert_served(run, alone, out: Path, method: str, tokens: int, held: Path):
     """vLLM served OUT exactly: the method it attached, greedy tokens equal to the verifier alone (speculative
-    decoding is lossless), and drafts of k tokens from every position."""
+    decoding is lossless, whatever the draft's weights), drafts of k tokens from every position, and the draft's
+    weights inside vLLM those of OUT element by element (:func:`assert_weights_held` on ``held``, the file
+    ``generate(..., dump_draft=held)`` wrote)."""
     assert run.speculative_method == method
     assert alone.speculative_method is None and alone.num_drafts == 0
     assert run.token_ids == alone.token_ids  # speculative decoding is exact
@@ -44,6 +104,8 @@ def assert_served(run, alone, out: Path, method: str, tokens: int):
     k = json.loads((out / "config.json").read_text())["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     assert run.num_drafts > 0 and run.num_draft_tokens == k * run.num_drafts
     assert len(run.accepted_per_position) == k
+    assert held.is_file(), f"no {held}: served exactly needs the draft's weights as vLLM holds them (generate(..., dump_draft=))"
+    assert_weights_held(held, out, run.draft_shares)
     return run
 
 
