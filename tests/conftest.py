@@ -92,11 +92,55 @@ def assert_weights_held(held_file: Path, out: Path, shares: dict[str, bool]) -> 
     assert not missing, f"vLLM holds no copy of {sorted(missing)}"
 
 
-def assert_served(run, alone, out: Path, method: str, tokens: int, held: Path):
+def research_tensors(folder: Path) -> dict:
+    """Every tensor of a research checkpoint folder as saved (``*.safetensors``, ``*.bin``, ``*.pt``)."""
+    import torch
+    from safetensors.torch import load_file
+
+    out: dict = {}
+    for f in sorted(folder.iterdir()):
+        if f.suffix == ".safetensors":
+            out.update(load_file(str(f)))
+        elif f.suffix in (".bin", ".pt"):
+            out.update(torch.load(f, weights_only=True))
+    return out
+
+
+def renamed(tensors: dict, rules: list[tuple[str, str | None]]) -> dict:
+    """``tensors`` under new names: the first rule ``(regex, replacement)`` that matches a whole name renames it
+    (``None`` drops it); a name no rule matches is kept."""
+    import re
+
+    out = {}
+    for name, t in tensors.items():
+        for pattern, to in rules:
+            if re.fullmatch(pattern, name):
+                if to is not None:
+                    out[re.sub(pattern, to, name)] = t
+                break
+        else:
+            out[name] = t
+    return out
+
+
+def assert_file_is(out: Path, expected: dict) -> None:
+    """OUT's tensors are ``expected`` (the source's tensors under the names the test knows they get), element by
+    element after the cast to the file's dtype: a converter that transposes, permutes or swaps tensors fails here."""
+    import torch
+
+    _, ours = load_out(out)
+    assert set(ours) == set(expected), (sorted(set(ours) - set(expected)), sorted(set(expected) - set(ours)))
+    for name, t in ours.items():
+        want = expected[name].to(t.dtype)
+        assert t.shape == want.shape and torch.equal(t, want), f"{name} is not the source's tensor ({int((t != want).sum())} of {t.numel()} elements differ)"
+
+
+def assert_served(run, alone, out: Path, method: str, tokens: int, held: Path, source: dict | None = None):
     """vLLM served OUT exactly: the method it attached, greedy tokens equal to the verifier alone (speculative
     decoding is lossless, whatever the draft's weights), drafts of k tokens from every position, and the draft's
     weights inside vLLM those of OUT element by element (:func:`assert_weights_held` on ``held``, the file
-    ``generate(..., dump_draft=held)`` wrote)."""
+    ``generate(..., dump_draft=held)`` wrote) and, given ``source`` (``{OUT name: tensor}``, derived by the test from
+    the research checkpoint), those of the source (:func:`assert_file_is`)."""
     assert run.speculative_method == method
     assert alone.speculative_method is None and alone.num_drafts == 0
     assert run.token_ids == alone.token_ids  # speculative decoding is exact
@@ -106,6 +150,8 @@ def assert_served(run, alone, out: Path, method: str, tokens: int, held: Path):
     assert len(run.accepted_per_position) == k
     assert held.is_file(), f"no {held}: served exactly needs the draft's weights as vLLM holds them (generate(..., dump_draft=))"
     assert_weights_held(held, out, run.draft_shares)
+    if source is not None:
+        assert_file_is(out, source)
     return run
 
 
