@@ -34,9 +34,113 @@ def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "specfmt", *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
 
 
-def assert_served(run, alone, out: Path, method: str, tokens: int):
+#: vLLM's merged linear layers: the file's parts, stacked along the output dimension in this order
+MERGED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+#: vLLM's names of draft tensors the file names otherwise (EAGLE-3's vocabulary map: the offsets ``d2t``)
+RENAMED = {"draft_id_to_target_id": "d2t"}
+#: file tensors vLLM keeps no copy of: EAGLE-3's ``t2d`` (vLLM maps draft ids with ``d2t`` alone)
+NOT_HELD = {"t2d"}
+
+
+def _file_tensor(held_name: str, tensors: dict):
+    """The tensor of ``tensors`` (file names) that vLLM's ``held_name`` should hold, or None: ``model.`` dropped,
+    ``<module>.applied`` is ``<module>.weight``, merged layers are their parts stacked. Also returns the file names used."""
+    import torch
+
+    name = held_name[len("model."):] if held_name.startswith("model.") else held_name
+    if name.endswith(".applied"):
+        name = name[: -len(".applied")] + ".weight"
+    name = RENAMED.get(name, name)
+    stem, _, last = name.rpartition(".")
+    for merged, parts in MERGED.items():
+        if stem.endswith("." + merged):
+            names = [f"{stem[: -len(merged)]}{p}.{last}" for p in parts]
+            return (torch.cat([tensors[n] for n in names]) if all(n in tensors for n in names) else None), names
+    return tensors.get(name), [name]
+
+
+def assert_weights_held(held_file: Path, out: Path, shares: dict[str, bool]) -> None:
+    """Every tensor vLLM holds for the draft (``generate(..., dump_draft=held_file)``) equals the file's element by
+    element, rounded to the dtype vLLM serves in, and every tensor of the file is held. Modules vLLM shares with the
+    verifier (``shares``: ``embed_tokens``, ``lm_head``) are compared with the verifier's. A transposed or permuted
+    block, or weights loaded under each other's names, fail here; sums and shapes cannot see them."""
+    import torch
+    from safetensors.torch import load_file
+
+    held = load_file(str(held_file))
+    _, ours = load_out(out)
+    verifier = Path(json.loads((out / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"])
+    theirs = {n[len("model."):] if n.startswith("model.") else n: t for n, t in load_file(str(verifier / "model.safetensors")).items()}
+    assert held, "vLLM holds no draft tensor"
+    covered: set[str] = set()
+    for name, got in held.items():
+        module = name[len("model."):] if name.startswith("model.") else name
+        shared = shares.get(module.split(".")[0], False)
+        want, names = _file_tensor(name, theirs if shared else ours)
+        assert want is not None, f"vLLM holds {name}, which is not in the {'verifier' if shared else 'file'} ({names})"
+        assert list(got.shape) == list(want.shape), (name, list(got.shape), list(want.shape))
+        want = want.to(got.dtype)  # vLLM rounds each weight once to the served dtype (bf16 on its CPU build), as this cast does
+        assert torch.equal(got, want), (f"{name} differs from {'+'.join(names)} in {int((got != want).sum())} of {got.numel()} "
+                                        f"elements (max |diff| {float((got.double() - want.double()).abs().max()):.3g})")
+        if not shared:
+            covered.update(names)
+        elif all(n in ours for n in names):  # the file's own copy of a module vLLM shares: equal to the verifier's
+            mine = _file_tensor(name, ours)[0].to(got.dtype)
+            assert torch.equal(mine, want), f"vLLM shares {module} with the verifier, but the file's {'+'.join(names)} differs from it"
+            covered.update(names)
+    missing = set(ours) - covered - NOT_HELD
+    assert not missing, f"vLLM holds no copy of {sorted(missing)}"
+
+
+def research_tensors(folder: Path) -> dict:
+    """Every tensor of a research checkpoint folder as saved (``*.safetensors``, ``*.bin``, ``*.pt``)."""
+    import torch
+    from safetensors.torch import load_file
+
+    out: dict = {}
+    for f in sorted(folder.iterdir()):
+        if f.suffix == ".safetensors":
+            out.update(load_file(str(f)))
+        elif f.suffix in (".bin", ".pt"):
+            out.update(torch.load(f, weights_only=True))
+    return out
+
+
+def renamed(tensors: dict, rules: list[tuple[str, str | None]]) -> dict:
+    """``tensors`` under new names: the first rule ``(regex, replacement)`` that matches a whole name renames it
+    (``None`` drops it); a name no rule matches is kept."""
+    import re
+
+    out = {}
+    for name, t in tensors.items():
+        for pattern, to in rules:
+            if re.fullmatch(pattern, name):
+                if to is not None:
+                    out[re.sub(pattern, to, name)] = t
+                break
+        else:
+            out[name] = t
+    return out
+
+
+def assert_file_is(out: Path, expected: dict) -> None:
+    """OUT's tensors are ``expected`` (the source's tensors under the names the test knows they get), element by
+    element after the cast to the file's dtype: a converter that transposes, permutes or swaps tensors fails here."""
+    import torch
+
+    _, ours = load_out(out)
+    assert set(ours) == set(expected), (sorted(set(ours) - set(expected)), sorted(set(expected) - set(ours)))
+    for name, t in ours.items():
+        want = expected[name].to(t.dtype)
+        assert t.shape == want.shape and torch.equal(t, want), f"{name} is not the source's tensor ({int((t != want).sum())} of {t.numel()} elements differ)"
+
+
+def assert_served(run, alone, out: Path, method: str, tokens: int, held: Path, source: dict | None = None):
     """vLLM served OUT exactly: the method it attached, greedy tokens equal to the verifier alone (speculative
-    decoding is lossless), and drafts of k tokens from every position."""
+    decoding is lossless, whatever the draft's weights), drafts of k tokens from every position, and the draft's
+    weights inside vLLM those of OUT element by element (:func:`assert_weights_held` on ``held``, the file
+    ``generate(..., dump_draft=held)`` wrote) and, given ``source`` (``{OUT name: tensor}``, derived by the test from
+    the research checkpoint), those of the source (:func:`assert_file_is`)."""
     assert run.speculative_method == method
     assert alone.speculative_method is None and alone.num_drafts == 0
     assert run.token_ids == alone.token_ids  # speculative decoding is exact
@@ -44,7 +148,19 @@ def assert_served(run, alone, out: Path, method: str, tokens: int):
     k = json.loads((out / "config.json").read_text())["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
     assert run.num_drafts > 0 and run.num_draft_tokens == k * run.num_drafts
     assert len(run.accepted_per_position) == k
+    assert held.is_file(), f"no {held}: served exactly needs the draft's weights as vLLM holds them (generate(..., dump_draft=))"
+    assert_weights_held(held, out, run.draft_shares)
+    if source is not None:
+        assert_file_is(out, source)
     return run
+
+
+def assert_figures(got: dict, want: dict, where: str = "") -> None:
+    """Every recorded figure is in ``got`` and equal to it. A key missing from ``got`` fails (a comparison
+    over the keys both sides have would drop it from both)."""
+    missing = sorted(set(want) - set(got))
+    assert not missing, f"{where}: no {', '.join(missing)} among the figures {sorted(got)}"
+    assert {key: got[key] for key in want} == want, where
 
 
 WORLD = REPO / "examples" / "world"

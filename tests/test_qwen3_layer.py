@@ -114,8 +114,12 @@ def test_validate_run_and_train_init_read_a_qwen3_layer_draft(qwen3_draft, tmp_p
     r = run_cli("validate", qwen3_draft, "--run", "--no-vllm", "--prompts", prompts, "--max-tokens", "8", "--json")
     data = json.loads(r.stdout)
     st = {c["name"]: c["status"] for c in data["checks"]}
-    assert st["reference"] == "pass" and st["variants"] in ("pass", "fail"), st
+    # the draft is read as written, with its q/k norms, and no misreading (the q/k norms dropped among them) is
+    # accepted more often than it: after 4 training steps nothing is accepted on these 2 prompts either way
+    assert st["reference"] == "pass" and st["variants"] == "pass", (st, data["variants"])
     assert data["reference"]["num_drafts"] > 0
+    assert "q/k norms" in {v["cause"] for v in data["variants"]}
+    assert all(v["mean_acceptance_length"] <= data["reference"]["mean_acceptance_length"] + 0.15 for v in data["variants"]), data["variants"]
     r = run_cli("train", "eagle3", "--init", qwen3_draft, "-o", tmp_path / "more", "--verifier", WORLD / "verifier",
                 "--data", __import__("argparse").__file__, "--steps", "2", "--batch-size", "2", "--seq-len", "64", "--no-validate")
     assert r.returncode == 0, r.stderr

@@ -9,6 +9,8 @@ Speed is measured by ``benchmarks/scale_bench.py``, not here.
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 from pathlib import Path
 
@@ -99,11 +101,38 @@ def test_device_map_auto_spreads_a_verifier_over_two_gpus_planned_on_the_meta_de
     plan = plan_device_map(cfg, {0: "20MiB", 1: "20MiB", "cpu": "10GiB"}, dtype="bfloat16")
     where = {d for d in plan.values()}
     assert {0, 1} <= where, plan
-    layers = {int(n.split(".")[2]): d for n, d in plan.items() if n.startswith("model.layers.")}
-    assert all(not any(n.startswith(f"model.layers.{i}.") for n in plan) or i in layers for i in range(12))  # layers are never split
-    order = [layers[i] for i in sorted(layers)]
+    # each weight's device, read from the plan as accelerate reads it (the longest module name that is a prefix),
+    # for every weight of the model built independently of the plan; its layer comes from its own name
+    devices = {name: _planned_device(plan, name) for name in _weight_names(cfg)}
+    layers: dict[int, set] = {}
+    for name, device in devices.items():
+        m = re.match(r"model\.layers\.(\d+)\.", name)
+        if m:
+            layers.setdefault(int(m.group(1)), set()).add(device)
+    assert sorted(layers) == list(range(12))
+    split = {i: d for i, d in layers.items() if len(d) != 1}
+    assert not split, f"layers split over several devices: {split}"  # each layer on exactly one device
+    order = [next(iter(layers[i])) for i in range(12)]
     assert order == sorted(order, key=lambda d: (isinstance(d, str), d))  # device 0 first, then 1, then the CPU
-    assert plan.get("model.embed_tokens") == 0
+    assert devices["model.embed_tokens.weight"] == 0
+
+
+def _weight_names(cfg) -> list[str]:
+    """Every parameter and buffer name of the verifier ``cfg`` describes (built on the meta device)."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights():
+        model = AutoModelForCausalLM.from_config(cfg)
+    return [n for n, _ in model.named_parameters(remove_duplicate=False)] + [n for n, _ in model.named_buffers()]
+
+
+def _planned_device(plan: dict, name: str):
+    """The device a ``device_map`` gives the weight ``name``: the entry of the longest module name that
+    is ``name`` or a prefix of it at a dot ("" covers everything). Fails when no entry covers it."""
+    keys = [k for k in plan if k == "" or name == k or name.startswith(k + ".")]
+    assert keys, f"{name} is in no entry of the plan"
+    return plan[max(keys, key=len)]
 
 
 def test_device_map_auto_reference_run_gives_the_same_figures(tmp_path, monkeypatch):
@@ -300,7 +329,7 @@ def test_bf16_verifier_trains_the_draft_under_autocast_with_float32_weights(tmp_
     req = TrainRequest(out=str(tmp_path / "out"), verifier=str(WORLD / "verifier"), algorithm="eagle3", data=train_files()[:1],
                        device="cpu", verifier_dtype="bfloat16", validate=False)
     res = train_draft(req, TrainOptions(steps=3, batch_size=2, seq_len=32, save_every=0))
-    assert res.placement.dtype == "bfloat16" and res.stats.steps == 3 and res.stats.loss == res.stats.loss  # finite
+    assert res.placement.dtype == "bfloat16" and res.stats.steps == 3 and math.isfinite(res.stats.loss)
     assert all(t.dtype == torch.float32 for t in res.draft.tensors.values() if t.is_floating_point())
     prov = json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]
     assert prov["verifier_placement"]["dtype"] == "bfloat16" and prov["tokens_per_second"] > 0

@@ -2,8 +2,8 @@
 
 `test_vllm_e2e.py` and `test_vllm_medusa.py` probe one conversion per output variant in
 depth; here each other source layout's converted folder goes through `vllm serve`
-detection too (no speculative config): the method vLLM attaches, drafts counted, and
-greedy tokens equal to the verifier alone.
+detection too (no speculative config): the method vLLM attaches, drafts counted, greedy
+tokens equal to the verifier alone, and every draft weight vLLM holds equal to the file's.
 """
 
 from __future__ import annotations
@@ -45,4 +45,5 @@ def test_layout_is_served_exactly(tmp_path, layout, world_prompts, verifier_alon
     source_format, build, method = LAYOUTS[layout]
     out = tmp_path / "out"
     convert(source_format, str(build(tmp_path / "src")), out, VERIFIER, opts=Options(tap_ids=TAP_IDS.get(layout)))
-    assert_served(generate(str(out), world_prompts, max_tokens=E2E_TOKENS), verifier_alone, out, method, E2E_TOKENS)
+    held = tmp_path / "held.safetensors"
+    assert_served(generate(str(out), world_prompts, max_tokens=E2E_TOKENS, dump_draft=str(held)), verifier_alone, out, method, E2E_TOKENS, held)

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import REPO, run_cli
+from conftest import REPO, assert_figures, run_cli
 from specfmt.convert import convert
 from specfmt.validation.run import validate_run
 from test_speculators_interop import in_speculators, python  # noqa: F401  (fixture)
@@ -94,12 +94,39 @@ def test_reference_figures_are_the_ones_the_world_was_made_with(converted):
     res = validate_run(converted, prompts=str(WORLD / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3, use_vllm=False, write=False)
     st = {c.name: c.status for c in res.report.checks}
     assert res.report.ok and st["variants"] == "pass", res.report.to_json()
-    want = MANIFEST["draft"]["heldout"]
-    got = res.reference
-    assert {k: got[k] for k in want if k in got} == {k: v for k, v in want.items() if k in got}
+    got = {**res.reference, "k": res.k, "prompts": len(res.prompts.ids), "tokens": len(res.prompts.ids) * res.max_tokens}
+    assert_figures(got, MANIFEST["draft"]["heldout"], "qwen3 world")
     assert got["mean_acceptance_length"] >= 1.8
     dropped = next(v for v in res.variants if v["cause"] == "q/k norms")
     assert dropped["mean_acceptance_length"] < got["mean_acceptance_length"]
+
+
+def test_figures_are_those_of_a_plain_step_by_step_loop():
+    """world.json's figures counted again without specfmt (``plain_eagle3``): transformers' Qwen3 verifier, a full pass
+    per step, and the speculators draft's forward pass in plain torch from its own file (q/k RMS-normed per head; its
+    one layer's 2048-token sliding window is wider than any sequence here)."""
+    from plain_eagle3 import PlainEagle3, one_thread, speculative_figures
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    verifier = AutoModelForCausalLM.from_pretrained(str(WORLD / "verifier"), dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(WORLD / "verifier"))
+    sd = load_file(str(DRAFT / "model.safetensors"))
+    cfg = json.loads((DRAFT / "config.json").read_text())
+    tlc = cfg["transformer_layer_config"]
+    assert not cfg["norm_before_residual"] and not cfg["norm_before_fc"] and not cfg["fc_norm"] and not cfg["norm_output"]
+    layer = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj", "gate": "mlp.gate_proj",
+             "up": "mlp.up_proj", "down": "mlp.down_proj", "input_norm": "input_layernorm", "hidden_norm": "hidden_norm",
+             "post_norm": "post_attention_layernorm", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
+    w = {short: sd[f"layers.0.{name}.weight"] for short, name in layer.items()}
+    w.update(fc=sd["fc.weight"], norm=sd["norm.weight"], lm_head=sd["lm_head.weight"], d2t=sd["d2t"], embed=sd["embed_tokens.weight"])
+    draft = PlainEagle3(w, heads=tlc["num_attention_heads"], kv_heads=tlc["num_key_value_heads"], head_dim=tlc["head_dim"],
+                        eps=tlc["rms_norm_eps"], theta=tlc["rope_parameters"]["rope_theta"])
+    prompts = [tokenizer.encode(json.loads(line)["prompt"]) for line in (WORLD / "prompts.jsonl").read_text().splitlines()]
+    assert max(map(len, prompts)) + 32 + 3 < tlc["sliding_window"]
+    with one_thread():
+        got = speculative_figures(verifier, draft, prompts, cfg["eagle_aux_hidden_state_layer_ids"], k=3, max_tokens=32)
+    assert_figures(got, MANIFEST["draft"]["heldout"], "qwen3 world")
 
 
 def test_train_init_reads_the_converted_draft(converted, tmp_path):

