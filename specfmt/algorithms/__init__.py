@@ -4,7 +4,10 @@
 * :mod:`~specfmt.algorithms.eagle`: EAGLE-1/2 and HASS;
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
-* :mod:`~specfmt.algorithms.base`: the contract (:class:`~specfmt.algorithms.base.Algorithm`).
+* :mod:`~specfmt.algorithms.base`: the contract (:class:`~specfmt.algorithms.base.Algorithm`);
+* :mod:`~specfmt.algorithms.reference`: the base the reference proposers share;
+* :mod:`~specfmt.algorithms.checks`: a config against the schema and its algorithm's rules,
+  tensors against its table.
 
 Shared code looks an algorithm up here and calls it; it never branches on the name.
 """
