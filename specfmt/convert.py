@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .algorithms import of
-from .algorithms.checks import inventory_problems, validate_config
+from .algorithms import of, validate_config
+from .algorithms.inventory import inventory_problems
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
 from .checkpoint.finite import NonfiniteCounter, nonfinite_count
 from .checkpoint.output import Input, atomic_folder, check_output, real_path

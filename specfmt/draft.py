@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .algorithms import of
-from .algorithms.checks import inventory_problems, validate_config
+from .algorithms import of, validate_config
+from .algorithms.inventory import inventory_problems
 from .checkpoint.dtypes import TORCH_TO_ST
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.finite import nonfinite_count

@@ -302,7 +302,7 @@ def _eagle3_config(**kw):
 
 
 def test_an_eagle3_plan_is_made_from_headers_alone():
-    from specfmt.algorithms.checks import inventory_problems
+    from specfmt.algorithms.inventory import inventory_problems
 
     plan = _plan("eagle3", _eagle3_config(), _eagle3_shapes())
     assert plan.layout == "safeailab" and plan.unknown == [] and not plan.derived
@@ -314,7 +314,7 @@ def test_an_eagle3_plan_is_made_from_headers_alone():
 
 def test_a_qwen3_layer_eagle3_plan_keeps_its_qk_norms_and_family():
     from specfmt.algorithms.layers import FAMILIES
-    from specfmt.algorithms.checks import inventory_problems
+    from specfmt.algorithms.inventory import inventory_problems
 
     plan = _plan("eagle3", _eagle3_config(model_type="qwen3", head_dim=32), _eagle3_shapes(qwen3=True, midlayer=False))
     tlc = plan.config["transformer_layer_config"]

@@ -91,7 +91,7 @@ def research_source(tmp_path_factory) -> Path:
 
 def test_fuzzed_specfmt_configs_get_a_clean_answer(specfmt_config):
     from specfmt.algorithms import expected_tensors
-    from specfmt.algorithms.checks import schema_violations, validate_config
+    from specfmt.algorithms import schema_violations, validate_config
     from specfmt.format.versions import check_speculators_version
 
     @settings(FUZZ, max_examples=EXAMPLES["specfmt config"])

@@ -107,7 +107,7 @@ def serve_command(
     """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
-    from ..algorithms.checks import validate_config
+    from ..algorithms import validate_config
     from ..sources.resolve import resolve
     from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
 

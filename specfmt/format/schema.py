@@ -3,7 +3,7 @@
 The schema (``schemas/config-v1.schema.json``, draft 2020-12, shipped as ``specfmt.schemas``)
 has one branch per algorithm; the rules that compare fields with each other live with each
 algorithm (:meth:`specfmt.algorithms.base.Algorithm.config_violations`) and run, once the
-schema holds, in :func:`specfmt.algorithms.checks.schema_violations`.
+schema holds, in :func:`specfmt.algorithms.schema_violations`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _json_path(parts) -> str:
 
 def json_schema_violations(config: Any) -> list[tuple[str, str]]:
     """Every violation of the v1 JSON Schema (the cross-field rules it cannot state are
-    :func:`specfmt.algorithms.checks.schema_violations`').
+    :func:`specfmt.algorithms.schema_violations`').
 
     Args:
         config: a parsed ``config.json``.

@@ -29,8 +29,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..algorithms import get
-from ..algorithms.checks import float_dtype_problems, inventory_problems, schema_violations
+from ..algorithms import get, schema_violations
+from ..algorithms.inventory import float_dtype_problems, inventory_problems
 from ..checkpoint.dtypes import kind_of
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..checkpoint.finite import nonfinite_in
