@@ -15,7 +15,7 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
 
 0. ``specfmt``, ``specfmt.errors``: the version numbers and the error hierarchy;
 1. ``specfmt.checkpoint``: tensor files: reading, writing, dtypes, finiteness, output folders;
-2. ``specfmt.sources``: resolving inputs (local folders, Hub downloads) and the verifier;
+2. ``specfmt.sources``: resolving inputs (local folders, Hub downloads), the verifier and where it runs;
 3. ``specfmt.format``: the format: the JSON Schema, config blocks, tensor specs, provenance;
 4. ``specfmt.algorithms``, ``specfmt.serving``: each algorithm's rules, tensors and reference
    proposer, the checks built on them, and how vLLM serves a draft;

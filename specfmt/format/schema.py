@@ -31,8 +31,8 @@ def _json_path(parts) -> str:
 
 
 def json_schema_violations(config: Any) -> list[tuple[str, str]]:
-    """Every violation of the v1 JSON Schema (the cross-field rules it cannot state are
-    :func:`specfmt.algorithms.schema_violations`').
+    """Every violation of the v1 JSON Schema alone (:func:`specfmt.algorithms.schema_violations`
+    adds the cross-field rules a schema cannot state).
 
     Args:
         config: a parsed ``config.json``.

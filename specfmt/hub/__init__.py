@@ -1,1 +1,1 @@
-"""The Hugging Face Hub, publishing: ``push`` (plan, model card, transport, upload failures); resolving and downloading inputs is :mod:`specfmt.sources`'."""
+"""The Hugging Face Hub, publishing: ``push`` (plan, model card, transport, upload failures); inputs are resolved and downloaded by :mod:`specfmt.sources`."""

@@ -2,7 +2,7 @@
 
 huggingface_hub raises many classes; :func:`specfmt.sources.resolve.resolve` and
 :func:`~specfmt.sources.resolve.fetch` map them here to :class:`~specfmt.errors.HubError`
-(upload failures are :mod:`specfmt.hub.failures`'). The token never appears in a message.
+(upload failures are mapped in :mod:`specfmt.hub.failures`). The token never appears in a message.
 """
 
 from __future__ import annotations
