@@ -144,10 +144,10 @@ def reference_costs(verifier: str, prompts: str, n_prompts: int, max_tokens: int
     pass over prompt + continuation -- the verifier work the reference run cannot avoid (issue 19's yardstick)."""
     import torch
 
-    from specfmt.placement import resolve_placement
+    from specfmt.sources.placement import resolve_placement
     from specfmt.validation.acceptance import _greedy_tail, verifier_states
     from specfmt.validation.prompts import load_prompts
-    from specfmt.verifier import Verifier
+    from specfmt.sources.verifier import Verifier
 
     ver = Verifier.load(verifier)
     model = ver.load_model(resolve_placement(device, dtype))

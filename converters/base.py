@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from specfmt.checkpoint.dtypes import DTYPE_CODES, DTYPE_NAMES, SOURCE_FLOATS, ST_DTYPES
 from specfmt.checkpoint.reader import CheckpointReader, TensorInfo
 from specfmt.errors import ConversionError, InputError
-from specfmt.hub.resolve import Resolved
+from specfmt.sources.resolve import Resolved
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-    from specfmt.verifier import Verifier
+    from specfmt.sources.verifier import Verifier
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,7 @@ def start_draft(verifier_dir: Path, train_paths: list[Path], out_dir: Path) -> d
     from specfmt.algorithms import get
     from specfmt.convert import load_draft
     from specfmt.training.data import read_documents
-    from specfmt.verifier import Verifier
+    from specfmt.sources.verifier import Verifier
 
     verifier = Verifier.load(str(verifier_dir))
     docs = read_documents([str(p) for p in train_paths], verifier.tokenizer())

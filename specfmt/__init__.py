@@ -6,6 +6,24 @@ format that ``vllm serve DIR`` runs with no extra flags, and proves the result.
 
 The package imports nothing heavy at top level: torch and transformers are
 imported only by the code paths that need them.
+
+Layers, bottom to top. A module imports only modules of its own layer or a lower one,
+never a higher one, and no two modules import each other, even through others.
+``tests/test_architecture.py`` reads this list and checks every import statement
+(function-level and ``TYPE_CHECKING`` ones included); a module in no layer fails it.
+A package named here covers all its modules; ``specfmt`` alone is this ``__init__``.
+
+0. ``specfmt``, ``specfmt.errors``: the version numbers and the error hierarchy;
+1. ``specfmt.checkpoint``: tensor files: reading, writing, dtypes, finiteness, output folders;
+2. ``specfmt.sources``: resolving inputs (local folders, Hub downloads), the verifier and where it runs;
+3. ``specfmt.format``: the format: the JSON Schema, config blocks, tensor specs, provenance;
+4. ``specfmt.algorithms``, ``specfmt.serving``: each algorithm's rules, tensors and reference
+   proposer, the checks built on them, and how vLLM serves a draft;
+5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
+6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
+7. ``specfmt.training``: training a draft;
+8. ``specfmt.hub``: publishing to the Hugging Face Hub;
+9. ``specfmt.cli``, ``specfmt.__main__``: the command line.
 """
 
 __version__ = "0.1.0"

@@ -3,7 +3,7 @@
 Order of work (nothing is written before step 5, and SRC is only ever read):
 
 1. resolve SRC and the verifier (local folder or Hub id), the verifier once
-   (:class:`specfmt.verifier.Verifier`), and check OUT against both
+   (:class:`specfmt.sources.verifier.Verifier`), and check OUT against both
    (:func:`specfmt.checkpoint.output.check_output`: never an input, inside one or around one);
 2. read SRC's config and the tensor headers;
 3. the converter plans (:meth:`specfmt.converters.base.Converter.plan`): output config and
@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .algorithms import of
+from .algorithms import of, validate_config
+from .algorithms.inventory import inventory_problems
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
 from .checkpoint.finite import NonfiniteCounter, nonfinite_count
 from .checkpoint.output import Input, atomic_folder, check_output, real_path
@@ -39,10 +40,8 @@ from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError, SpecfmtError
 from .format import WEIGHTS_FILE
 from .format.provenance import carry_provenance, provenance_block, provenance_violations, utc_now
-from .format.schema import validate_config
-from .hub.resolve import Resolved, resolve
-from .validation.checks import inventory_problems
-from .verifier import Verifier
+from .sources.resolve import Resolved, resolve
+from .sources.verifier import Verifier
 
 #: files of a source checkpoint fetched from the Hub
 SOURCE_PATTERNS = ["*.json", "*.safetensors", "*.bin", "*.pt"]

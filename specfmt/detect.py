@@ -23,7 +23,7 @@ from .converters import REGISTRY
 from .converters.base import Example, Seen
 from .algorithms import find
 from .algorithms.recognised import recognised
-from .hub.resolve import resolve
+from .sources.resolve import resolve
 
 
 @dataclass

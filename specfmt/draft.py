@@ -11,7 +11,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from .algorithms import of
+from .algorithms import of, validate_config
+from .algorithms.inventory import inventory_problems
 from .checkpoint.dtypes import TORCH_TO_ST
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.finite import nonfinite_count
@@ -20,8 +21,6 @@ from .errors import InputError
 from .format import WEIGHTS_FILE
 from .format.draft import Draft, is_specfmt_folder
 from .format.provenance import provenance_block, utc_now
-from .format.schema import validate_config
-from .validation.checks import inventory_problems
 
 
 def read_draft(folder: Path) -> Draft:

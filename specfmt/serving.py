@@ -36,7 +36,7 @@ from packaging.version import InvalidVersion, Version
 from .algorithms import get
 from .errors import InputError
 from .format.config import speculative_tokens, verifier_ref
-from .hub.resolve import is_hub_id
+from .sources.resolve import is_hub_id
 
 #: the newest vLLM release whose code specfmt has checked; the default when none is installed
 NEWEST_VLLM = "0.33.0"

@@ -117,7 +117,7 @@ def test_eagle1_cached_chain_drafts_what_a_full_pass_drafts():
     from builders import eagle1_tensors
 
     from specfmt.algorithms.eagle import eagle1_forward, eagle1_proposer
-    from specfmt.validation.acceptance import VerifierStates
+    from specfmt.algorithms.reference import VerifierStates
 
     sd = {k: v.double() for k, v in eagle1_tensors(hidden=32, vocab=97, inter=64, heads=2, kv_heads=1, layers=2, dtype=torch.float32, scale=0.3).items()}
     cfg = {"hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2, "num_key_value_heads": 1, "num_hidden_layers": 2,

@@ -1,14 +1,17 @@
-"""The package's shape, checked: no import cycles, algorithm knowledge only in the algorithm modules,
-and converter plans testable without writing anything.
+"""The package's shape, checked: no import cycles, imports only down the declared layers, algorithm
+knowledge only in the algorithm modules, and converter plans testable without writing anything.
 
 The import graph is read from the source (every ``import`` statement, function-level ones
 included), so a cycle hidden inside a function fails here although Python would tolerate it.
+The layers are read from ``specfmt/__init__.py``'s docstring, the one place they are declared,
+so the order a reader is told is the order checked.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,9 +33,10 @@ def modules() -> dict[str, Path]:
     return out
 
 
-def imports(name: str, path: Path, known: set[str]) -> set[str]:
+def imports(name: str, path: Path, known: set[str], dangling: set[str] | None = None) -> set[str]:
     """The package modules ``name`` imports anywhere in its body: each target is the module that
-    provides the imported name (``from .x import y`` -> ``pkg.x.y`` when that is a module, else ``pkg.x``)."""
+    provides the imported name (``from .x import y`` -> ``pkg.x.y`` when that is a module, else ``pkg.x``).
+    Targets inside the package that are no module of it (a stale path) are added to ``dangling``."""
     is_pkg = path.name == "__init__.py"
     here = name if is_pkg else name.rsplit(".", 1)[0]
     out = set()
@@ -50,6 +54,8 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         else:
             continue
         out.update(t for t in targets if t in known and t != name)
+        if dangling is not None:
+            dangling.update(t for t in targets if t not in known and t.split(".")[0] in PACKAGES)
     return out
 
 
@@ -92,13 +98,114 @@ def test_there_are_no_import_cycles_function_level_imports_included():
     mods = modules()
     graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
     assert sum(map(len, graph.values())) > 100  # the walk sees the package's imports
-    assert graph["specfmt.convert"] >= {"specfmt.converters", "specfmt.verifier"}
+    assert graph["specfmt.convert"] >= {"specfmt.converters", "specfmt.sources.verifier"}
     assert cycles(graph) == []
 
 
 def test_the_cycle_finder_finds_cycles():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+# --------------------------------------------------------------------------- layers
+
+
+def declared_layers(doc: str) -> list[tuple[str, ...]]:
+    """The layers a docstring declares, bottom first: the names in double backquotes that open each
+    numbered line (``3. ``specfmt.format``: ...`` -> layer 3 is ``("specfmt.format",)``).
+
+    Raises:
+        ValueError: the lines are not numbered 0, 1, 2, ... in order, or a name is in two layers.
+    """
+    found = re.findall(r"^(\d+)\. ((?:``[\w.]+``(?:, )?)+):", doc, re.M)
+    if [int(n) for n, _ in found] != list(range(len(found))):
+        raise ValueError(f"layers must be numbered 0, 1, 2, ... in order: {[n for n, _ in found]}")
+    layers = [tuple(re.findall(r"``([\w.]+)``", names)) for _, names in found]
+    names = [n for layer in layers for n in layer]
+    if len(names) != len(set(names)):
+        raise ValueError(f"a name is in two layers: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    return layers
+
+
+def layer_of(module: str, layers: list[tuple[str, ...]]) -> int | None:
+    """The layer of ``module``: that of the longest declared name covering it, a name covering itself
+    and, when it is a subpackage (it has a dot), the modules below it; None when no name covers it."""
+    best: tuple[int, int] | None = None
+    for i, names in enumerate(layers):
+        for n in names:
+            if (module == n or ("." in n and module.startswith(n + "."))) and (best is None or len(n) > best[1]):
+                best = (i, len(n))
+    return None if best is None else best[0]
+
+
+def unassigned(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[str]:
+    """The modules of ``graph`` that no layer covers."""
+    return sorted(m for m in graph if layer_of(m, layers) is None)
+
+
+def upward_imports(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> list[tuple[str, str]]:
+    """``(importer, imported)`` for every import of a module in a higher layer than the importer's
+    (modules in no layer are :func:`unassigned`'s)."""
+    out = []
+    for m, targets in graph.items():
+        here = layer_of(m, layers)
+        for t in targets:
+            there = layer_of(t, layers)
+            if here is not None and there is not None and there > here:
+                out.append((m, t))
+    return sorted(out)
+
+
+def package_layers() -> list[tuple[str, ...]]:
+    return declared_layers(ast.get_docstring(ast.parse((PACKAGES["specfmt"] / "__init__.py").read_text())) or "")
+
+
+def test_packages_depend_one_way_in_the_declared_order():
+    mods = modules()
+    dangling: set[str] = set()
+    graph = {name: imports(name, path, set(mods), dangling) for name, path in mods.items()}
+    layers = package_layers()
+    assert len(layers) == 10 and layers[0] == ("specfmt", "specfmt.errors") and layers[-1] == ("specfmt.cli", "specfmt.__main__")
+    assert sorted(n for layer in layers for n in layer if n not in mods) == []  # each declared name is a module or package
+    assert [layer_of(m, layers) for m in ("specfmt", "specfmt.sources.verifier", "specfmt.algorithms.reference", "specfmt.converters.eagle3", "specfmt.cli.train")] == [0, 2, 4, 5, 9]
+    assert dangling == set()  # an import of a module that is not there would hide its edge
+    assert graph["specfmt.algorithms.eagle3"] >= {"specfmt.algorithms.reference", "specfmt.format.draft"}  # module-level edges
+    assert "specfmt.sources.verifier" in graph["specfmt.algorithms.base"]  # a TYPE_CHECKING import is an edge too
+    assert unassigned(graph, layers) == []
+    assert upward_imports(graph, layers) == []
+
+
+def test_the_layer_finder_finds_upward_imports_and_unassigned_modules():
+    layers = [("pkg", "pkg.base"), ("pkg.low",), ("pkg.high", "pkg.low.special")]
+    graph = {
+        "pkg": set(), "pkg.base": set(), "pkg.low": {"pkg.base"}, "pkg.low.a": {"pkg", "pkg.low"},
+        "pkg.low.b": {"pkg.high.x"},  # up: layer 1 -> 2
+        "pkg.low.special": {"pkg.low.a"},  # the longer name puts it in layer 2: importing layer 1 is down
+        "pkg.low.c": {"pkg.low.special"},  # up, to the longer name's layer
+        "pkg.high.x": {"pkg.low.a", "pkg.other"},
+        "pkg.other": set(),  # the root package covers only itself
+        "pkgextra.z": {"pkg.high.x"},  # a name covers what is below it, not what merely starts with it
+    }
+    assert upward_imports(graph, layers) == [("pkg.low.b", "pkg.high.x"), ("pkg.low.c", "pkg.low.special")]
+    assert unassigned(graph, layers) == ["pkg.other", "pkgextra.z"]
+
+
+def test_the_layers_are_read_from_numbered_lines():
+    doc = "Intro.\n\n0. ``a``, ``a.b``: the base;\n1. ``a.c``: above it:\n   more words ``a.d``.\n\nNot a layer: ``a.e``.\n"
+    assert declared_layers(doc) == [("a", "a.b"), ("a.c",)]
+    with pytest.raises(ValueError, match="numbered"):
+        declared_layers("0. ``a``: x\n2. ``b``: y\n")
+    with pytest.raises(ValueError, match="two layers"):
+        declared_layers("0. ``a``: x\n1. ``a``: y\n")
+
+
+def test_every_package_is_in_the_wheel():
+    """setuptools puts in the wheel the packages pyproject.toml lists, no others: a package left out
+    of the list would be missing once installed (an editable install hides it)."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in modules().items() if path.name == "__init__.py"}
+    assert "specfmt.sources" in packages and sorted(packages - listed) == []
 
 
 ALGORITHM_NAMES = {"eagle3", "eagle", "medusa", "hass"}
@@ -165,8 +272,8 @@ class FakeReader:
 
 def _plan(converter: str, config: dict, shapes: dict, opts=None):
     from specfmt.converters import Options, Source, get
-    from specfmt.hub.resolve import Resolved
-    from specfmt.verifier import Verifier
+    from specfmt.sources.resolve import Resolved
+    from specfmt.sources.verifier import Verifier
 
     src = Source(Resolved(Path("/nonexistent-fake-source"), "fake/source", None, True), config, FakeReader(shapes), Verifier.load(str(WORLD / "verifier")))
     return get(converter).plan(src, opts or Options())
@@ -195,7 +302,7 @@ def _eagle3_config(**kw):
 
 
 def test_an_eagle3_plan_is_made_from_headers_alone():
-    from specfmt.validation.checks import inventory_problems
+    from specfmt.algorithms.inventory import inventory_problems
 
     plan = _plan("eagle3", _eagle3_config(), _eagle3_shapes())
     assert plan.layout == "safeailab" and plan.unknown == [] and not plan.derived
@@ -207,7 +314,7 @@ def test_an_eagle3_plan_is_made_from_headers_alone():
 
 def test_a_qwen3_layer_eagle3_plan_keeps_its_qk_norms_and_family():
     from specfmt.algorithms.layers import FAMILIES
-    from specfmt.validation.checks import inventory_problems
+    from specfmt.algorithms.inventory import inventory_problems
 
     plan = _plan("eagle3", _eagle3_config(model_type="qwen3", head_dim=32), _eagle3_shapes(qwen3=True, midlayer=False))
     tlc = plan.config["transformer_layer_config"]

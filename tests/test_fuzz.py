@@ -91,7 +91,7 @@ def research_source(tmp_path_factory) -> Path:
 
 def test_fuzzed_specfmt_configs_get_a_clean_answer(specfmt_config):
     from specfmt.algorithms import expected_tensors
-    from specfmt.format.schema import schema_violations, validate_config
+    from specfmt.algorithms import schema_violations, validate_config
     from specfmt.format.versions import check_speculators_version
 
     @settings(FUZZ, max_examples=EXAMPLES["specfmt config"])
@@ -147,7 +147,7 @@ def test_fuzzed_research_configs_convert_or_refuse_cleanly(research_source):
 
 def test_fuzzed_verifier_configs_are_read_or_refused_cleanly():
     from specfmt.errors import InputError
-    from specfmt.verifier import VerifierInfo
+    from specfmt.sources.verifier import VerifierInfo
 
     base = json.loads((WORLD / "verifier" / "config.json").read_text())
 

@@ -260,7 +260,7 @@ def test_upgrade_keeps_the_original_provenance(tmp_path, algo, name):
     """An upgrade that changes nothing writes the original config again, provenance included; one that
     changes something keeps the original record and adds an ``upgrades`` entry for itself."""
     from specfmt.checkpoint.files import sha256_file
-    from specfmt.format.schema import validate_config
+    from specfmt.algorithms import validate_config
 
     first = tmp_path / "first"
     code, text = cli("convert", "--from", algo, WORLD / name, "-o", first, "--verifier", WORLD / "verifier")

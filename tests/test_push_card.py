@@ -20,7 +20,7 @@ from specfmt.convert import convert
 from specfmt.errors import InputError
 from specfmt.hub.card import render_card
 from specfmt.hub.push import plan_push
-from specfmt.hub.resolve import is_hub_id
+from specfmt.sources.resolve import is_hub_id
 from specfmt.serving import CHECKED_RELEASES, GPU_BUILD, serve_command
 
 VERIFIER = str((WORLD / "verifier").resolve())

@@ -66,7 +66,7 @@ def test_q_k_norms_dropped_is_a_misreading_of_qwen3_layers_only():
     """Qwen3 drafts get one more misreading, their layers without q/k norms (a Llama layer's forward
     pass on the same weights); Llama drafts do not (issue #18)."""
     from specfmt.algorithms import get
-    from specfmt.validation.acceptance import VerifierStates
+    from specfmt.algorithms.reference import VerifierStates
     from specfmt.validation.run import CAUSES, variants
 
     cfg = {**qwen3_cfg(), "draft_vocab_size": 64}

@@ -20,10 +20,10 @@ from conftest import REPO, WORLD, run_cli
 
 from specfmt.convert import convert
 from specfmt.errors import InputError
-from specfmt.placement import Placement, parse_max_memory, plan_device_map, resolve_placement
+from specfmt.sources.placement import Placement, parse_max_memory, plan_device_map, resolve_placement
 from specfmt.validation.run import agreement_tolerance, validate_run
 from specfmt.validation.vllm_run import engine_settings
-from specfmt.verifier import Verifier
+from specfmt.sources.verifier import Verifier
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from scale_bench import GiB, peak_rss, train_files, weight_bytes, write_random_verifier  # noqa: E402

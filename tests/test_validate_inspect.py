@@ -15,7 +15,7 @@ from conftest import run_cli
 from specfmt.convert import convert
 from specfmt.detect import detect
 from specfmt.errors import ConfigSchemaError, VersionError
-from specfmt.format.schema import schema_violations, validate_config
+from specfmt.algorithms import schema_violations, validate_config
 from specfmt.format.versions import check_speculators_version
 from specfmt.validation.static import validate_static
 

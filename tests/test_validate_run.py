@@ -103,7 +103,7 @@ def test_ttt_mask_rows_always_see_their_own_key():
 def test_proposer_maps_draft_ids_through_d2t():
     cfg = tiny_cfg()
     draft = random_draft(cfg)
-    from specfmt.validation.acceptance import VerifierStates
+    from specfmt.algorithms.reference import VerifierStates
 
     states = VerifierStates([torch.randn(4, 32, dtype=torch.float64) for _ in range(4)], torch.randn(4, 50, dtype=torch.float64))
     embed = torch.randn(50, 32, dtype=torch.float64)
@@ -138,7 +138,7 @@ CALLS = [(0, 5), (1, 3), (0, 6), (1, 7), (0, 9), (1, 8), (0, 7), (2, 4), (0, 7),
 def test_eagle3_cached_batched_chains_draft_what_a_full_pass_drafts(layer):
     """The reference proposer keeps a KV cache per sequence and drafts for several at once (issue 19); every call
     must propose what running the whole prefix through the draft proposes, whatever the calls' order and lengths."""
-    from specfmt.validation.acceptance import VerifierStates
+    from specfmt.algorithms.reference import VerifierStates
 
     tlc = dict(tiny_cfg()["transformer_layer_config"], num_hidden_layers=2)  # layer 1 reads layer 0's output at every position
     if layer == "sliding window 3":
@@ -463,7 +463,7 @@ def measured(example, three_prompts, tmp_path_factory) -> tuple[Path, dict]:
 @pytest.fixture
 def loads(monkeypatch) -> list[str]:
     """What the run loaded of the verifier (its tokenizer, its weights): recorded, never done."""
-    from specfmt.verifier import Verifier
+    from specfmt.sources.verifier import Verifier
 
     calls: list[str] = []
     monkeypatch.setattr(Verifier, "tokenizer", lambda self: calls.append("tokenizer"))

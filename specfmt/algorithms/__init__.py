@@ -4,7 +4,12 @@
 * :mod:`~specfmt.algorithms.eagle`: EAGLE-1/2 and HASS;
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
-* :mod:`~specfmt.algorithms.base`: the contract (:class:`~specfmt.algorithms.base.Algorithm`).
+* :mod:`~specfmt.algorithms.base`: the contract (:class:`~specfmt.algorithms.base.Algorithm`);
+* :mod:`~specfmt.algorithms.reference`: the base the reference proposers share;
+* :mod:`~specfmt.algorithms.inventory`: tensors against the table their config implies.
+
+A config is checked against the schema and its algorithm's rules here (:func:`schema_violations`,
+:func:`validate_config`).
 
 Shared code looks an algorithm up here and calls it; it never branches on the name.
 """
@@ -13,7 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import InputError
+from ..errors import ConfigSchemaError, InputError
+from ..format.schema import json_schema_violations
 from . import eagle3, eagle, medusa  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
 from .base import REGISTRY, Algorithm, NewDraft, Variant
 
@@ -67,4 +73,54 @@ def expected_tensors(cfg: dict[str, Any]) -> dict[str, Any]:
     return of(cfg).expected_tensors(cfg)
 
 
-__all__ = ["Algorithm", "NewDraft", "Variant", "expected_tensors", "find", "get", "names", "of", "trainable"]
+def schema_violations(config: Any) -> list[tuple[str, str]]:
+    """Every violation of the v1 schema (:func:`specfmt.format.schema.json_schema_violations`) and
+    of the rules a schema cannot state (the algorithm's, :meth:`Algorithm.config_violations`).
+
+    Args:
+        config: a parsed ``config.json``.
+
+    Returns:
+        ``[(json_path, message), ...]`` sorted by path; empty when the config is valid.
+        Paths look like ``$.speculators_config.proposal_methods[0].speculative_tokens``.
+    """
+    out = json_schema_violations(config)
+    if not out and isinstance(config, dict):
+        out.extend(_semantic_violations(config))
+    return sorted(set(out))
+
+
+def _semantic_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:
+    """Cross-field rules of the format (only run once the schema holds): the proposal block's own
+    consistency, then the algorithm's rules (:meth:`specfmt.algorithms.base.Algorithm.config_violations`)."""
+    out = []
+    algo = cfg["speculators_model_type"]
+    sc = cfg["speculators_config"]
+    if sc["algorithm"] != algo:
+        out.append(("$.speculators_config.algorithm", f"{sc['algorithm']!r} differs from speculators_model_type {algo!r}"))
+    kinds = [m["proposal_type"] for m in sc["proposal_methods"]]
+    if sc["default_proposal_method"] not in kinds:
+        out.append(("$.speculators_config.default_proposal_method", f"{sc['default_proposal_method']!r} is not one of the proposal_methods {kinds}"))
+    return out + get(algo).config_violations(cfg)
+
+
+def validate_config(config: Any, where: str) -> None:
+    """Raise :class:`ConfigSchemaError` listing every violation (with its JSON path).
+
+    Args:
+        config: a parsed ``config.json``.
+        where: the file it came from, for the message.
+    """
+    violations = schema_violations(config)
+    if violations:
+        first = "; ".join(f"{p}: {m}" for p, m in violations[:3])
+        more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
+        raise ConfigSchemaError(
+            f"config does not match the specfmt v1 schema: {first}{more}",
+            violations,
+            where=where,
+            hint="run `specfmt validate` on the folder for the full list",
+        )
+
+
+__all__ = ["Algorithm", "NewDraft", "Variant", "expected_tensors", "find", "get", "names", "of", "schema_violations", "trainable", "validate_config"]

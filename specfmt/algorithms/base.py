@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.reader import CheckpointReader
     from ..format.draft import Draft
     from ..format.tensors import TensorSpec
-    from ..verifier import Verifier, VerifierInfo
+    from ..sources.verifier import Verifier, VerifierInfo
 
 
 @dataclass
@@ -55,7 +55,7 @@ class Variant:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-#: ``propose(tokens, states, k) -> k draft token ids`` (see :mod:`specfmt.validation.acceptance`)
+#: ``propose(tokens, states, k) -> k draft token ids`` (see :mod:`specfmt.algorithms.reference`)
 Proposer = Callable[[list[int], Any, int], list[int]]
 
 

@@ -27,15 +27,15 @@ from ..errors import InputError
 from ..format.config import speculators_block
 from ..format.tensors import TensorSpec
 from ..format.versions import SPECULATORS_VERSION
-from ..validation.acceptance import ChainDrafter
 from . import layers
 from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
+from .reference import ChainDrafter
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..format.draft import Draft
-    from ..verifier import Verifier, VerifierInfo
+    from ..sources.verifier import Verifier, VerifierInfo
 
 
 def build_config(verifier: "VerifierInfo", tlc: dict[str, Any], *, speculative_tokens: int) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_
     head and no norm.
 
     The draft keeps a KV cache (transformers ``DynamicCache``) of the verified positions between
-    calls on one sequence (:class:`~specfmt.validation.acceptance.DraftCache`): a call runs the
+    calls on one sequence (:class:`~specfmt.algorithms.reference.DraftCache`): a call runs the
     positions verified since the last one, then one position per further drafted token.
 
     Args:

@@ -21,15 +21,15 @@ from ..format.config import speculators_block
 from ..format.draft import Draft
 from ..format.tensors import TensorSpec
 from ..format.versions import SPECULATORS_VERSION
-from ..validation.acceptance import ChainDrafter
 from . import layers
 from .base import Algorithm, NewDraft, Proposer, Variant, register
+from .reference import ChainDrafter
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..checkpoint.reader import CheckpointReader
-    from ..verifier import Verifier, VerifierInfo
+    from ..sources.verifier import Verifier, VerifierInfo
 
 
 def default_taps(num_layers: int) -> list[int]:
@@ -295,8 +295,8 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
     proposed verifier id is ``target_ids()[argmax(draft logits)]``.
 
     The draft keeps a KV cache of each sequence's verified positions between calls
-    (:class:`~specfmt.validation.acceptance.DraftCache`) and runs several sequences in one pass
-    (:class:`~specfmt.validation.acceptance.ChainDrafter`, :class:`~specfmt.algorithms.layers.Rows`):
+    (:class:`~specfmt.algorithms.reference.DraftCache`) and runs several sequences in one pass
+    (:class:`~specfmt.algorithms.reference.ChainDrafter`, :class:`~specfmt.algorithms.layers.Rows`):
     a call runs the positions verified since the last one, then one position per further drafted
     token, as vLLM does.
 

@@ -29,7 +29,7 @@ from ..errors import InputError
 from ..format.tensors import TensorSpec
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..verifier import VerifierInfo
+    from ..sources.verifier import VerifierInfo
 
 
 @dataclass(frozen=True)

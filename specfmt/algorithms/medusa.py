@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..format.draft import Draft
-    from ..verifier import Verifier, VerifierInfo
+    from ..sources.verifier import Verifier, VerifierInfo
 
 
 def build_config(verifier: "VerifierInfo", *, hidden_size: int, vocab_size: int, heads: int, layers_per_head: int, fc_bias: bool,

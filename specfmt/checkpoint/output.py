@@ -53,7 +53,7 @@ class Input:
     @classmethod
     def of(cls, label: str, ref: "str | os.PathLike[str] | None", resolved=None) -> "list[Input]":
         """The input behind one argument: ``ref`` as typed, or, for a Hub id, the snapshot folder
-        it was ``resolved`` to (a :class:`specfmt.hub.resolve.Resolved`) in the Hugging Face cache.
+        it was ``resolved`` to (a :class:`specfmt.sources.resolve.Resolved`) in the Hugging Face cache.
         ``ref`` None (an option not given) gives none."""
         if resolved is not None and resolved.is_hub:
             return [cls(label, Path(resolved.folder), hub=str(resolved.name_or_path))]

@@ -52,7 +52,7 @@ def reports_errors(fn: F) -> F:
 def print_serving(cfg: dict[str, Any], draft: str) -> None:
     """The ``vllm serve`` line(s) for a draft just written (:func:`specfmt.serving.serving_lines`);
     nothing for a config that is not schema-valid (``push --no-validate``)."""
-    from ..format.schema import schema_violations
+    from ..algorithms import schema_violations
     from ..serving import serving_lines
 
     if schema_violations(cfg):

@@ -18,7 +18,7 @@ from .common import DTYPES, err, out, parse_layers, print_serving, reports_error
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..convert import ConvertResult
-    from ..verifier import Verifier
+    from ..sources.verifier import Verifier
 
 
 def _run_convert(source_format: str, src: str, output: Optional[Path], verifier: "str | Verifier", opts: Options, *, force: bool, dry_run: bool,
@@ -97,7 +97,7 @@ def upgrade(
     """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""
     from ..convert import check_upgradable, config_changes, source_config
     from ..format.config import verifier_ref
-    from ..verifier import Verifier
+    from ..sources.verifier import Verifier
 
     old = source_config(src, revision=revision)
     check_upgradable(src, old, revision=revision, out=None if output is None else str(output), verifier=verifier)

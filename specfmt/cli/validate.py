@@ -50,7 +50,7 @@ def validate(
             out.print(checks_table(rep, f"specfmt validate {rep.path}"))
             out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
-    from ..placement import resolve_placement
+    from ..sources.placement import resolve_placement
     from ..validation.run import CAUSES, validate_run
 
     placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
@@ -122,8 +122,8 @@ def serve_command(
     """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
-    from ..format.schema import validate_config
-    from ..hub.resolve import resolve
+    from ..algorithms import validate_config
+    from ..sources.resolve import resolve
     from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
 
     version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM

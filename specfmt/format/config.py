@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..verifier import VerifierInfo
+    from ..sources.verifier import VerifierInfo
 
 
 def speculators_block(algorithm: str, speculative_tokens: int, verifier: "VerifierInfo") -> dict[str, Any]:

@@ -1,9 +1,9 @@
-"""The v1 JSON Schema and the cross-field rules a schema cannot state.
+"""The v1 JSON Schema.
 
 The schema (``schemas/config-v1.schema.json``, draft 2020-12, shipped as ``specfmt.schemas``)
 has one branch per algorithm; the rules that compare fields with each other live with each
-algorithm (:meth:`specfmt.algorithms.base.Algorithm.config_violations`) and run here once the
-schema holds.
+algorithm (:meth:`specfmt.algorithms.base.Algorithm.config_violations`) and run, once the
+schema holds, in :func:`specfmt.algorithms.schema_violations`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-from ..errors import ConfigSchemaError
 from . import SCHEMA_FILE
 
 
@@ -31,8 +30,9 @@ def _json_path(parts) -> str:
     return path
 
 
-def schema_violations(config: Any) -> list[tuple[str, str]]:
-    """Every violation of the v1 schema and of the rules a schema cannot state.
+def json_schema_violations(config: Any) -> list[tuple[str, str]]:
+    """Every violation of the v1 JSON Schema alone (:func:`specfmt.algorithms.schema_violations`
+    adds the cross-field rules a schema cannot state).
 
     Args:
         config: a parsed ``config.json``.
@@ -50,41 +50,4 @@ def schema_violations(config: Any) -> list[tuple[str, str]]:
         if err.validator == "not" and isinstance(err.validator_value, dict):
             msg = err.validator_value.get("description", msg)
         out.append((_json_path(err.absolute_path), msg))
-    if not out and isinstance(config, dict):
-        out.extend(_semantic_violations(config))
     return sorted(set(out))
-
-
-def _semantic_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """Cross-field rules of the format (only run once the schema holds): the proposal block's own
-    consistency, then the algorithm's rules (:meth:`specfmt.algorithms.base.Algorithm.config_violations`)."""
-    from ..algorithms import get
-
-    out = []
-    algo = cfg["speculators_model_type"]
-    sc = cfg["speculators_config"]
-    if sc["algorithm"] != algo:
-        out.append(("$.speculators_config.algorithm", f"{sc['algorithm']!r} differs from speculators_model_type {algo!r}"))
-    kinds = [m["proposal_type"] for m in sc["proposal_methods"]]
-    if sc["default_proposal_method"] not in kinds:
-        out.append(("$.speculators_config.default_proposal_method", f"{sc['default_proposal_method']!r} is not one of the proposal_methods {kinds}"))
-    return out + get(algo).config_violations(cfg)
-
-
-def validate_config(config: Any, where: str) -> None:
-    """Raise :class:`ConfigSchemaError` listing every violation (with its JSON path).
-
-    Args:
-        config: a parsed ``config.json``.
-        where: the file it came from, for the message.
-    """
-    violations = schema_violations(config)
-    if violations:
-        first = "; ".join(f"{p}: {m}" for p, m in violations[:3])
-        more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
-        raise ConfigSchemaError(
-            f"config does not match the specfmt v1 schema: {first}{more}",
-            violations,
-            where=where,
-            hint="run `specfmt validate` on the folder for the full list",
-        )

@@ -1,1 +1,1 @@
-"""The Hugging Face Hub: resolving model references, and publishing drafts (plan, model card, transport)."""
+"""The Hugging Face Hub, publishing: ``push`` (plan, model card, transport, upload failures); inputs are resolved and downloaded by :mod:`specfmt.sources`."""

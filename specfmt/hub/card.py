@@ -15,7 +15,7 @@ from typing import Any
 from .. import __version__
 from ..algorithms import find
 from ..checkpoint.reader import CheckpointReader
-from .resolve import is_hub_id
+from ..sources.resolve import is_hub_id
 
 CARD_FILE = "README.md"
 #: the Hub's ``library_name``: the library that runs the draft (vLLM attaches it by itself)

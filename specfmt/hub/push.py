@@ -36,7 +36,7 @@ from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError
 from ..format.config import verifier_ref
 from .card import CARD_FILE, render_card
-from .resolve import check_repo_id, check_revision, is_hub_id
+from ..sources.resolve import check_repo_id, check_revision, is_hub_id
 
 @dataclass
 class UploadFile:

@@ -193,7 +193,7 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
 class FrozenEnds:
     """The two ends of a verifier a draft trains against when its features come from a
     :class:`FeatureCache`: the input embedding and the ``lm_head``, read alone from the verifier's
-    weights (:meth:`specfmt.verifier.Verifier.embedding`, :meth:`~specfmt.verifier.Verifier.lm_head`),
+    weights (:meth:`specfmt.sources.verifier.Verifier.embedding`, :meth:`~specfmt.sources.verifier.Verifier.lm_head`),
     so training never loads the verifier's layers. Offers what :func:`specfmt.training.loop.fit`
     calls on a verifier: ``get_input_embeddings()``, ``get_output_embeddings()``, ``eval()``.
     """

@@ -37,8 +37,8 @@ from ..convert import load_draft
 from ..draft import save_draft
 from ..format.draft import Draft
 from ..errors import InputError
-from ..verifier import Verifier
-from ..placement import Placement, resolve_placement
+from ..sources.verifier import Verifier
+from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
 from .data import FeatureCache, FrozenEnds, Windows, read_documents
 from .loop import fit
@@ -149,7 +149,7 @@ def _init_distributed(req: TrainRequest) -> tuple[int, int, "Placement"]:
     (NCCL), on the CPU gloo.
 
     Raises:
-        InputError: as :func:`specfmt.placement.resolve_placement`; ``--device-map`` under torchrun
+        InputError: as :func:`specfmt.sources.placement.resolve_placement`; ``--device-map`` under torchrun
             (one verifier per process cannot also be spread over every GPU).
     """
     import torch.distributed as dist
@@ -255,7 +255,7 @@ def request_inputs(req: TrainRequest, verifier: Verifier) -> list[Input]:
         InputError, HubError: ``--init`` is neither a folder nor a reachable Hub id.
     """
     from ..convert import SOURCE_PATTERNS
-    from ..hub.resolve import resolve
+    from ..sources.resolve import resolve
 
     found = Input.of("--verifier", verifier.ref, verifier.resolved)
     if req.init is not None:

@@ -4,7 +4,8 @@ The loop vLLM runs for chain drafts (EAGLE, EAGLE-3, Medusa with one candidate p
 position), written out plainly so its figures can be compared with vLLM's counters:
 
 1. the verifier has produced token ``x`` (greedy) after the sequence ``s``;
-2. the draft proposes ``k`` tokens ``d_1..d_k`` after ``s + [x]`` (:data:`Proposer`);
+2. the draft proposes ``k`` tokens ``d_1..d_k`` after ``s + [x]``
+   (:data:`~specfmt.algorithms.reference.Proposer`);
 3. the verifier scores ``s + [x] + d_1..d_k`` in one pass; ``d_i`` is accepted while it
    equals the verifier's greedy token at its position; the verifier's token after the
    last accepted one is the next ``x`` (the bonus token).
@@ -30,8 +31,8 @@ loop's above; the alternative, a full verifier pass per verification step and pe
 the example 7x8x(steps) passes (``validate --run --no-vllm`` took minutes where it now takes
 seconds).
 
-**The draft runs as vLLM runs it.** The EAGLE proposers (:class:`ChainDrafter`) keep a KV cache of
-each sequence's verified positions (:class:`DraftCache`), so a proposal runs the positions verified
+**The draft runs as vLLM runs it.** The EAGLE proposers (:class:`~specfmt.algorithms.reference.ChainDrafter`) keep a KV cache of
+each sequence's verified positions (:class:`~specfmt.algorithms.reference.DraftCache`), so a proposal runs the positions verified
 since the last one and one position per further drafted token, not the whole prefix k times; and
 the prompts of a group advance side by side, one draft pass per round for all of them, so the
 draft's weights are read once per round rather than once per prompt (a one-token pass is bound by
@@ -41,113 +42,10 @@ the verifier's passes (``benchmarks/scale_bench.py``; issue 19).
 
 from __future__ import annotations
 
-import itertools
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
-
-_passes = itertools.count()
-
-
-@dataclass
-class VerifierStates:
-    """One verifier forward pass over a token sequence of length T.
-
-    Attributes:
-        hidden: ``output_hidden_states`` of a transformers causal LM: N+1 tensors [T, H_t];
-            ``hidden[j]`` is the residual stream entering decoder layer j (what vLLM taps
-            for ``eagle_aux_hidden_state_layer_ids``) and ``hidden[N]`` is the last
-            layer's output after the final norm (what EAGLE-1 and Medusa read).
-        logits: [T, V].
-        source: which verifier pass the states come from (unique per pass; the prefixes
-            :func:`run_chains` hands a proposer keep their pass's), so that a proposer may
-            keep the draft's KV cache over the positions it has run (:class:`DraftCache`).
-    """
-
-    hidden: list["torch.Tensor"]
-    logits: "torch.Tensor"
-    source: int = field(default_factory=lambda: next(_passes))
-
-    def prefix(self, n: int) -> "VerifierStates":
-        """The states of the first ``n`` positions (views, same ``source``)."""
-        return VerifierStates([h[:n] for h in self.hidden], self.logits[:n], self.source)
-
-
-#: ``propose(tokens, states, k) -> k draft token ids (verifier vocabulary)``.
-#: ``tokens`` ends with the verifier's newest token x; ``states`` (:class:`VerifierStates`) covers
-#: ``tokens[:-1]``. Each algorithm builds its own (:meth:`specfmt.algorithms.base.Algorithm.proposer`).
-Proposer = Callable[[list[int], VerifierStates, int], list[int]]
-
-
-class ChainDrafter:
-    """A :data:`Proposer` that drafts for several sequences in one pass (:func:`run_chains` asks
-    it once per round for every unfinished prompt). Subclasses implement :meth:`propose_many`
-    and keep one :class:`DraftCache` per sequence (:meth:`caches`)."""
-
-    #: sequences whose caches are kept (the least recently asked for go first): four groups of :func:`run_chains`
-    KEPT = 64
-
-    def __init__(self) -> None:
-        self._caches: OrderedDict[int, DraftCache] = OrderedDict()
-
-    def caches(self, requests: list[tuple[list[int], VerifierStates]]) -> list[DraftCache]:
-        """The :class:`DraftCache` of each request's sequence (by its verifier pass), new ones empty;
-        beyond :attr:`KEPT` sequences, those asked for least recently are forgotten."""
-        out = []
-        for _, states in requests:
-            cache = self._caches.pop(states.source, None) or DraftCache()
-            self._caches[states.source] = cache
-            out.append(cache)
-        while len(self._caches) > self.KEPT:
-            self._caches.popitem(last=False)
-        return out
-
-    def propose_many(self, requests: list[tuple[list[int], VerifierStates]], k: int) -> list[list[int]]:
-        """``k`` draft token ids (verifier vocabulary) for each ``(tokens, states)`` request, as
-        :data:`Proposer` defines them; the requests' states come from distinct verifier passes."""
-        raise NotImplementedError
-
-    def __call__(self, tokens: list[int], states: VerifierStates, k: int) -> list[int]:
-        return self.propose_many([(tokens, states)], k)[0]
-
-
-class DraftCache:
-    """What a drafting proposer keeps between calls: the draft's KV cache over the verified
-    positions it has already run, with the tokens and verifier pass they came from.
-
-    A draft's input at position j (the embedding of ``tokens[j+1]`` and the verifier's states at
-    j) depends only on ``tokens[:j+2]``, the verifier being causal. A call whose ``tokens`` extend
-    the cached ones, with states of the same verifier pass (:attr:`VerifierStates.source`), so reuses
-    the cached positions and runs only the new ones, as vLLM's proposer does after each
-    verification step; anything else starts over. Drafted (unverified) positions are never kept.
-    The figures equal a full pass over the prefix at every call up to floating-point rounding.
-
-    Attributes:
-        state: what the proposer cached for positions ``[0, len(tokens) - 1)`` (its own type).
-    """
-
-    def __init__(self) -> None:
-        self.source: int | None = None
-        self.tokens: list[int] = []
-        self.state: Any = None
-
-    def reusable(self, tokens: list[int], states: VerifierStates) -> int:
-        """How many leading positions of ``tokens[:-1]`` the cache holds for this call (0: start over).
-
-        At most ``len(tokens) - 2``: the newest position is always run again, so that its output
-        (the first proposal) comes from this call. The proposer cuts its state to that length."""
-        c = min(len(self.tokens) - 1, len(tokens) - 2)
-        if self.state is None or c <= 0 or self.source != states.source or tokens[:c + 1] != self.tokens[:c + 1]:
-            self.source, self.tokens, self.state = states.source, [], None
-            return 0
-        return c
-
-    def keep(self, tokens: list[int], state: Any) -> None:
-        """Record ``state``, covering the positions of ``tokens[:-1]``."""
-        self.tokens, self.state = list(tokens), state
+from ..algorithms.reference import Proposer, VerifierStates
 
 
 @dataclass
@@ -258,7 +156,7 @@ def greedy_path(model: Any, prompt: list[int], n: int) -> tuple[list[int], Verif
 
 
 def _asker(propose: Proposer) -> Callable[[list[tuple[list[int], VerifierStates]], int], list[list[int]]]:
-    """How to ask ``propose`` for several sequences: in one call when it is a :class:`ChainDrafter`, else one call each."""
+    """How to ask ``propose`` for several sequences: in one call when it is a :class:`~specfmt.algorithms.reference.ChainDrafter`, else one call each."""
     many = getattr(propose, "propose_many", None)
     return many if many is not None else (lambda requests, k: [propose(t, s, k) for t, s in requests])
 
@@ -293,7 +191,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     verifier's own.
 
     Prompts are taken ``group`` at a time and their chains advance side by side: each round asks a
-    proposer for one proposal per unfinished prompt, in one call when it is a :class:`ChainDrafter`
+    proposer for one proposal per unfinished prompt, in one call when it is a :class:`~specfmt.algorithms.reference.ChainDrafter`
     (the draft then reads its weights once per round for the whole group, not once per prompt; a
     single-token draft pass is bound by those reads). Each chain's figures are those of running it
     alone.
@@ -365,4 +263,4 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainDrafter", "ChainResult", "DraftCache", "Proposer", "VerifierStates", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainResult", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]

@@ -58,9 +58,9 @@ from ..algorithms.base import Algorithm, Variant
 from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError, VLLMRunError
 from ..format.config import speculative_tokens
-from ..hub.resolve import resolve
-from ..placement import Placement, resolve_placement
-from ..verifier import Verifier
+from ..sources.resolve import resolve
+from ..sources.placement import Placement, resolve_placement
+from ..sources.verifier import Verifier
 from . import vllm_run
 from .acceptance import ChainResult, group_size, run_chains
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts, read_prompt_file
@@ -309,7 +309,7 @@ def validate_run(
     Args:
         folder: the checkpoint (a local folder or Hub id).
         verifier: the verifier (default: the one the config names): a folder, a Hub id, or a
-            :class:`~specfmt.verifier.Verifier` the caller already resolved.
+            :class:`~specfmt.sources.verifier.Verifier` the caller already resolved.
         prompts: jsonl prompts file (see :func:`load_prompts`); None for the built-in set.
         max_tokens: tokens generated per prompt.
         num_speculative_tokens: k (default: the config's proposal method).
@@ -323,7 +323,7 @@ def validate_run(
         write: write :data:`VALIDATION_FILE` into a local checkpoint folder, keeping what an
             earlier run of the same draft measured and this one did not (:func:`keep_earlier`).
         placement: the verifier's device, run dtype and device map for the reference run
-            (:func:`specfmt.placement.resolve_placement`; default: CUDA in bf16 when available,
+            (:func:`specfmt.sources.placement.resolve_placement`; default: CUDA in bf16 when available,
             else the CPU in float32). The drafts run on the same device in the same dtype.
         tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).

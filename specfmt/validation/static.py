@@ -29,19 +29,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..algorithms import get
+from ..algorithms import get, schema_violations
+from ..algorithms.inventory import float_dtype_problems, inventory_problems
 from ..checkpoint.dtypes import kind_of
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..checkpoint.finite import nonfinite_in
 from ..checkpoint.reader import CheckpointReader
 from ..errors import SpecfmtError
-from ..format.schema import schema_violations
 from ..format.versions import check_speculators_version
 from ..algorithms.recognised import recognised
-from ..hub.resolve import resolve
+from ..sources.resolve import resolve
 from ..serving import serving_summary
-from ..verifier import Verifier
-from .checks import float_dtype_problems, inventory_problems
+from ..sources.verifier import Verifier
 from .report import FAIL, PASS, SKIP, WARN, Report
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,7 +52,7 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
 
     Args:
         folder: the checkpoint folder (a Hub id is resolved through the cache/Hub).
-        verifier: verifier folder or Hub id, or a :class:`~specfmt.verifier.Verifier` already
+        verifier: verifier folder or Hub id, or a :class:`~specfmt.sources.verifier.Verifier` already
             resolved; default: ``speculators_config.verifier.name_or_path`` when reachable (the
             verifier check is skipped otherwise).
 

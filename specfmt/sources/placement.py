@@ -1,7 +1,7 @@
 """Where and in what precision the verifier runs: ``--device``, ``--verifier-dtype``, ``--device-map``.
 
 ``validate --run`` and ``train`` both load the verifier (a transformers causal LM) once per
-command (:meth:`specfmt.verifier.Verifier.load_model`); a :class:`Placement` says how:
+command (:meth:`specfmt.sources.verifier.Verifier.load_model`); a :class:`Placement` says how:
 
 * ``device``: ``cpu``, ``cuda`` or ``cuda:N``; default CUDA when ``torch.cuda.is_available()``.
 * ``dtype``: the verifier's run dtype; default ``bfloat16`` on a GPU (what vLLM serves an 8B-70B
@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InputError
+from ..errors import InputError
 
 #: run dtypes of the verifier, by the names the options accept (aliases on the right)
 DTYPE_ALIASES = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -76,7 +76,7 @@ class Placement:
         return self.dtype != "float32"
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
-        """What :meth:`specfmt.verifier.Verifier.load_model` passes to ``from_pretrained``: the dtype and the
+        """What :meth:`specfmt.sources.verifier.Verifier.load_model` passes to ``from_pretrained``: the dtype and the
         placement (weights read straight onto their device; safetensors files are memory-mapped, never copied whole)."""
         kw: dict[str, Any] = {"dtype": self.torch_dtype}
         if self.device_map is not None:

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .checkpoint.files import CONFIG_FILE, read_json
-from .checkpoint.reader import PICKLE_INDEX, SAFETENSORS_INDEX, CheckpointReader
-from .errors import InputError
-from .hub.resolve import Resolved, fetch, resolve
+from ..checkpoint.files import CONFIG_FILE, read_json
+from ..checkpoint.reader import PICKLE_INDEX, SAFETENSORS_INDEX, CheckpointReader
+from ..errors import InputError
+from .resolve import Resolved, fetch, resolve
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -233,7 +233,7 @@ class Verifier:
         ``benchmarks/scale_bench.py``; guarded by ``tests/test_scale.py``).
 
         Args:
-            placement: device, dtype and device map (:func:`specfmt.placement.resolve_placement`);
+            placement: device, dtype and device map (:func:`specfmt.sources.placement.resolve_placement`);
                 default: float32 on the CPU.
 
         Raises:

@@ -1,4 +1,5 @@
-"""Checks shared by ``convert`` (before anything is written), the trainer and ``validate`` (after).
+"""Tensors against the table their config's algorithm implies: checks shared by ``convert`` (before
+anything is written), the trainer and ``validate`` (after).
 
 Each function returns a list of one-line problems; an empty list means the check holds.
 """
@@ -7,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..algorithms import of
 from ..checkpoint.dtypes import TORCH_TO_ST, kind_of
 from ..checkpoint.reader import TensorInfo
+from . import of
 
 
 def inventory_problems(cfg: dict[str, Any], shapes: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, list[str]]:
