@@ -5,6 +5,7 @@ Usage (from the repository root)::
     python3 tests/snapshot_outputs.py record before.json          # default: the conversion tests
     python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
     python3 tests/snapshot_outputs.py compare before.json after.json
+    python3 tests/snapshot_outputs.py scan before.json /tmp/specfmt-snapshot-XXXX   # an earlier record's basetemp
 
 ``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
 ``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
@@ -54,6 +55,16 @@ def _scrub(obj, base: str):
     return obj
 
 
+def _digest(path: Path) -> str:
+    """sha256 of a file read in 16 MiB blocks (the real-config corpus writes sparse files of
+    published size, up to tens of GB: never read one whole into memory)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(16 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def snapshot(base: Path) -> dict:
     """``{folder under base: {"config": scrubbed config, "files": {name: sha256}}}``."""
     real = str(base.resolve())
@@ -78,7 +89,7 @@ def snapshot(base: Path) -> dict:
                     continue
                 except ValueError:
                     pass
-            files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
+            files[p.name] = _digest(p)
         out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files}
     return out
 
@@ -114,6 +125,9 @@ def compare(a_path: Path, b_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "scan":  # snapshot a basetemp an earlier `record` left behind
+        Path(argv[1]).write_text(json.dumps({"pytest_exit": None, "folders": snapshot(Path(argv[2]))}, indent=1, sort_keys=True))
+        return 0
     if len(argv) >= 2 and argv[0] == "record":
         rest = argv[2:]
         return record(Path(argv[1]), rest[1:] if rest[:1] == ["--"] else rest)
