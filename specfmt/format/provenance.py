@@ -50,3 +50,11 @@ def provenance_block(
         },
         "tensors": {"renamed": renamed, "kept": kept, "dropped": dropped, "folded": dict(folded or {}), "derived": dict(derived or {})},
     }
+
+
+def provenance_source(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg["specfmt"]["source"]`` when both are objects, else ``{}`` (what a config says it was
+    converted from, for display; never raises)."""
+    block = cfg.get("specfmt")
+    source = block.get("source") if isinstance(block, dict) else None
+    return source if isinstance(source, dict) else {}
