@@ -131,6 +131,22 @@ values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=
 
 
 @st.composite
+def edited_config(draw, base: dict) -> dict:
+    """``base`` with 1-4 random edits: a path set to any JSON value, deleted, or an unknown key added."""
+    cfg = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 4))):
+        all_paths = paths(cfg)
+        kind = draw(st.sampled_from(["set", "set", "delete", "add"]))
+        if kind == "add" or not all_paths:
+            op = ("add", draw(st.text(max_size=10)), draw(values))
+        else:
+            path = draw(st.sampled_from(all_paths))
+            op = ("delete", path) if kind == "delete" else ("set", path, draw(values))
+        cfg = apply_ops(cfg, (op,))
+    return cfg
+
+
+@st.composite
 def cases(draw, entry: "Entry", configs: dict[str, Any], files: dict[str, list[str]]) -> Case:
     """A :class:`Case` for ``entry``: one of its preferred bases or any base, then 1-4 edits
     (mostly of config.json's values; sometimes its bytes or the folder's files)."""
