@@ -15,6 +15,7 @@ from .algorithms import of
 from .checkpoint.dtypes import TORCH_TO_ST
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.finite import nonfinite_count
+from .checkpoint.reader import CheckpointReader
 from .checkpoint.output import atomic_folder, check_output
 from .errors import InputError
 from .format import WEIGHTS_FILE
@@ -28,7 +29,7 @@ def read_draft(folder: Path) -> Draft:
     """A specfmt folder (:func:`is_specfmt_folder`) into memory.
 
     Raises:
-        InputError: not a specfmt folder.
+        InputError: not a specfmt folder; model.safetensors is not a valid safetensors file.
         ConfigSchemaError: its config is invalid.
     """
     from safetensors.torch import load_file
@@ -38,6 +39,7 @@ def read_draft(folder: Path) -> Draft:
                          hint="give a research checkpoint with --from FORMAT")
     cfg = read_json(folder / CONFIG_FILE)
     validate_config(cfg, where=str(folder / CONFIG_FILE))
+    CheckpointReader(folder, only=[WEIGHTS_FILE])  # its header checked against the file first: truncated or corrupt -> InputError
     return Draft(cfg, load_file(str(folder / WEIGHTS_FILE)), (cfg.get("specfmt") or {}).get("source"))
 
 

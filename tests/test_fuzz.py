@@ -34,10 +34,17 @@ from specfmt.errors import ConfigSchemaError, SpecfmtError
 
 SEED = 23
 DB_PATH = Path(__file__).parent / "fuzz-db"
-DB = DirectoryBasedExampleDatabase(DB_PATH)
-FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck),
-                database=DB if os.environ.get("SPECFMT_FUZZ_DB") == "write" else ReadOnlyDatabase(DB),
-                phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink))
+
+
+def database(test: str):
+    """The saved examples of one test (``tests/fuzz-db/TEST``): read-only unless ``SPECFMT_FUZZ_DB=write``.
+
+    One folder per test: hypothesis drops the saved examples that no longer fail the test that
+    replays them, so tests sharing a folder (the commands share one inner function, hence one
+    database key) would delete each other's finds."""
+    db = DirectoryBasedExampleDatabase(DB_PATH / test.replace(" ", "_").replace("-", ""))
+    return db if os.environ.get("SPECFMT_FUZZ_DB") == "write" else ReadOnlyDatabase(db)
 #: examples per command in CI (each also runs every case of FOUND); train --init loads the verifier
 PER_COMMAND = int(os.environ.get("SPECFMT_FUZZ_EXAMPLES", 0)) or 100
 EXAMPLES = {"specfmt config": 600, "verifier config": 200, **{name: PER_COMMAND // (2 if name == "train --init" else 1) for name in ENTRIES}}
@@ -50,16 +57,23 @@ FOUND = (
     Case("spec-eagle3", (("set", ("speculators_config",), "x"),)),
     Case("spec-eagle3", (("set", ("speculators_config",), True),)),
     Case("spec-eagle3", (("set", ("speculators_config",), None),)),
+    Case("spec-eagle3", (("set", ("speculators_config",), 1),), 1),
     Case("spec-eagle3", (("set", ("speculators_config",), {"verifier": None}),)),
     Case("spec-eagle3-modelopt", (("set", ("speculators_config", "verifier"), [{}]),)),
     Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1),
     # issue 23: the provenance block's source not an object (detect.py:62)
     Case("specfmt-medusa", (("set", ("specfmt", "source"), [None]),)),
     Case("specfmt-medusa", (("set", ("specfmt", "source"), 4.5),)),
+    Case("specfmt-eagle", (("set", ("specfmt", "source"), None),)),
     # issue 23: vocab_size null beside vLLM's Medusa names (converters/medusa.py:165)
     Case("specfmt-medusa", (("set", ("speculators_model_type",), {"": None}), ("set", ("vocab_size",), None))),
+    Case("medusa-vllm", (("set", ("vocab_size",), None),)),
     # issue 23: push --no-validate of a folder without speculators_config (push.py: KeyError)
     Case("eagle-v0", (), 1),
+    # issue 23: push --no-validate of a folder whose config breaks the schema: the model card read it (card.py:87)
+    Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1),
+    # issue 23: a truncated model.safetensors in a specfmt folder given to train --init (draft.py: SafetensorError)
+    Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)),
     # issue 8: a list as max_position_embeddings, null as rms_norm_eps (research EAGLE-3 config)
     Case("eagle3", (("set", ("max_position_embeddings",), [0]),)),
     Case("eagle3", (("set", ("rms_norm_eps",), None),)),
@@ -87,7 +101,7 @@ def test_every_command_answers_fuzzed_inputs_cleanly(fuzzer, name):
     entry = ENTRIES[name]
 
     @found
-    @settings(FUZZ, max_examples=EXAMPLES[name])
+    @settings(FUZZ, max_examples=EXAMPLES[name], database=database(name))
     @seed(SEED)
     @given(case=fuzzer.strategy(entry))
     def run(case):
@@ -98,14 +112,23 @@ def test_every_command_answers_fuzzed_inputs_cleanly(fuzzer, name):
     run()
 
 
-def test_found_inputs_still_reach_what_crashed(fuzzer):
-    """FOUND keeps its meaning: each case is still an input the command reads and answers (not refused
-    for an unrelated reason before the field that crashed is read) where it crashed on main."""
-    E = ENTRIES
-    assert fuzzer.run(E["inspect"], FOUND[0]).error.startswith("specfmt: error: speculators_config is a list, not an object")
-    assert fuzzer.run(E["inspect"], FOUND[7]).kind == "ok"
-    assert "vocab_size=None" in fuzzer.run(E["convert --from medusa"], FOUND[9]).error
-    assert "no speculators_config.verifier object" in fuzzer.run(E["push --dry-run"], FOUND[10]).error
+def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
+    """The fixes behind FOUND answer at the field that crashed (not by an unrelated refusal earlier on)."""
+    def answer(name: str, case: Case) -> str:
+        outcome = fuzzer.run(ENTRIES[name], case)
+        assert outcome.clean, describe(ENTRIES[name], case, outcome)
+        return outcome.error if outcome.kind == "refused" else outcome.kind
+
+    for value, kind in (([None], "a list"), ("x", "a string"), (True, "a boolean"), (None, "null")):
+        got = answer("inspect", Case("spec-eagle3", (("set", ("speculators_config",), value),)))
+        assert got.startswith(f"specfmt: error: speculators_config is {kind}, not an object"), got
+    assert answer("inspect", Case("specfmt-medusa", (("set", ("specfmt", "source"), [None]),))) == "ok"
+    assert "SRC names no verifier" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
+    assert "vocab_size=None" in answer("convert --from medusa", Case("medusa-vllm", (("set", ("vocab_size",), None),)))
+    assert "no speculators_config.verifier object" in answer("push --dry-run", Case("eagle-v0", (), 1))
+    assert "does not match the specfmt v1 schema: $.architectures" in answer(
+        "push --dry-run", Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1))
+    assert "not a valid safetensors file" in answer("train --init", Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)))
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +144,7 @@ def test_fuzzed_specfmt_configs_get_a_clean_answer(specfmt_config):
     from specfmt.format.schema import schema_violations, validate_config
     from specfmt.format.versions import check_speculators_version
 
-    @settings(FUZZ, max_examples=EXAMPLES["specfmt config"])
+    @settings(FUZZ, max_examples=EXAMPLES["specfmt config"], database=database("specfmt config"))
     @seed(SEED)
     @given(st.data())
     def run(data):
@@ -150,7 +173,7 @@ def test_fuzzed_verifier_configs_are_read_or_refused_cleanly():
 
     base = json.loads((WORLD / "verifier" / "config.json").read_text())
 
-    @settings(FUZZ, max_examples=EXAMPLES["verifier config"])
+    @settings(FUZZ, max_examples=EXAMPLES["verifier config"], database=database("verifier config"))
     @seed(SEED)
     @given(st.data())
     def run(data):

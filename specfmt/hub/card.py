@@ -15,6 +15,7 @@ from typing import Any
 from .. import __version__
 from ..algorithms import find
 from ..checkpoint.reader import CheckpointReader
+from ..format.schema import validate_config
 from .resolve import is_hub_id
 
 CARD_FILE = "README.md"
@@ -66,9 +67,13 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
 
     Returns:
         The card text (YAML front matter + Markdown), which ``ModelCard`` parses back.
+
+    Raises:
+        ConfigSchemaError: ``cfg`` does not match the schema (``push --no-validate`` of such a folder).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
+    validate_config(cfg, where=str(Path(folder) / "config.json"))  # what follows reads a schema-valid config
     algo = cfg["speculators_model_type"]
     algorithm = find(algo)
     name = algorithm.title if algorithm else algo
