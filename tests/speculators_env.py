@@ -18,10 +18,11 @@ import pytest
 
 from target_env import TargetEnv
 
-#: speculators 0.9.0 and what ``import speculators`` needs beyond this project's own dependencies
-#: (speculators/train/data.py imports datasets and hs_connectors; found by importing until nothing was missing)
+#: speculators 0.9.0 and what ``import speculators`` needs beyond what ``.ci/install`` installs (speculators/train/data.py
+#: imports datasets and hs_connectors; pandas needs python-dateutil, which needs six). Found by importing in a new venv
+#: until nothing was missing: the machine's own Python happened to have python-dateutil and six.
 PACKAGES = ("speculators==0.9.0", "hs-connectors==0.9.0", "datasets==5.1.0", "multiprocess==0.70.19", "pandas==3.1.1",
-            "pyarrow==26.0.1", "xxhash==4.1.0")
+            "pyarrow==26.0.1", "xxhash==4.1.0", "python-dateutil==2.9.0.post0", "six==1.17.0")
 #: what the tests import from it (``speculators.__main__``: its command line)
 CHECK = "import torch, transformers, speculators, speculators.__main__"
 
