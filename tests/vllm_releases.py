@@ -73,15 +73,24 @@ def release(version: str) -> Path:
         wheels = list(Path(tmp).glob(f"vllm-{version}-*.whl"))
         if r.returncode != 0 or not wheels:
             raise RuntimeError(f"cannot download vllm=={version}: {r.stderr.strip()[-500:]}")
-        partial = dest.with_name(dest.name + ".partial")
+        partial = dest.with_name(f"{dest.name}.partial-{os.getpid()}")  # per process: two test runs may fill the cache at once
         shutil.rmtree(partial, ignore_errors=True)
-        with zipfile.ZipFile(wheels[0]) as z:
-            for info in z.infolist():
-                if info.filename.startswith("vllm/") and info.filename.endswith(KEEP) and info.file_size < 4_000_000:
-                    z.extract(info, partial)
-        (partial / ".complete").write_text(hashlib.sha256(wheels[0].read_bytes()).hexdigest() + f"  {wheels[0].name}\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        partial.rename(dest)
+        try:
+            with zipfile.ZipFile(wheels[0]) as z:
+                for info in z.infolist():
+                    if info.filename.startswith("vllm/") and info.filename.endswith(KEEP) and info.file_size < 4_000_000:
+                        z.extract(info, partial)
+            if not (partial / "vllm" / "__init__.py").is_file():
+                raise RuntimeError(f"the vllm=={version} wheel {wheels[0].name} holds no vllm/__init__.py")
+            (partial / ".complete").write_text(hashlib.sha256(wheels[0].read_bytes()).hexdigest() + f"  {wheels[0].name}\n")  # last
+            shutil.rmtree(dest, ignore_errors=True)
+            try:
+                partial.rename(dest)
+            except OSError:  # another process moved its own complete copy in first
+                if not (dest / ".complete").is_file():
+                    raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return dest
 
 
