@@ -39,8 +39,11 @@ from typing import Any, Callable
 from hypothesis import strategies as st
 
 from conftest import WORLD
+from vllm_releases import fake_hub
 
 VERIFIER = WORLD / "verifier"
+#: the verifier's Hub id in push's --verifier-id, cached offline by :class:`Fuzzer`
+HUB_VERIFIER = "specfmt-fuzz/verifier"
 #: the example verifier's sizes, so the built drafts match it and reach the deep checks
 W1 = {"hidden": 128, "vocab": 2048, "inter": 384, "heads": 4, "kv_heads": 2}
 
@@ -210,7 +213,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
     Entry("validate", lambda s, o, v, d: ["validate", s], SPECFMT + SPECULATORS, (("--json",), ("--verifier", str(VERIFIER)), ())),
     Entry("upgrade", lambda s, o, v, d: ["upgrade", s, "-o", o], SPECULATORS + SPECFMT, (("--verifier", str(VERIFIER)), ()), writes=True),
     Entry("push --dry-run", lambda s, o, v, d: ["push", s, "--repo-id", "me/draft", "--dry-run"], SPECFMT,
-          (("--verifier-id", "me/verifier"), ("--verifier-id", "me/verifier", "--no-validate"), ()), ),
+          (("--verifier-id", HUB_VERIFIER), ("--verifier-id", HUB_VERIFIER, "--no-validate"), ()), ),
     Entry("train --init", lambda s, o, v, d: ["train", "{algo}", "-o", o, "--verifier", v, "--init", s, "--data", d, "--dry-run", "--no-validate"],
           SPECFMT + ("eagle3", "eagle", "medusa"), (("eagle3",), ("eagle",), ("medusa",)), writes=True),
 )}
@@ -283,6 +286,8 @@ class Fuzzer:
         self.data = root / "data.txt"
         self.data.write_text("".join(json.loads(line)["prompt"] + "\n" for line in (WORLD / "prompts.jsonl").read_text().splitlines()))
         self.inputs_before = {"verifier": snapshot(self.verifier), "data": self.data.stat().st_mtime_ns}
+        # push's --verifier-id HUB_VERIFIER resolves offline (conftest's private HF_HOME), so its validation reaches the verifier check
+        fake_hub(Path(os.environ["HF_HOME"]), HUB_VERIFIER, VERIFIER)
         self.n = 0
 
     def strategy(self, entry: Entry):
