@@ -7,7 +7,8 @@ command, counted).
 **Inputs.** A :class:`Case` is one of the :data:`BASES` checkpoint folders (research layouts of every
 converter, older speculators checkpoints, specfmt outputs) changed by a few :data:`Op` edits: a
 config.json value set to any JSON value at any path (nested objects and lists too), deleted or
-added; config.json replaced by raw bytes; a file removed or truncated.
+added; config.json replaced by raw bytes; a file removed, truncated or overwritten in part with 0xFF bytes
+(NaN in the tensors, or a broken pickle).
 
 **Commands** (:data:`ENTRIES`): every one that reads a config or a folder -- ``inspect``,
 ``convert --from F`` for every F and ``auto``, ``validate``, ``upgrade``, ``push --dry-run`` and
@@ -85,8 +86,9 @@ def build_bases(root: Path) -> dict[str, Path]:
 # --------------------------------------------------------------------------- cases
 
 #: ``("set", path, value)``, ``("delete", path)``, ``("add", key, value)`` edit config.json (path: keys
-#: and list indices from the top); ``("config-bytes", raw)`` replaces it; ``("remove", file)`` and
-#: ``("truncate", file, n)`` act on any file of the folder
+#: and list indices from the top); ``("config-bytes", raw)`` replaces it; ``("remove", file)``,
+#: ``("truncate", file, n)`` and ``("scribble", file, permille, n)`` (n bytes 0xFF -- NaN in any float
+#: dtype -- written ``permille``/1000 of the way into the file) act on any file of the folder
 Op = tuple
 
 
@@ -164,7 +166,8 @@ def cases(draw, entry: "Entry", configs: dict[str, Any], files: dict[str, list[s
             cfg = None
         elif kind == "file":
             name = draw(st.sampled_from(files[base]))
-            ops.append(draw(st.one_of(st.just(("remove", name)), st.tuples(st.just("truncate"), st.just(name), st.integers(0, 4096)))))
+            ops.append(draw(st.one_of(st.just(("remove", name)), st.tuples(st.just("truncate"), st.just(name), st.integers(0, 4096)),
+                                      st.tuples(st.just("scribble"), st.just(name), st.integers(0, 999), st.integers(1, 64)))))
         elif kind == "add" or not all_paths:
             if not isinstance(cfg, dict):
                 continue
@@ -303,13 +306,17 @@ class Fuzzer:
             if op[0] == "config-bytes":
                 (src / "config.json").write_bytes(op[1])
                 cfg = None
-            elif op[0] in ("remove", "truncate"):
+            elif op[0] in ("remove", "truncate", "scribble"):
                 p = src / op[1]
                 if op[0] == "remove":
                     p.unlink(missing_ok=True)
                 elif p.is_file():
                     with open(p, "r+b") as f:
-                        f.truncate(min(op[2], p.stat().st_size))
+                        if op[0] == "truncate":
+                            f.truncate(min(op[2], p.stat().st_size))
+                        else:  # 0xFF bytes (NaN in any float dtype) from op[2]/1000 of the way in
+                            f.seek(p.stat().st_size * op[2] // 1000)
+                            f.write(b"\xff" * op[3])
                 if op[1] == "config.json":
                     cfg = None
             elif cfg is not None:  # a JSON edit of a config that is still JSON

@@ -74,6 +74,8 @@ FOUND = (
     Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1),
     # issue 23: a truncated model.safetensors in a specfmt folder given to train --init (draft.py: SafetensorError)
     Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)),
+    # issue 23: NaN in a specfmt draft given to train --init (draft.py: RuntimeError "the trained draft is not what its config implies")
+    Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)),
     # issue 8: a list as max_position_embeddings, null as rms_norm_eps (research EAGLE-3 config)
     Case("eagle3", (("set", ("max_position_embeddings",), [0]),)),
     Case("eagle3", (("set", ("rms_norm_eps",), None),)),
@@ -129,6 +131,9 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
     assert "does not match the specfmt v1 schema: $.architectures" in answer(
         "push --dry-run", Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1))
     assert "not a valid safetensors file" in answer("train --init", Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)))
+    assert "the draft is damaged: layers.0.mlp.down_proj.weight has 32 NaN/Inf values" in answer(
+        "train --init", Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)))
+    assert "has 32 NaN/Inf value(s); the checkpoint is damaged" in answer("convert --from eagle3", Case("eagle3", (("scribble", "pytorch_model.bin", 500, 64),)))
 
 
 @pytest.fixture(scope="module")
