@@ -70,7 +70,7 @@ FOUND = (
     Case("medusa-vllm", (("set", ("vocab_size",), None),)),
     # issue 23: push --no-validate of a folder without speculators_config (push.py: KeyError)
     Case("eagle-v0", (), 1),
-    # issue 23: push --no-validate of a folder whose config breaks the schema: the model card read it (card.py:87)
+    # issue 23: push --no-validate of a folder whose config breaks the schema: the model card read its fields (card.py:87)
     Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1),
     # issue 23: a truncated model.safetensors in a specfmt folder given to train --init (draft.py: SafetensorError)
     Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)),
@@ -128,8 +128,7 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
     assert "SRC names no verifier" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
     assert "vocab_size=None" in answer("convert --from medusa", Case("medusa-vllm", (("set", ("vocab_size",), None),)))
     assert "no speculators_config.verifier object" in answer("push --dry-run", Case("eagle-v0", (), 1))
-    assert "does not match the specfmt v1 schema: $.architectures" in answer(
-        "push --dry-run", Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1))
+    assert answer("push --dry-run", Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1)) == "ok"
     assert "not a valid safetensors file" in answer("train --init", Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)))
     assert "the draft is damaged: layers.0.mlp.down_proj.weight has 32 NaN/Inf values" in answer(
         "train --init", Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)))
