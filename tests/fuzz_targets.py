@@ -292,15 +292,23 @@ class Fuzzer:
         # push's --verifier-id HUB_VERIFIER resolves offline (conftest's private HF_HOME), so its validation reaches the verifier check
         fake_hub(Path(os.environ["HF_HOME"]), HUB_VERIFIER, VERIFIER)
         self.n = 0
+        self._dirty: dict[str, set[str]] = {}  # base -> files its work copy may differ in from the pristine one
 
     def strategy(self, entry: Entry):
         return cases(entry, self.configs, self.files)
 
     def _prepare(self, case: Case) -> Path:
-        """A fresh copy of the base in the work folder with ``case``'s edits."""
-        src = self.work / case.base
-        shutil.rmtree(src, ignore_errors=True)
-        shutil.copytree(self.pristine[case.base], src)
+        """The base in the work folder as pristine, then ``case``'s edits. Only the files the last case
+        of this base changed are copied back (a whole new copy when a command changed its input)."""
+        src, pristine = self.work / case.base, self.pristine[case.base]
+        dirty = self._dirty.pop(case.base, None)
+        if dirty is None:
+            shutil.rmtree(src, ignore_errors=True)
+            shutil.copytree(pristine, src)
+        else:
+            for name in dirty:
+                shutil.copyfile(pristine / name, src / name)
+        self._dirty[case.base] = {"config.json", *(op[1] for op in case.ops if op[0] in ("remove", "truncate", "scribble"))}
         cfg: Any = self.configs[case.base]
         for op in case.ops:  # in order, on disk
             if op[0] == "config-bytes":
@@ -362,6 +370,7 @@ class Fuzzer:
         modified = []
         if snapshot(src) != before:
             modified.append(f"{case.base}: {sorted(set(snapshot(src).items()) ^ set(before.items()))[:4]}")
+            self._dirty.pop(case.base, None)  # copied anew next time
         if snapshot(self.verifier) != self.inputs_before["verifier"]:
             modified.append("verifier")
             shutil.rmtree(self.verifier)
