@@ -164,9 +164,10 @@ class MedusaConverter(Converter):
             cfg_heads = cfg_heads if cfg_heads is not None else _count(cfg, "num_heads", 1)
             cfg_layers = cfg_layers if cfg_layers is not None else _count(cfg, "num_hidden_layers", 0)
             tv = _count(cfg, "truncated_vocab_size", 1)
-            if tv is not None and "vocab_size" in cfg and tv < cfg["vocab_size"]:
+            vocab = _count(cfg, "vocab_size", 1)
+            if tv is not None and vocab is not None and tv < vocab:
                 raise ConversionError(
-                    f"truncated_vocab_size {tv} < vocab_size {cfg['vocab_size']}: the heads propose over a truncated vocabulary through a token_map, "
+                    f"truncated_vocab_size {tv} < vocab_size {vocab}: the heads propose over a truncated vocabulary through a token_map, "
                     "which vLLM's speculators loader has no field for", where="config.json", hint="specfmt converts Medusa heads over the full vocabulary")
 
         # -- head structure ------------------------------------------------------------

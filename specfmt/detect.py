@@ -22,6 +22,8 @@ from .checkpoint.reader import CheckpointReader
 from .converters import REGISTRY
 from .converters.base import Example, Seen
 from .algorithms import find
+from .format.config import speculators_section, verifier_ref
+from .format.provenance import provenance_source
 from .algorithms.recognised import recognised
 from .sources.resolve import resolve
 
@@ -102,20 +104,20 @@ class Detection:
         return message + ", which no converter reads", "give a draft checkpoint: `specfmt inspect SRC` names what a folder holds"
 
 
-def _speculators(cfg: dict[str, Any], ev: list[str], summary: dict[str, Any]) -> Detection:
+def _speculators(cfg: dict[str, Any], section: dict[str, Any], ev: list[str], summary: dict[str, Any]) -> Detection:
     algo = cfg.get("speculators_model_type")
     ev.append(f"config has speculators_config (speculators_model_type={algo!r})")
-    if algo is None and isinstance((cfg.get("speculators_config") or {}).get("algorithm"), str):
-        algo = cfg["speculators_config"]["algorithm"]  # the pre-release dialect (model_type llama_eagle)
+    if algo is None and isinstance(section.get("algorithm"), str):
+        algo = section["algorithm"]  # the pre-release dialect (model_type llama_eagle)
         ev.append(f"no speculators_model_type: speculators_config.algorithm={algo!r}, model_type={cfg.get('model_type')!r} (pre-release dialect)")
     fmt = "specfmt" if isinstance(cfg.get("specfmt"), dict) else "speculators"
     if fmt == "specfmt":
-        src = cfg["specfmt"].get("source", {})
+        src = provenance_source(cfg)
         ev.append(f"config has a specfmt provenance block (from {src.get('format')}/{src.get('layout')})")
     summary.update(
         algorithm=algo,
         speculators_version=cfg.get("speculators_version"),
-        verifier=(cfg.get("speculators_config") or {}).get("verifier", {}).get("name_or_path"),
+        verifier=verifier_ref(cfg),
         tap_layers=cfg.get("eagle_aux_hidden_state_layer_ids"),
         draft_vocab_size=cfg.get("draft_vocab_size"),
         norm_before_residual=cfg.get("norm_before_residual"),
@@ -265,8 +267,9 @@ def detect(folder: str | Path) -> Detection:
         "dtypes": sorted({i.dtype for i in infos.values()}),
     }
     ev: list[str] = []
-    if "speculators_config" in cfg:
-        return _speculators(cfg, ev, summary)
+    section = speculators_section(cfg, where=f"{res.name_or_path}/{CONFIG_FILE}")
+    if section is not None:
+        return _speculators(cfg, section, ev, summary)
 
     foreign = named(seen)
     if foreign is not None:

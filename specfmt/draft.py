@@ -16,6 +16,7 @@ from .algorithms.inventory import inventory_problems
 from .checkpoint.dtypes import TORCH_TO_ST
 from .checkpoint.files import CONFIG_FILE, read_json
 from .checkpoint.finite import nonfinite_count
+from .checkpoint.reader import CheckpointReader
 from .checkpoint.output import Input, atomic_folder, check_output, real_path
 from .errors import InputError
 from .format import WEIGHTS_FILE
@@ -27,7 +28,8 @@ def read_draft(folder: Path) -> Draft:
     """A specfmt folder (:func:`is_specfmt_folder`) into memory.
 
     Raises:
-        InputError: not a specfmt folder.
+        InputError: not a specfmt folder; model.safetensors is not a valid safetensors file, or its
+            tensors disagree with the config (missing, misshaped, NaN/Inf, a map outside the vocabulary).
         ConfigSchemaError: its config is invalid.
     """
     from safetensors.torch import load_file
@@ -37,7 +39,23 @@ def read_draft(folder: Path) -> Draft:
                          hint="give a research checkpoint with --from FORMAT")
     cfg = read_json(folder / CONFIG_FILE)
     validate_config(cfg, where=str(folder / CONFIG_FILE))
-    return Draft(cfg, load_file(str(folder / WEIGHTS_FILE)), (cfg.get("specfmt") or {}).get("source"))
+    CheckpointReader(folder, only=[WEIGHTS_FILE])  # its header checked against the file first: truncated or corrupt -> InputError
+    tensors = load_file(str(folder / WEIGHTS_FILE))
+    bad = _problems(cfg, tensors)  # what save_draft checks on the way out, checked on the way in: a damaged input is the user's
+    if bad:
+        raise InputError(f"the draft is damaged: {'; '.join(bad[:3])}" + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""),
+                         where=str(folder), hint=f"see `specfmt validate {folder}`")
+    return Draft(cfg, tensors, (cfg.get("specfmt") or {}).get("source"))
+
+
+def _problems(cfg: dict[str, Any], tensors: dict[str, Any]) -> list[str]:
+    """How ``tensors`` disagree with a schema-valid ``cfg``: the tensor inventory (names, shapes,
+    dtypes), NaN/Inf, and the algorithm's own checks of its maps (e.g. ``d2t`` inside the vocabulary)."""
+    problems = inventory_problems(cfg, {n: (tuple(t.shape), TORCH_TO_ST[str(t.dtype).removeprefix("torch.")]) for n, t in tensors.items()})
+    bad = [f"{k}: {', '.join(v)}" for k, v in problems.items() if v]
+    bad += [f"{n} has {c} NaN/Inf values" for n, t in tensors.items() if (c := nonfinite_count(t))]
+    algo = of(cfg)
+    return bad + algo.tensor_problems(cfg, {n: tensors[n] for n in algo.map_tensors if n in tensors})
 
 
 def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: bool = False, inputs: Iterable[Input] = ()) -> Path:
@@ -82,11 +100,7 @@ def save_draft(out: str | Path, draft: Draft, *, train: dict[str, Any], force: b
         prov["upgrades"] = draft.config["specfmt"]["upgrades"]
     cfg["specfmt"] = prov
     validate_config(cfg, where="trained config.json (a specfmt bug if this fails)")
-    problems = inventory_problems(cfg, {n: (tuple(t.shape), TORCH_TO_ST[str(t.dtype).removeprefix("torch.")]) for n, t in tensors.items()})
-    bad = [f"{k}: {', '.join(v)}" for k, v in problems.items() if v]
-    bad += [f"{n} has {c} NaN/Inf values" for n, t in tensors.items() if (c := nonfinite_count(t))]
-    algo = of(cfg)
-    bad += algo.tensor_problems(cfg, {n: tensors[n] for n in algo.map_tensors if n in tensors})
+    bad = _problems(cfg, tensors)
     if bad:
         raise RuntimeError("the trained draft is not what its config implies: " + "; ".join(bad))
     with atomic_folder(out) as tmp:

@@ -10,48 +10,78 @@
   upgrade, its changes printed, gives a checkpoint that validates and equals ``specfmt convert``'s
   config apart from provenance.
 
-speculators' metadata asks for torchvision and torchaudio (and would pull a CUDA torch), so the
-venv reuses the system's torch and installs speculators and the pure-Python packages it imports
-with ``--no-deps``, pinned (:data:`PACKAGES`); it is cached in ``~/.cache/specfmt`` between runs.
+speculators runs in the shared env of ``tests/speculators_env.py``: speculators 0.9.0 and what it
+imports, pinned, beside this interpreter's own torch and transformers (venv or not), built once,
+checked every session and rebuilt when half-made (``tests/target_env.py``; its two tests are here).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import WORLD, run_cli
 from specfmt.convert import convert
+from speculators_env import spec_env  # noqa: F401  (fixture)
+from target_env import MARKER, TargetEnv, running_interpreter_files
 
 VERIFIER = str((WORLD / "verifier").resolve())
-#: speculators 0.9.0 and what ``import speculators`` needs beyond this project's own dependencies
-#: (found by importing until nothing was missing: speculators/train/data.py imports datasets and hs_connectors)
-PACKAGES = ["speculators==0.9.0", "hs-connectors==0.9.0", "datasets==5.1.0", "multiprocess==0.70.19", "pandas==3.1.1",
-            "pyarrow==26.0.1", "xxhash==4.1.0"]
 
 
-@pytest.fixture(scope="module")
-def python(tmp_path_factory) -> Path:
-    """A venv's python with speculators 0.9.0 beside the system's torch and transformers."""
-    root = Path(os.environ.get("SPECFMT_SPECULATORS_VENV") or Path.home() / ".cache" / "specfmt" / "speculators-0.9.0")
-    py = root / "bin" / "python"
-    if not (root / ".complete").is_file():
-        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--clear", str(root)], check=True)
-        r = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", *PACKAGES], capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-2000:]
-        (root / ".complete").write_text("\n".join(PACKAGES) + "\n")
-    r = subprocess.run([str(py), "-c", "import torch, speculators; print(torch.__version__)"], capture_output=True, text=True)
+def in_speculators(env: TargetEnv, code: str, *args) -> subprocess.CompletedProcess:
+    """``python -c CODE ARGS`` in the speculators env, offline."""
+    return env.run("-c", code, *args)
+
+
+FILES = "import json, torch, transformers, speculators; print(json.dumps({m.__name__: m.__file__ for m in (torch, transformers, speculators)}))"
+
+
+def test_the_env_runs_speculators_on_this_interpreters_torch_and_transformers(spec_env):
+    """Whether this interpreter is a venv or not: the env's torch and transformers are this
+    interpreter's (a nested ``venv --system-site-packages`` gave the base Python's, or none)."""
+    r = spec_env.run("-c", FILES)
     assert r.returncode == 0, r.stderr[-2000:]
-    return py
+    files = json.loads(r.stdout.strip().splitlines()[-1])
+    ours = running_interpreter_files()
+    assert {m: os.path.realpath(files[m]) for m in ours} == {m: os.path.realpath(f) for m, f in ours.items()}
+    assert os.path.realpath(files["speculators"]).startswith(os.path.realpath(spec_env.root) + os.sep)
+    assert json.loads((spec_env.root / MARKER).read_text())["packages"] == list(spec_env.packages)
 
 
-def in_speculators(python: Path, code: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), "-c", code, *map(str, args)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+def test_a_half_made_env_is_rebuilt_never_reused(tmp_path):
+    """The marker is written last and holds the package list: a folder without it (killed while
+    installing), with another list, or whose import check fails is built again; a complete one is
+    reused; a build that fails its check leaves nothing marked."""
+    env = TargetEnv(tmp_path / "env", ("xxhash==4.1.0",), "import xxhash")
+    sentinel = env.root / "sentinel"
+
+    def rebuilt() -> bool:
+        was = sentinel.exists()
+        env.ensure()
+        assert env.usable() and env.run("-c", "import xxhash; print(xxhash.__file__)").stdout.startswith(str(env.root))
+        return was and not sentinel.exists()
+
+    env.ensure()
+    sentinel.touch()
+    assert not rebuilt()  # complete and working: reused
+    sentinel.touch()
+    (env.root / MARKER).unlink()  # half-made: no marker
+    assert rebuilt()
+    sentinel.touch()
+    (env.root / MARKER).write_text(TargetEnv(env.root, ("xxhash==4.0.0",), env.check).marker())  # another package list
+    assert rebuilt()
+    sentinel.touch()
+    shutil.rmtree(env.root / "xxhash")  # marked, but the import fails
+    assert rebuilt()
+
+    broken = TargetEnv(tmp_path / "broken", ("xxhash==4.1.0",), "import xxhash, no_such_module_here")
+    with pytest.raises(RuntimeError, match="No module named 'no_such_module_here'"):
+        broken.ensure()
+    assert not broken.root.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["env"]
 
 
 LOAD = """
@@ -76,10 +106,10 @@ def _report(r: subprocess.CompletedProcess) -> dict:
     return json.loads(line[len("REPORT "):])
 
 
-def test_speculators_loads_a_specfmt_eagle3_output_with_every_tensor_equal(python, tmp_path):
+def test_speculators_loads_a_specfmt_eagle3_output_with_every_tensor_equal(spec_env, tmp_path):
     out = tmp_path / "eagle3"
     convert("eagle3", str(WORLD / "eagle3-safeailab"), out, VERIFIER)
-    rep = _report(in_speculators(python, LOAD, out, tmp_path / "resaved"))
+    rep = _report(in_speculators(spec_env, LOAD, out, tmp_path / "resaved"))
     assert rep["class"] == "Eagle3DraftModel" and len(rep["file"]) == 15
     assert rep["missing"] == [] and rep["unequal"] == []  # every file tensor is a model parameter of the same name and value
     ours = json.loads((out / "config.json").read_text())["specfmt"]
@@ -87,17 +117,17 @@ def test_speculators_loads_a_specfmt_eagle3_output_with_every_tensor_equal(pytho
 
 
 @pytest.mark.parametrize("fmt,name", [("eagle", "eagle-safeailab"), ("medusa", "medusa-legacy")])
-def test_speculators_cannot_load_eagle1_and_medusa_outputs(python, tmp_path, fmt, name):
+def test_speculators_cannot_load_eagle1_and_medusa_outputs(spec_env, tmp_path, fmt, name):
     out = tmp_path / fmt
     convert(fmt, str(WORLD / name), out, VERIFIER)
-    r = in_speculators(python, "import sys\nfrom speculators import SpeculatorModel\nSpeculatorModel.from_pretrained(sys.argv[1])", out)
+    r = in_speculators(spec_env, "import sys\nfrom speculators import SpeculatorModel\nSpeculatorModel.from_pretrained(sys.argv[1])", out)
     assert r.returncode != 0 and f"Input tag '{fmt}' found using 'speculators_model_type' does not match any of the expected tags" in r.stderr
 
 
-def test_speculators_converter_output_is_pointed_at_upgrade_and_upgraded_exactly(python, tmp_path):
+def test_speculators_converter_output_is_pointed_at_upgrade_and_upgraded_exactly(spec_env, tmp_path):
     theirs = tmp_path / "theirs"
-    r = subprocess.run([str(python.parent / "speculators"), "convert", str(WORLD / "eagle3-safeailab"), "--algorithm", "eagle3",
-                        "--verifier", VERIFIER, "--output-path", str(theirs)], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    r = spec_env.run("-m", "speculators", "convert", WORLD / "eagle3-safeailab", "--algorithm", "eagle3", "--verifier", VERIFIER,
+                     "--output-path", theirs)
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads((theirs / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"] is None  # speculators' default
     v = run_cli("validate", theirs, "--json")

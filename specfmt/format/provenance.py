@@ -96,3 +96,11 @@ def carry_provenance(earlier: dict[str, Any], step: dict[str, Any], *, unchanged
         "changes": list(changes),
     }]
     return block
+
+
+def provenance_source(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg["specfmt"]["source"]`` when both are objects, else ``{}`` (what a config says it was
+    converted from, for display; never raises)."""
+    block = cfg.get("specfmt")
+    source = block.get("source") if isinstance(block, dict) else None
+    return source if isinstance(source, dict) else {}

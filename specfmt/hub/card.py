@@ -15,6 +15,7 @@ from typing import Any
 from .. import __version__
 from ..algorithms import find
 from ..checkpoint.reader import CheckpointReader
+from ..algorithms import schema_violations
 from ..sources.resolve import is_hub_id
 
 CARD_FILE = "README.md"
@@ -64,11 +65,24 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
     ``vllm serve`` command, its shape, the acceptance figures of ``validation.json`` (reference
     and vLLM side by side) and the provenance block of config.json.
 
+    A config that does not match the schema (``push --no-validate``) gets a short card instead: the
+    metadata, the schema's findings and the figures section, and nothing read from the config's fields.
+
     Returns:
         The card text (YAML front matter + Markdown), which ``ModelCard`` parses back.
     """
     from huggingface_hub import ModelCard, ModelCardData
 
+    violations = schema_violations(cfg)
+    if violations:  # push --no-validate: say what is wrong, and read no field the schema rejects
+        algo = cfg.get("speculators_model_type")
+        tags = ["speculative-decoding", *([algo] if isinstance(algo, str) and algo else []), "speculators", "specfmt"]
+        data = ModelCardData(base_model=verifier, library_name=LIBRARY_NAME, pipeline_tag=PIPELINE_TAG, license=license, tags=tags)
+        body = "\n".join([f"# {repo_id.split('/')[1]}", "",
+                          f"A draft model (speculator) for {_place(verifier)}, uploaded with `specfmt push --no-validate`. Its config.json "
+                          "does not match the speculators format schema, so vLLM may not load it and this card describes no more of it:", "",
+                          *[f"- `{path}`: {message}" for path, message in violations[:20]], "", *_figures_section(figures, repo_id)])
+        return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}"))
     algo = cfg["speculators_model_type"]
     algorithm = find(algo)
     name = algorithm.title if algorithm else algo

@@ -34,7 +34,7 @@ from .. import __version__
 from ..algorithms import find
 from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError
-from ..format.config import verifier_ref
+from ..format.config import verifier_ref, with_verifier
 from .card import CARD_FILE, render_card
 from ..sources.resolve import check_repo_id, check_revision, is_hub_id
 
@@ -253,9 +253,7 @@ def plan_push(
         raise InputError(f"config.json names the verifier by a local path ({named!r}); on the Hub nobody else can load it",
                          where=str(folder / CONFIG_FILE), hint="pass --verifier-id OWNER/NAME, the verifier's Hub id, to write in the uploaded config.json")
     verifier = verifier_id or named
-    uploaded = json.loads(json.dumps(cfg))
-    if isinstance((uploaded.get("speculators_config") or {}).get("verifier"), dict):
-        uploaded["speculators_config"]["verifier"]["name_or_path"] = verifier
+    uploaded = with_verifier(cfg, verifier, where=str(folder / CONFIG_FILE))
     notes: list[str] = []
     checks = None
     if validate:
@@ -279,9 +277,7 @@ def plan_push(
         if p.name == CARD_FILE:
             continue
         if p.name == CONFIG_FILE and verifier != named:
-            new = json.loads(p.read_text())
-            new["speculators_config"]["verifier"]["name_or_path"] = verifier
-            data = (json.dumps(new, indent=2) + "\n").encode()
+            data = (json.dumps(uploaded, indent=2) + "\n").encode()
             files.append(UploadFile(p.name, len(data), content=data, note=f"verifier {named} -> {verifier}"))
         else:
             files.append(UploadFile(p.name, p.stat().st_size, local=p))

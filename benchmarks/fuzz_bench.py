@@ -1,0 +1,102 @@
+"""Fuzz every command that reads a config or a folder, 10,000 examples each, and count the outcomes.
+
+The inputs and the judgement are the CI fuzz test's (``tests/fuzz_targets.py``): checkpoint
+folders of every layout with random edits, run in-process through ``inspect``, ``convert --from F``
+(every F and ``auto``), ``validate``, ``upgrade``, ``push --dry-run`` and ``train ALGO --init``.
+For each command the results file holds:
+
+* ``examples``: inputs tried;
+* ``ok`` / ``refused``: exit 0 or 1 / exit 2 with one ``specfmt: error:`` line;
+* ``uncaught``: any other ending (an exception, a traceback) -- a bug;
+* ``left_behind``: refusals after which an output folder, anything beside it, or a temporary
+  file or folder remained;
+* ``inputs_modified``: runs after which the checkpoint, the verifier or the data file differed;
+* ``problems``: the first few problem cases, each with its :class:`fuzz_targets.Case` (paste it
+  into ``FOUND`` in ``tests/test_fuzz.py`` once fixed).
+
+Run (from the repository root; about 1-2 hours on 2 CPU cores)::
+
+    python benchmarks/fuzz_bench.py                        # 10,000 per command -> benchmarks/fuzz_bench.results.json
+    python benchmarks/fuzz_bench.py --examples 200 --only inspect --out /tmp/x.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--examples", type=int, default=10_000, help="examples per command")
+    ap.add_argument("--seed", type=int, default=2323)
+    ap.add_argument("--only", action="append", help="a command of fuzz_targets.ENTRIES (repeatable; default: all)")
+    ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "fuzz_bench.results.json")
+    args = ap.parse_args()
+
+    import conftest  # noqa: F401  (offline Hub, a private HF cache: as in the tests)
+    import hypothesis
+    import torch
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    from fuzz_targets import ENTRIES, Fuzzer
+
+    torch.set_num_threads(1)
+    names = args.only or list(ENTRIES)
+    fuzzer = Fuzzer(Path(tempfile.mkdtemp(prefix="specfmt-fuzz-bench-")))
+    results: dict = {}
+    for name in names:
+        entry = ENTRIES[name]
+        counts: Counter = Counter()
+        problems: list[dict] = []
+        t0 = time.perf_counter()
+
+        @settings(max_examples=args.examples, deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=[Phase.generate])
+        @seed(args.seed)
+        @given(case=fuzzer.strategy(entry))
+        def run(case):
+            outcome = fuzzer.run(entry, case)
+            counts["examples"] += 1
+            counts[outcome.kind] += 1
+            counts["left_behind"] += bool(outcome.left_behind)
+            counts["inputs_modified"] += bool(outcome.modified)
+            if not outcome.clean and len(problems) < 20:
+                problems.append({"case": repr(case), "kind": outcome.kind, "error": outcome.error, "left_behind": outcome.left_behind,
+                                 "modified": outcome.modified})
+
+        run()
+        seconds = time.perf_counter() - t0
+        results[name] = {"examples": counts["examples"], "ok": counts["ok"], "refused": counts["refused"], "uncaught": counts["uncaught"],
+                         "left_behind": counts["left_behind"], "inputs_modified": counts["inputs_modified"], "seconds": round(seconds, 1),
+                         "problems": problems}
+        print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'problems'})}", flush=True)
+
+    totals = {k: sum(r[k] for r in results.values()) for k in ("examples", "ok", "refused", "uncaught", "left_behind", "inputs_modified")}
+    report = {
+        "what": "fuzzed checkpoint folders through every command that reads a config or a folder (tests/fuzz_targets.py)",
+        "command": "python benchmarks/fuzz_bench.py " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "hypothesis": hypothesis.__version__,
+        "seed": args.seed,
+        "examples_per_command": args.examples,
+        "totals": totals,
+        "commands": results,
+    }
+    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(totals))
+
+
+if __name__ == "__main__":
+    main()

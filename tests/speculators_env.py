@@ -1,0 +1,48 @@
+"""speculators 0.9.0 beside the running interpreter's own torch and transformers, shared by every test
+that runs speculators' code (its model classes, ``save_pretrained``, its converter CLI, later its trainer).
+
+Take the session fixture :func:`spec_env` (``from speculators_env import spec_env``) or call
+:func:`speculators_env`; either gives a :class:`target_env.TargetEnv`, whose ``run("-c", CODE, ...)`` or
+``run("-m", "speculators", ...)`` starts this interpreter with speculators importable. The folder is
+``$SPECFMT_SPECULATORS_ENV``, else ``~/.cache/specfmt/speculators-0.9.0-<cache tag>``; how it is built,
+checked and rebuilt: ``tests/target_env.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from target_env import TargetEnv
+
+#: speculators 0.9.0 and what ``import speculators`` needs beyond what ``.ci/install`` installs (speculators/train/data.py
+#: imports datasets and hs_connectors; pandas needs python-dateutil, which needs six). Found by importing in a new venv
+#: until nothing was missing: the machine's own Python happened to have python-dateutil and six.
+PACKAGES = ("speculators==0.9.0", "hs-connectors==0.9.0", "datasets==5.1.0", "multiprocess==0.70.19", "pandas==3.1.1",
+            "pyarrow==26.0.1", "xxhash==4.1.0", "python-dateutil==2.9.0.post0", "six==1.17.0")
+#: what the tests import from it (``speculators.__main__``: its command line)
+CHECK = "import torch, transformers, speculators, speculators.__main__"
+
+
+def default_root() -> Path:
+    tag = sys.implementation.cache_tag or "py"
+    return Path(os.environ.get("SPECFMT_SPECULATORS_ENV") or Path.home() / ".cache" / "specfmt" / f"speculators-0.9.0-{tag}")
+
+
+def speculators_env(root: Path | None = None) -> TargetEnv:
+    """speculators 0.9.0 (:data:`PACKAGES`) at ``root`` (default :func:`default_root`), built or rebuilt
+    unless it is complete and working.
+
+    Raises:
+        RuntimeError: it cannot be built (pip failed) or fails its check after building.
+    """
+    return TargetEnv(Path(root) if root is not None else default_root(), PACKAGES, CHECK).ensure()
+
+
+@pytest.fixture(scope="session")
+def spec_env() -> TargetEnv:
+    """The shared speculators env (import this fixture into a test module to use it)."""
+    return speculators_env()
