@@ -231,12 +231,12 @@ class Verifier:
         The weights are read straight into place: transformers builds the model on the ``meta``
         device and fills each parameter in the run dtype (``Placement.from_pretrained_kwargs``:
         ``device_map`` puts it on the GPU, or spreads it with accelerate). Each tensor is read from
-        its safetensors file with ``pread`` and converted where it lands (:func:`weights_read_unmapped`),
-        never through a memory map of the file: a mapped file's pages join the process's resident
-        memory as they are read and stay there until loading ends, so a bf16 checkpoint run in
-        float32 peaked at its float32 copy plus the whole bf16 file (a 0.71 B Llama: 4.45 GiB where
-        the bound of issue 19 is 4.19). The peak is one copy of the verifier in its run dtype plus
-        one tensor (measured: ``benchmarks/scale_bench.py``; guarded by ``tests/test_scale.py``).
+        its safetensors file by :func:`lazy_weights`: mapped where it is used as stored (no copy),
+        read with ``pread`` where it is converted or moved to a GPU, so that a converted file never
+        stays resident beside its copy (a bf16 checkpoint run in float32 peaked at the float32
+        copy plus the whole bf16 file). The peak is one copy of the verifier in its run dtype plus
+        one tensor (measured: ``benchmarks/memory_bench.py``, ``benchmarks/scale_bench.py``; guarded
+        by ``tests/test_scale.py``).
 
         Args:
             placement: device, dtype and device map (:func:`specfmt.placement.resolve_placement`);
@@ -257,7 +257,7 @@ class Verifier:
         hf_logging.disable_progress_bar()  # the command's own output is the report; no "Loading weights" bar
         folder = self.model_folder()
         kwargs = placement.from_pretrained_kwargs()
-        with weights_read_unmapped(folder) as lazy:
+        with lazy_weights(folder, placement) as lazy:
             config = AutoConfig.from_pretrained(str(folder)) if lazy is not None else None
             cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None) if config is not None else None
             if isinstance(cls, type):  # the class AutoModelForCausalLM would pick, given the unmapped slices
@@ -285,18 +285,27 @@ class Verifier:
 
 
 @contextmanager
-def weights_read_unmapped(folder: Path) -> Iterator["dict[str, Any] | None"]:
-    """The safetensors weights of a model folder as lazy slices that read with ``pread``, for
-    ``from_pretrained(None, config=..., state_dict=...)``; the files are closed on exit.
+def lazy_weights(folder: Path, placement: "Placement") -> Iterator["dict[str, Any] | None"]:
+    """The safetensors weights of a model folder as lazy slices, for ``from_pretrained(None, config=...,
+    state_dict=...)``, each file opened the way that keeps the fewest of its bytes resident; closed on exit.
 
-    transformers (5.x) opens each safetensors file with a memory map and hands its loader lazy
-    slices; it reads them unmapped only on Windows and MPS. A mapped file's pages count towards the
-    process's resident memory once read, until the file is closed after the last tensor: when the
-    run dtype differs from the stored one (a bf16 checkpoint run in float32 on the CPU, the default)
-    the peak is the converted copy plus the whole file. The same slices opened with safetensors'
-    ``pread`` backend (safetensors >= 0.8) read each tensor into a buffer of its own, freed once the
-    tensor is converted and placed. Which files: those of ``model.safetensors.index.json``, else
-    ``model.safetensors``, as ``from_pretrained`` chooses them.
+    transformers (5.x) opens every safetensors file with a memory map and hands its loader lazy slices
+    (it reads them with ``pread`` only on Windows and MPS). A mapped file's pages count towards the
+    process's resident memory once read, until the file is closed after the last tensor. Where a
+    tensor is used as stored (on the CPU, already in the run dtype) the mapped pages are the weights
+    themselves, no copy at all; where it is converted (a bf16 checkpoint run in float32, the CPU
+    default) or moved to a GPU, the mapped pages are a second copy, and all of them stayed resident
+    until the end: a 0.71 B Llama stored in bf16 peaked at 4.45 GiB in float32 where issue 19's
+    bound (1.2 x its 2.66 GiB + 1 GiB) is 4.19 (``benchmarks/memory_bench.py``). So a file whose
+    floating tensors are all stored in the run dtype, loaded onto the CPU without a device map, is
+    mapped; any other is opened with safetensors' ``pread`` backend (safetensors >= 0.8), which reads
+    each tensor into a buffer of its own, freed once the tensor is converted and placed. Which
+    files: those of ``model.safetensors.index.json``, else ``model.safetensors``, as
+    ``from_pretrained`` chooses them.
+
+    Args:
+        folder: the model folder.
+        placement: where and in what dtype the model runs.
 
     Yields:
         ``{name: slice}``, or None where the folder has no such files, or the installed transformers
@@ -304,11 +313,13 @@ def weights_read_unmapped(folder: Path) -> Iterator["dict[str, Any] | None"]:
         cannot read them this way: the caller then lets ``from_pretrained`` read the folder itself.
 
     Raises:
-        InputError: the shard index is unreadable or names a file outside the folder or missing.
+        InputError: the shard index is unreadable, or names a file that is missing or outside the folder.
     """
     import transformers
     from packaging.version import Version
     from safetensors import safe_open
+
+    from .checkpoint.dtypes import FLOAT_CODES, TORCH_TO_ST
 
     index = folder / SAFETENSORS_INDEX
     if index.is_file():
@@ -323,14 +334,18 @@ def weights_read_unmapped(folder: Path) -> Iterator["dict[str, Any] | None"]:
     if not files or Version(transformers.__version__).major < 5:
         yield None
         return
+    on_cpu = not placement.is_cuda and placement.device_map is None
     with ExitStack() as stack:
         lazy: dict[str, Any] = {}
         for f in files:
             check_inside(folder, f)
             if not f.is_file():
                 raise InputError(f"the shard index names {f.name}, which is not in the folder", where=str(index))
+            with safe_open(str(f), framework="pt", device="cpu") as header:  # mapped, but no tensor read
+                stored = {header.get_slice(n).get_dtype() for n in header.keys()} & FLOAT_CODES
+            backend = "mmap" if on_cpu and stored <= {TORCH_TO_ST[placement.dtype]} else "pread"
             try:
-                st = stack.enter_context(safe_open(str(f), framework="pt", device="cpu", backend="pread"))
+                st = stack.enter_context(safe_open(str(f), framework="pt", device="cpu", backend=backend))
             except TypeError:  # safetensors < 0.8: no backend option
                 lazy = {}
                 break
