@@ -355,6 +355,36 @@ def test_train_holds_one_copy_of_the_verifier(big, tmp_path):
     assert peak <= 1.2 * B + GiB + 4 * D
 
 
+def test_the_reference_run_holds_one_group_of_verifier_states_at_a_time(monkeypatch):
+    """``run_chains`` holds the verifier states (every hidden state and the logits over prompt + path) of one
+    group of prompts at a time, as ``group_size`` budgets them: when a group's verifier passes start, no state
+    of the group before is alive. Kept until the next group's were made, two groups' states were held at once,
+    twice the budget (512 MiB: 1 GiB, all of the bound's allowance beside the verifier)."""
+    import gc
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specfmt.validation import acceptance
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=128)
+    model = LlamaForCausalLM(cfg).eval()
+    alive: list[int] = []
+    real = acceptance.greedy_path
+
+    def counting(*a, **kw):
+        gc.collect()
+        alive.append(sum(isinstance(o, acceptance.VerifierStates) for o in gc.get_objects()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(acceptance, "greedy_path", counting)
+    prompts = [[1, 5, 9, 3], [7, 7, 2], [3, 3, 8, 1, 4], [9], [2, 6]]
+    res = acceptance.run_chains(model, prompts, [lambda tokens, states, k: [0] * k], k=2, max_tokens=5, group=2)
+    assert res[0].prompts == 5
+    assert alive == [0, 1, 0, 1, 0], alive  # within a group its own prompts' states, nothing of the groups before
+
+
 # --------------------------------------------------------------------------- the feature cache as its own pass
 
 
