@@ -244,6 +244,7 @@ class Verifier:
 
         Raises:
             OSError, ValueError: transformers cannot load it.
+            InputError: the shard index is unreadable, or names a missing file or one outside the folder.
         """
         from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
