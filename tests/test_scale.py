@@ -271,6 +271,18 @@ def test_load_model_maps_only_what_it_uses_as_stored_and_loads_exactly(layout, d
     assert model.config.name_or_path == str(folder) and not model.training
 
 
+@pytest.mark.parametrize("shard, words", [("model-00002-of-00002.safetensors", "names model-00002-of-00002.safetensors, which is not in the folder"),
+                                           ("../outside.safetensors", "outside the checkpoint folder")])
+def test_a_shard_index_naming_a_missing_or_outside_file_is_an_input_error(shard, words, tmp_path):
+    folder = _write_verifier_as(WORLD / "verifier", tmp_path / "v", max_shard_size="2MB")
+    (tmp_path / "outside.safetensors").write_bytes((folder / "model-00001-of-00005.safetensors").read_bytes())
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(InputError, match=words.replace(".", r"\.")):
+        Verifier.load(str(folder)).load_model(resolve_placement("cpu", "bfloat16"))
+
+
 def test_one_verifier_load_serves_the_reference_and_all_six_misreadings(tmp_path, monkeypatch):
     calls = _count_loads(monkeypatch)
     out = tmp_path / "eagle3"
