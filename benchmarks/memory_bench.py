@@ -22,7 +22,7 @@ Memory does not depend on how busy the machine is; the wall times recorded are n
 Usage::
 
     python benchmarks/memory_bench.py [--size 0.7b] [--stored float32,bfloat16] [--prompts examples/world/prompts.jsonl]
-        [--max-tokens 32] [--code /tmp/old-specfmt] [--no-phases] [--json benchmarks/memory_bench.results.json]
+        [--max-tokens 32] [--code /tmp/old-specfmt] [--no-phases] [--json benchmarks/memory_bench.results.json [--append]]
 """
 
 from __future__ import annotations
@@ -117,6 +117,15 @@ def max_rss(cmd: list[str], env: dict) -> tuple[int, str, int]:
     return rss, "ru_maxrss", proc.returncode
 
 
+def commit_of(folder: Path) -> str | None:
+    """The git commit checked out in ``folder`` (``+dirty`` with uncommitted changes to tracked files), or None."""
+    head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    if head.returncode:
+        return None
+    dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", default="0.7b", choices=[s for s, d in SIZES.items() if d])
@@ -125,7 +134,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--code", action="append", default=[], help="also measure the specfmt package in this folder")
     ap.add_argument("--no-phases", action="store_true", help="only the peaks, no in-process profile")
-    ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--json", default=None, help="write the results here (after each measurement)")
+    ap.add_argument("--append", action="store_true", help="add to the results already in --json (each row keeps its options)")
     ap.add_argument("--profile", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.profile:
@@ -134,8 +144,15 @@ def main() -> None:
     import torch
     import transformers
 
-    codes = [("installed", None)] + [(str(Path(c).resolve()), str(Path(c).resolve())) for c in args.code]
-    rows = []
+    import specfmt
+
+    installed = Path(specfmt.__file__).resolve().parents[1]
+    codes = [(f"installed ({commit_of(installed)})", None)] + [(f"{Path(c).resolve()} ({commit_of(Path(c))})", str(Path(c).resolve())) for c in args.code]
+    options = {k: v for k, v in vars(args).items() if k not in ("json", "profile", "append")}
+    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "safetensors": __import__("safetensors").__version__, "cpus": os.cpu_count(),
+            "machine": platform.machine()}
+    rows = json.loads(Path(args.json).read_text())["results"] if args.append and args.json and Path(args.json).is_file() else []
     with tempfile.TemporaryDirectory() as tmp:
         for stored in args.stored.split(","):
             t0 = time.perf_counter()
@@ -152,7 +169,7 @@ def main() -> None:
                 env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", str(os.cpu_count()))}
                 if code:
                     env["PYTHONPATH"] = code
-                row = {**base, "code": code_name}
+                row = {**base, "code": code_name, "options": options}
                 t0 = time.perf_counter()
                 rss, how, rc = max_rss([sys.executable, "-m", "specfmt", "validate", str(draft), "--run", "--no-vllm", "--prompts", args.prompts,
                                         "--max-tokens", str(args.max_tokens), "--device", "cpu"], env)
@@ -165,18 +182,15 @@ def main() -> None:
                     if prof.returncode:
                         sys.exit(f"the profile failed:\n{prof.stderr[-2000:]}")
                     row.update(json.loads(prof.stdout.strip().splitlines()[-1]))
+                row["loadavg"] = os.getloadavg()
                 rows.append(row)
+                if args.json:
+                    Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
                 print(f"{args.size} stored {stored}, {code_name}: peak {rss / GiB:.2f} GiB ({how}), bound {row['bound'] / GiB:.2f} GiB "
                       f"(verifier {B / GiB:.2f} GiB in float32)", flush=True)
                 for p in row.get("phases", []):
                     print(f"    {p['phase']:28s} {p['rss'] / GiB:5.2f} GiB  (anon {p['anon'] / GiB:5.2f}, file pages {p['file'] / GiB:5.2f})", flush=True)
             shutil.rmtree(ver, ignore_errors=True)
-    meta = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "safetensors": __import__("safetensors").__version__, "cpus": os.cpu_count(),
-            "machine": platform.machine(), "loadavg": os.getloadavg(),
-            "options": {k: v for k, v in vars(args).items() if k not in ("json", "profile")}}
-    if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
