@@ -6,6 +6,8 @@ vocabulary, V = 2048) with :func:`write_random_verifier`, at the sizes of :data:
 
 * ``shipped``: the example world's own verifier (8 layers, H = 128, 2.1 M parameters);
 * ``250m``: H = 1024, 20 layers (about 0.24 B parameters);
+* ``0.7b``: H = 2048, 16 layers, GQA 32/4 heads (0.71 B parameters; not in the default ``--sizes``:
+  ``memory_bench.py`` measures where ``validate --run`` spends its memory on it);
 * ``1b``: H = 2048, 22 layers, GQA 32/4 heads (about 0.98 B parameters, TinyLlama's shape with V = 2048).
 
 For each size, in child processes of their own (so each peak RSS is that command's alone):
@@ -51,6 +53,7 @@ GiB = 2**30
 SIZES: dict[str, tuple[int, int, int, int, int] | None] = {
     "shipped": None,
     "250m": (1024, 20, 2816, 16, 4),
+    "0.7b": (2048, 16, 5632, 32, 4),
     "1b": (2048, 22, 5632, 32, 4),
     "8b": (4096, 32, 14336, 32, 8),  # Llama-3-8B's shape with V = 2048 (GPU only)
 }

@@ -214,17 +214,102 @@ def test_bf16_reference_agrees_with_float32_on_the_shipped_example(tmp_path):
 
 
 def _count_loads(monkeypatch) -> list:
-    from transformers import AutoModelForCausalLM
+    """Every model transformers loads from here on (``PreTrainedModel.from_pretrained``, which every
+    model class and ``AutoModelForCausalLM`` end in), with its keyword arguments."""
+    from transformers import PreTrainedModel
 
     calls = []
-    real = AutoModelForCausalLM.from_pretrained.__func__
+    real = PreTrainedModel.from_pretrained.__func__
 
     def counting(cls, *a, **kw):
         calls.append(kw)
         return real(cls, *a, **kw)
 
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", classmethod(counting))
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(counting))
     return calls
+
+
+def _write_verifier_as(folder: Path, dest: Path, **save) -> Path:
+    """``folder``'s verifier saved again by transformers (``save_pretrained(**save)``), with its tokenizer."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+
+    AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).save_pretrained(str(dest), **save)
+    for f in folder.iterdir():
+        if f.name.startswith("tokenizer"):
+            shutil.copy(f, dest / f.name)
+    return dest
+
+
+@pytest.mark.parametrize("layout", ["single file", "sharded", "tied embeddings", "stored in bf16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_load_model_maps_only_what_it_uses_as_stored_and_loads_exactly(layout, dtype, tmp_path, monkeypatch):
+    """``Verifier.load_model`` maps a safetensors file only where its tensors run as stored (CPU, run dtype = stored
+    dtype: the mapped pages are the weights); a file it converts is read with ``pread``, since its mapped pages
+    would stay resident beside the converted copy until loading ends (issue 23, item 12). Either way the model
+    is the one ``from_pretrained(folder)`` gives, bit for bit: one file, shards through
+    ``model.safetensors.index.json``, an ``lm_head`` tied to the embedding, a bf16 file; in float32 and bf16."""
+    import safetensors
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM
+
+    stored = "float32"
+    if layout == "single file":
+        folder = WORLD / "verifier"
+    elif layout == "sharded":
+        folder = _write_verifier_as(WORLD / "verifier", tmp_path / "v", max_shard_size="2MB")
+        assert len(list(folder.glob("*.safetensors"))) > 2 and (folder / "model.safetensors.index.json").is_file()
+    else:
+        folder = tmp_path / "v"
+        folder.mkdir()
+        for f in (WORLD / "verifier").iterdir():
+            (folder / f.name).write_bytes(f.read_bytes())
+        weights = load_file(str(folder / "model.safetensors"))
+        cfg = json.loads((folder / "config.json").read_text())
+        if layout == "tied embeddings":
+            (folder / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+            del weights["lm_head.weight"]
+        else:
+            stored = "bfloat16"
+            (folder / "config.json").write_text(json.dumps({**cfg, "dtype": stored}))
+            weights = {n: t.to(torch.bfloat16) for n, t in weights.items()}
+        save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    opened = []
+    real = safetensors.safe_open
+
+    def recording(path, *a, **kw):
+        if "backend" in kw:  # the opens that read tensors (a header is read from a default open)
+            opened.append((Path(path).name, kw["backend"]))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(safetensors, "safe_open", recording)
+    monkeypatch.setattr("transformers.modeling_utils.safe_open", recording)  # where transformers' own reading opens them
+    model = Verifier.load(str(folder)).load_model(resolve_placement("cpu", dtype))
+    monkeypatch.undo()
+    files = sorted(f.name for f in folder.glob("*.safetensors"))
+    assert sorted(opened) == [(f, "mmap" if dtype == stored else "pread") for f in files], opened
+    want = AutoModelForCausalLM.from_pretrained(str(folder), dtype=getattr(torch, dtype))
+    got_p, want_p = dict(model.named_parameters(remove_duplicate=False)), dict(want.named_parameters(remove_duplicate=False))
+    assert got_p.keys() == want_p.keys()
+    for n, t in want_p.items():
+        assert got_p[n].dtype == t.dtype and torch.equal(got_p[n], t), n
+    for n, t in want.named_buffers():
+        assert torch.equal(dict(model.named_buffers())[n], t), n
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == (layout == "tied embeddings")
+    assert model.config.name_or_path == str(folder) and not model.training
+
+
+@pytest.mark.parametrize("shard, words", [("model-00002-of-00002.safetensors", "names model-00002-of-00002.safetensors, which is not in the folder"),
+                                           ("../outside.safetensors", "outside the checkpoint folder")])
+def test_a_shard_index_naming_a_missing_or_outside_file_is_an_input_error(shard, words, tmp_path):
+    folder = _write_verifier_as(WORLD / "verifier", tmp_path / "v", max_shard_size="2MB")
+    (tmp_path / "outside.safetensors").write_bytes((folder / "model-00001-of-00005.safetensors").read_bytes())
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    index["weight_map"]["lm_head.weight"] = shard
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(InputError, match=words.replace(".", r"\.")):
+        Verifier.load(str(folder)).load_model(resolve_placement("cpu", "bfloat16"))
 
 
 def test_one_verifier_load_serves_the_reference_and_all_six_misreadings(tmp_path, monkeypatch):
@@ -249,15 +334,26 @@ def test_one_verifier_load_serves_training_and_its_validation_run(tmp_path, monk
     assert len(calls) == 1
 
 
-@pytest.fixture(scope="module")
-def big(tmp_path_factory) -> tuple[Path, Path, int]:
-    """A ~470 MB float32 random Llama verifier (H = 512, 40 layers: 123 M parameters) and a new EAGLE-3 draft for it."""
-    root = tmp_path_factory.mktemp("big")
-    ver = write_random_verifier(root / "verifier", 512, 40, 1536, 8, 2)
+def _big(root: Path, dtype: str) -> tuple[Path, Path, int]:
+    """A random Llama verifier (H = 512, 40 layers: 123 M parameters) stored in ``dtype``, a new EAGLE-3 draft
+    for it, and the verifier's bytes in float32 (the CPU's run dtype: 470 MB)."""
+    ver = write_random_verifier(root / "verifier", 512, 40, 1536, 8, 2, dtype=dtype)
     draft = root / "draft"
     proc = run_cli("train", "eagle3", "--verifier", ver, "-o", draft, "--dry-run", "--no-validate")
     assert proc.returncode == 0, proc.stderr
-    return ver, draft, weight_bytes(ver)
+    return ver, draft, weight_bytes(ver, "float32")
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory) -> tuple[Path, Path, int]:
+    """The ~470 MB verifier stored in float32, as it runs on the CPU."""
+    return _big(tmp_path_factory.mktemp("big"), "float32")
+
+
+@pytest.fixture(scope="module")
+def big_bf16(tmp_path_factory) -> tuple[Path, Path, int]:
+    """The same shape stored in bf16 (235 MB on disk, as most Hub checkpoints), run in float32 (470 MB)."""
+    return _big(tmp_path_factory.mktemp("big-bf16"), "bfloat16")
 
 
 def _peak(*args) -> int:
@@ -266,11 +362,15 @@ def _peak(*args) -> int:
     return rss
 
 
-def test_validate_run_holds_one_copy_of_the_verifier(big, tmp_path):
+@pytest.mark.parametrize("stored", ["float32", "bfloat16"])
+def test_validate_run_holds_one_copy_of_the_verifier(stored, request, tmp_path):
     """Peak RSS of ``validate --run --no-vllm``: the big verifier's run against the shipped one's, same prompts.
-    One copy of the verifier adds about B = its bytes; a second copy anywhere (a deepcopy, a ``.to()`` that
-    copies, one model per misreading, a staging copy while loading) adds another B and breaks ``< 1.2 B``."""
-    ver, draft, B = big
+    One copy of the verifier adds about B = its bytes in the run dtype; a second copy anywhere (a deepcopy, a
+    ``.to()`` that copies, one model per misreading, a staging copy while loading) adds another B and breaks
+    ``< 1.2 B``. Stored in bf16 and run in float32 (the CPU default), the verifier is converted as it is read:
+    a memory-mapped bf16 file stays resident until the last tensor is read, adding B / 2 (issue 23, item 12:
+    a 0.71 B Llama peaked at 4.45 GiB against the bound's 4.19; ``Verifier.load_model``)."""
+    ver, draft, B = request.getfixturevalue("big" if stored == "float32" else "big_bf16")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join((WORLD / "prompts.jsonl").read_text().splitlines(keepends=True)[:2]))
     small = tmp_path / "small"
@@ -294,6 +394,36 @@ def test_train_holds_one_copy_of_the_verifier(big, tmp_path):
     D = weight_bytes(tmp_path / "big", "float32")
     assert peak - base < 1.2 * B + 4 * D, (peak / 2**20, base / 2**20, B / 2**20, D / 2**20)
     assert peak <= 1.2 * B + GiB + 4 * D
+
+
+def test_the_reference_run_holds_one_group_of_verifier_states_at_a_time(monkeypatch):
+    """``run_chains`` holds the verifier states (every hidden state and the logits over prompt + path) of one
+    group of prompts at a time, as ``group_size`` budgets them: when a group's verifier passes start, no state
+    of the group before is alive. Kept until the next group's were made, two groups' states were held at once,
+    twice the budget (512 MiB: 1 GiB, all of the bound's allowance beside the verifier)."""
+    import gc
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from specfmt.validation import acceptance
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=128)
+    model = LlamaForCausalLM(cfg).eval()
+    alive: list[int] = []
+    real = acceptance.greedy_path
+
+    def counting(*a, **kw):
+        gc.collect()
+        alive.append(sum(isinstance(o, acceptance.VerifierStates) for o in gc.get_objects()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(acceptance, "greedy_path", counting)
+    prompts = [[1, 5, 9, 3], [7, 7, 2], [3, 3, 8, 1, 4], [9], [2, 6]]
+    res = acceptance.run_chains(model, prompts, [lambda tokens, states, k: [0] * k], k=2, max_tokens=5, group=2)
+    assert res[0].prompts == 5
+    assert alive == [0, 1, 0, 1, 0], alive  # within a group its own prompts' states, nothing of the groups before
 
 
 # --------------------------------------------------------------------------- the feature cache as its own pass

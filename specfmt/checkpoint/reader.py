@@ -25,6 +25,7 @@ from .files import check_inside
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+SAFETENSORS_FILE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 PICKLE_INDEX = "pytorch_model.bin.index.json"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth")

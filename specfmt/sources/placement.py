@@ -77,7 +77,7 @@ class Placement:
 
     def from_pretrained_kwargs(self) -> dict[str, Any]:
         """What :meth:`specfmt.sources.verifier.Verifier.load_model` passes to ``from_pretrained``: the dtype and the
-        placement (weights read straight onto their device; safetensors files are memory-mapped, never copied whole)."""
+        placement (weights read straight onto their device, one tensor at a time: :func:`specfmt.sources.verifier.lazy_weights`)."""
         kw: dict[str, Any] = {"dtype": self.torch_dtype}
         if self.device_map is not None:
             kw["device_map"] = self.device_map

@@ -11,12 +11,13 @@ when the model must run.
 
 from __future__ import annotations
 
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
-from ..checkpoint.files import CONFIG_FILE, read_json
-from ..checkpoint.reader import PICKLE_INDEX, SAFETENSORS_INDEX, CheckpointReader
+from ..checkpoint.files import CONFIG_FILE, check_inside, read_json
+from ..checkpoint.reader import PICKLE_INDEX, SAFETENSORS_FILE, SAFETENSORS_INDEX, CheckpointReader
 from ..errors import InputError
 from .resolve import Resolved, fetch, resolve
 
@@ -227,10 +228,14 @@ class Verifier:
         releases the first before loading (never two copies at once).
 
         The weights are read straight into place: transformers builds the model on the ``meta``
-        device and fills each parameter from the memory-mapped safetensors file in the run dtype
-        (``Placement.from_pretrained_kwargs``: ``device_map`` puts it on the GPU, or spreads it with
-        accelerate), so the peak is about one copy of the verifier in its run dtype (measured:
-        ``benchmarks/scale_bench.py``; guarded by ``tests/test_scale.py``).
+        device and fills each parameter in the run dtype (``Placement.from_pretrained_kwargs``:
+        ``device_map`` puts it on the GPU, or spreads it with accelerate). Each tensor is read from
+        its safetensors file by :func:`lazy_weights`: mapped where it is used as stored (no copy),
+        read with ``pread`` where it is converted or moved to a GPU, so that a converted file never
+        stays resident beside its copy (a bf16 checkpoint run in float32 peaked at the float32
+        copy plus the whole bf16 file). The peak is one copy of the verifier in its run dtype plus
+        one tensor (measured: ``benchmarks/memory_bench.py``, ``benchmarks/scale_bench.py``; guarded
+        by ``tests/test_scale.py``).
 
         Args:
             placement: device, dtype and device map (:func:`specfmt.sources.placement.resolve_placement`);
@@ -238,8 +243,9 @@ class Verifier:
 
         Raises:
             OSError, ValueError: transformers cannot load it.
+            InputError: the shard index is unreadable, or names a missing file or one outside the folder.
         """
-        from transformers import AutoModelForCausalLM
+        from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig, AutoModelForCausalLM
         from transformers.utils import logging as hf_logging
 
         from .placement import Placement
@@ -249,7 +255,16 @@ class Verifier:
             return self._model[1]
         self.release_model()
         hf_logging.disable_progress_bar()  # the command's own output is the report; no "Loading weights" bar
-        model = AutoModelForCausalLM.from_pretrained(str(self.model_folder()), **placement.from_pretrained_kwargs())
+        folder = self.model_folder()
+        kwargs = placement.from_pretrained_kwargs()
+        with lazy_weights(folder, placement) as lazy:
+            config = AutoConfig.from_pretrained(str(folder)) if lazy is not None else None
+            cls = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None) if config is not None else None
+            if isinstance(cls, type):  # the class AutoModelForCausalLM would pick, given the unmapped slices
+                model = cls.from_pretrained(None, config=config, state_dict=lazy, **kwargs)
+                model.config.name_or_path = str(folder)  # as from_pretrained(folder) sets it
+            else:  # no safetensors files, libraries too old to read them unmapped, or not a causal LM (transformers' error)
+                model = AutoModelForCausalLM.from_pretrained(str(folder), **kwargs)
         model.eval().requires_grad_(False)
         self._model = (placement, model)
         return model
@@ -267,3 +282,72 @@ class Verifier:
         for r in self._readers.values():
             r.close()
         self._readers.clear()
+
+
+@contextmanager
+def lazy_weights(folder: Path, placement: "Placement") -> Iterator["dict[str, Any] | None"]:
+    """The safetensors weights of a model folder as lazy slices, for ``from_pretrained(None, config=...,
+    state_dict=...)``, each file opened the way that keeps the fewest of its bytes resident; closed on exit.
+
+    transformers (5.x) opens every safetensors file with a memory map and hands its loader lazy slices
+    (it reads them with ``pread`` only on Windows and MPS). A mapped file's pages count towards the
+    process's resident memory once read, until the file is closed after the last tensor. Where a
+    tensor is used as stored (on the CPU, already in the run dtype) the mapped pages are the weights
+    themselves, no copy at all; where it is converted (a bf16 checkpoint run in float32, the CPU
+    default) or moved to a GPU, the mapped pages are a second copy, and all of them stayed resident
+    until the end: a 0.71 B Llama stored in bf16 peaked at 4.45 GiB in float32 where issue 19's
+    bound (1.2 x its 2.66 GiB + 1 GiB) is 4.19 (``benchmarks/memory_bench.py``). So a file whose
+    floating tensors are all stored in the run dtype, loaded onto the CPU without a device map, is
+    mapped; any other is opened with safetensors' ``pread`` backend (safetensors >= 0.8), which reads
+    each tensor into a buffer of its own, freed once the tensor is converted and placed. Which
+    files: those of ``model.safetensors.index.json``, else ``model.safetensors``, as
+    ``from_pretrained`` chooses them.
+
+    Args:
+        folder: the model folder.
+        placement: where and in what dtype the model runs.
+
+    Yields:
+        ``{name: slice}``, or None where the folder has no such files, or the installed transformers
+        (< 5, which needs materialised tensors in ``state_dict``) or safetensors (< 0.8, no ``pread``)
+        cannot read them this way: the caller then lets ``from_pretrained`` read the folder itself.
+
+    Raises:
+        InputError: the shard index is unreadable, or names a file that is missing or outside the folder.
+    """
+    import transformers
+    from packaging.version import Version
+    from safetensors import safe_open
+
+    from ..checkpoint.dtypes import FLOAT_CODES, TORCH_TO_ST
+
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise InputError("invalid shard index (needs a 'weight_map' object of file names)", where=str(index))
+        files = [folder / f for f in sorted(set(weight_map.values()))]
+    elif (folder / SAFETENSORS_FILE).is_file():
+        files = [folder / SAFETENSORS_FILE]
+    else:
+        files = []
+    if not files or Version(transformers.__version__).major < 5:
+        yield None
+        return
+    on_cpu = not placement.is_cuda and placement.device_map is None
+    with ExitStack() as stack:
+        lazy: dict[str, Any] = {}
+        for f in files:
+            check_inside(folder, f)
+            if not f.is_file():
+                raise InputError(f"the shard index names {f.name}, which is not in the folder", where=str(index))
+            with safe_open(str(f), framework="pt", device="cpu") as header:  # mapped, but no tensor read
+                stored = {header.get_slice(n).get_dtype() for n in header.keys()} & FLOAT_CODES
+            backend = "mmap" if on_cpu and stored <= {TORCH_TO_ST[placement.dtype]} else "pread"
+            try:
+                st = stack.enter_context(safe_open(str(f), framework="pt", device="cpu", backend=backend))
+            except TypeError:  # safetensors < 0.8: no backend option
+                lazy = {}
+                break
+            lazy.update({n: st.get_slice(n) for n in st.keys()})
+        yield lazy or None

@@ -150,6 +150,7 @@ def greedy_path(model: Any, prompt: list[int], n: int) -> tuple[list[int], Verif
         wrong = next((i for i, (a, b) in enumerate(zip(pred, path)) if a != b), None)
         if wrong is None:
             return path, states
+        states = None  # not held through the next pass
         path = path[:wrong] + [pred[wrong]]
         path += _greedy_tail(model, list(prompt) + path, n - len(path))
     raise RuntimeError("the verifier's greedy path did not settle")  # pragma: no cover - n+1 passes always settle
@@ -190,7 +191,8 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     the path's token at its place, and the sequence moves on by the accepted tokens plus the
     verifier's own.
 
-    Prompts are taken ``group`` at a time and their chains advance side by side: each round asks a
+    Prompts are taken ``group`` at a time and their chains advance side by side (one group's verifier
+    states are held at a time: a group's go before the next group's passes): each round asks a
     proposer for one proposal per unfinished prompt, in one call when it is a :class:`~specfmt.algorithms.reference.ChainDrafter`
     (the draft then reads its weights once per round for the whole group, not once per prompt; a
     single-token draft pass is bound by those reads). Each chain's figures are those of running it
@@ -246,11 +248,12 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                         res.accepted_per_position[j] += 1
                     seqs[i].extend(path[g: g + a + 1])  # the accepted tokens and the verifier's own
                     generated[i] = g + a + 1
-            for path, _ in walks:
+            for path in [path for path, _ in walks]:  # (a loop variable would keep the last prompt's states)
                 res.token_ids.append(path[:max_tokens])
                 res.tokens += max_tokens
                 res.prompts += 1
             res.draft_seconds += time.perf_counter() - t0
+        del walks  # this group's states go before the next group's passes: one group's are held at a time
     return results
 
 
