@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -614,8 +615,6 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
     model, spec, form = engine_args(cfg, model_ref, vref, version, k)
     # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
-    import tempfile
-
     # the draft's engine writes the tensors it holds here (one engine: no start of its own); with tensor parallelism
     # each GPU holds a shard of each layer, which the element-by-element comparison does not reassemble
     held_dir = tempfile.TemporaryDirectory(prefix="specfmt-held-")
