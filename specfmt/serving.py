@@ -292,9 +292,14 @@ def serving_lines(cfg: dict[str, Any], draft: str, version: str | None = None, *
     return lines
 
 
-def serving_summary(cfg: dict[str, Any]) -> tuple[str, str]:
+def serving_summary(cfg: dict[str, Any], *, distribution: str | None = None) -> tuple[str, str]:
     """The ``serving`` check of ``specfmt validate``: ``(status, summary)`` -- ``warn`` when some
-    checked release cannot serve the algorithm (Medusa on 0.33), else ``pass``."""
+    checked release cannot serve the algorithm (Medusa on 0.33), else ``pass``.
+
+    The line it names is the one that starts a server on ``distribution`` (None: the installed build's, the
+    GPU build's when none is; :data:`LAUNCHERS`): ``vllm serve OUT``, or on the CPU build the server's module
+    with ``--model OUT``, since there the ``vllm`` command does not start."""
+    launcher = " ".join((*_launcher(distribution), "OUT"))
     algo = get(cfg["speculators_model_type"])
     verifier = verifier_ref(cfg) or ""
     served = [r for r in CHECKED_RELEASES if Version(r) in algo.vllm_releases]
@@ -303,7 +308,7 @@ def serving_summary(cfg: dict[str, Any]) -> tuple[str, str]:
     parts = [f"vLLM {_releases(served)} serve{'s' if len(served) == 1 else ''} it as {algo.vllm_method}"]
     later = [r for r in served if r not in auto]
     if later:
-        parts.append(f"`vllm serve OUT` works on {_releases(auto)}; {_releases(later)} need{'s' if len(later) == 1 else ''} the explicit form "
+        parts.append(f"`{launcher}` works on {_releases(auto)}; {_releases(later)} need{'s' if len(later) == 1 else ''} the explicit form "
                      f"(`specfmt serve-command OUT`) because {auto_refusal(later[0], verifier)}")
     if refused:
         parts.append(algo.serving_note())

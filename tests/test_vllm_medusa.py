@@ -22,9 +22,9 @@ from conftest import E2E_TOKENS, WORLD, assert_served, renamed, research_tensors
 from safetensors.torch import load_file
 
 from specfmt.convert import convert
-from specfmt.validation.vllm_run import generate, vllm_available
+from specfmt.validation.vllm_run import generate
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
+pytestmark = pytest.mark.vllm  # needs vLLM installed: conftest fails these tests when it is not
 
 SIZES = {"hidden": 128, "vocab": 2048, "dtype": torch.float32}  # examples/world/verifier/config.json
 
@@ -47,7 +47,7 @@ def _served_exactly(out: Path, prompts, alone, source: dict) -> None:
     assert set(run.draft_parameters) == set(ours)
     assert set(ours) <= set(load_file(str(held)))
     for name, t in ours.items():
-        assert run.draft_parameters[name][0] == list(t.shape), name
+        assert run.draft_parameters[name] == list(t.shape), name
 
 
 def test_v01_heads_are_served_by_vllm_with_no_speculative_config(tmp_path, world_prompts, verifier_alone):

@@ -15,10 +15,10 @@ from specfmt.convert import convert
 from specfmt.training.loop import TrainOptions
 from specfmt.training.pipeline import TrainRequest, train_draft
 from specfmt.validation.run import validate_run
-from specfmt.validation.vllm_run import generate, vllm_available
+from specfmt.validation.vllm_run import generate
 from test_validate_run import TOKENS, few_prompts  # noqa: F401  (fixture)
 
-pytestmark = [pytest.mark.vllm, pytest.mark.skipif(not vllm_available(), reason="vLLM is not installed")]
+pytestmark = pytest.mark.vllm  # needs vLLM installed: conftest fails these tests when it is not
 
 
 @pytest.mark.parametrize("name,fmt", [("eagle-safeailab", "eagle"), ("medusa-legacy", "medusa")])

@@ -144,10 +144,6 @@ def test_vllm_serves_it_as_eagle3_qwen3_and_agrees_with_the_reference(converted)
     """``validate --run`` as the quickstart runs it: vLLM started as ``vllm serve OUT`` (no speculative
     flags) attaches the draft as ``Eagle3Qwen3ForCausalLM``; per position it agrees with the reference
     within 0.1, both at mean acceptance length >= 1.8, the figures world.json recorded."""
-    from specfmt.validation.vllm_run import vllm_available
-
-    if not vllm_available():
-        pytest.skip("vLLM is not installed")
     res = validate_run(converted, prompts=str(WORLD / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
                        min_acceptance_length=1.8, write=False)
     st = {c.name: c.status for c in res.report.checks}

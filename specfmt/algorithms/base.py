@@ -101,6 +101,8 @@ class Algorithm:
     map_tensors: ClassVar[tuple[str, ...]] = ()
     #: vLLM parameter names that are not the file's names, e.g. ``draft_id_to_target_id`` -> ``d2t``
     vllm_aliases: ClassVar[dict[str, str]] = {}
+    #: file tensors vLLM keeps no copy of, and why (``validate --run``'s ``vllm_weights`` check does not look for them)
+    vllm_not_held: ClassVar[dict[str, str]] = {}
     #: tensors a research checkpoint may lack because ``specfmt train fill`` computes them
     fillable: ClassVar[frozenset[str]] = frozenset()
     #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
@@ -192,7 +194,7 @@ class Algorithm:
         return 1
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None) -> tuple[Any, list[int], list[int]]:
+             generator: Any, subset: list[int] | None, normaliser: Any = None) -> tuple[Any, list[int], list[int]]:
         """The training loss of one batch: ``(loss, correct per position, counted per position)``.
 
         Args:
@@ -202,6 +204,13 @@ class Algorithm:
                 the verifier's last hidden state (after its final norm).
             ttt_steps, noise, generator: options of the objectives that use them.
             subset: the parts to train (Medusa heads), None for all.
+            normaliser: for an objective that averages over a number of counted positions that differs
+                between processes (EAGLE-3's positions masked by the draft vocabulary), ``counts -> divisors``:
+                given this process's counts per loss term (float64 tensor), what to divide its sums by so
+                that the average of the processes' losses -- what ``DistributedDataParallel`` averages the
+                gradients over -- is the mean over every process's positions (:func:`specfmt.training.loop.fit`:
+                the global count over the number of processes). None: the counts themselves (one process).
+                Objectives that average over the same number of positions on every process ignore it.
         """
         raise NotImplementedError
 

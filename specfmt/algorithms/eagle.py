@@ -354,7 +354,7 @@ class Eagle(Algorithm):
         return eagle1_proposer(tensors, reading.cfg, lm_head, tensors.get("embed_tokens.weight", embed))
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None):
+             generator: Any, subset: list[int] | None, normaliser: Any = None):
         return eagle1_loss(module, embed, head, ids, last, noise, generator)
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):

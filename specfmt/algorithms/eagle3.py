@@ -13,7 +13,7 @@ Sources: SafeAILab/EAGLE ``eagle/traineagle3/cnets.py``; vLLM ``llama_eagle3.py`
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import InputError
@@ -376,8 +376,12 @@ def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
     return torch.cat(blocks, dim=1)
 
 
-def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int):
+def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int,
+                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None):
     """Loss of one batch, unrolled over ``ttt_steps`` drafting steps.
+
+    Step ``s`` counts the positions from ``s`` on whose verifier top-1 token is in the draft vocabulary, and
+    its loss is the sum of their cross-entropies divided by their number (weight ``0.8**s``).
 
     Args:
         draft: a :func:`draft_module` (train mode).
@@ -386,6 +390,9 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         aux: [B, T, n_aux·H_t] the verifier's tap states at each position.
         target_logits: [B, T, V] the verifier's logits at each position.
         ttt_steps: drafting steps to unroll (the k the draft will serve with).
+        normaliser: ``counts -> divisors`` ([ttt_steps] float64, this batch's counted positions per step -> what
+            each step's sum is divided by), so that several processes average to the mean over all their
+            positions (:meth:`specfmt.algorithms.base.Algorithm.loss`); None: the counts (at least 1).
 
     Returns:
         ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
@@ -409,14 +416,15 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
     past = [[] for _ in draft.layers]
     loss = torch.zeros((), device=ids.device)
     correct, counted = [], []
+    counts = torch.stack([keep[:, s:].sum() for s in range(ttt_steps)]).to(torch.float64)  # step s counts positions s..L-1
+    divisors = normaliser(counts) if normaliser is not None else counts.clamp(min=1)
     for s in range(ttt_steps):
         mask = ttt_mask(L, s, ids.device)
         logits, feedback, kv = draft(e, hidden, positions, past=past, mask=mask)
         valid = keep.clone()
         valid[:, :s] = False
-        n = valid.sum().clamp(min=1)
         ce = -(tp * logits.float().log_softmax(-1)).sum(-1)
-        loss = loss + (0.8 ** s) * (ce * valid).sum() / n
+        loss = loss + (0.8 ** s) * (ce * valid).sum() / divisors[s].to(ce.dtype)
         correct.append(int(((logits.argmax(-1) == tgt_top_draft) & valid).sum()))
         counted.append(int(valid.sum()))
         for i, (k, v) in enumerate(kv):
@@ -434,6 +442,8 @@ class Eagle3(Algorithm):
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`), with every tensor as in the file, to train it further."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
+    vllm_not_held = {"t2d": "vLLM maps draft ids to the verifier's with d2t alone; its EAGLE-3 loader skips t2d "
+                            "(llama_eagle3.py load_weights), which only training uses"}
     fillable = frozenset({"d2t", "t2d"})
 
     # -- format ------------------------------------------------------------------------------
@@ -592,12 +602,12 @@ class Eagle3(Algorithm):
         return ttt_steps
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None):
+             generator: Any, subset: list[int] | None, normaliser: Any = None):
         import torch
 
         with torch.no_grad():
             logits = head(last)
-        return eagle3_ttt_loss(module, embed, ids, aux, logits, ttt_steps)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, ttt_steps, normaliser)
 
     def check_new_draft(self, shape: NewDraft, *, init: bool) -> None:
         return None

@@ -303,7 +303,7 @@ class Medusa(Algorithm):
         return len(module.blocks)
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None):
+             generator: Any, subset: list[int] | None, normaliser: Any = None):
         import torch
 
         with torch.no_grad():

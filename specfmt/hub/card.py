@@ -144,24 +144,62 @@ def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any, k: int) 
     return out
 
 
+#: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``)
+FIGURE_SECTIONS = {"reference": "reference", "vllm": "vLLM"}
+
+
+def _measured(figures: dict[str, Any], section: str) -> dict[str, Any]:
+    """When and how ``section`` of ``validation.json`` was measured: the run's own conditions, or those of the earlier
+    run it was kept from (``kept.{section}``: ``validate --run --no-vllm`` keeps an earlier run's vLLM figures)."""
+    kept = (figures.get("kept") or {}).get(section)
+    src = kept if isinstance(kept, dict) else figures
+    prompts = src.get("prompts") if isinstance(src.get("prompts"), dict) else {}
+    return {"date": str(src.get("date") or "")[:10], "specfmt": src.get("specfmt_version"), "kept": isinstance(kept, dict),
+            "count": prompts.get("count"), "source": PurePosixPath(str(prompts.get("source") or "built-in prompts")).name,
+            "digest": prompts.get("digest"), "tokens": src.get("max_tokens"), "k": src.get("num_speculative_tokens")}
+
+
 def _figures_section(figures: dict[str, Any] | None, repo_id: str) -> list[str]:
+    """The acceptance table of ``validation.json``: one column per part measured (the reference, vLLM).
+
+    When every column was measured in the same run, or with the same prompts, tokens and k, one line states the
+    conditions. When they differ -- a part kept from an earlier run (``kept``) that used other prompts, another k
+    or token count -- each column states its own: date, prompts (count and file), tokens per prompt and k, as
+    rows of the table, so that no figure is read under another run's conditions.
+    """
     out = ["## Acceptance", ""]
     if not figures:
         return out + ["No acceptance figures were recorded for this upload. Measure them on your own prompts with",
                       "", "```bash", f"specfmt validate {repo_id} --run --prompts prompts.jsonl", "```", ""]
-    runs = [(f"reference ({r.get('dtype')})", r) for r in [figures.get("reference")] if r] + \
-           [(f"{r.get('engine', 'vLLM')} ({r.get('dtype')})", r) for r in [figures.get("vllm")] if r]
-    prompts = figures.get("prompts") or {}
-    source = PurePosixPath(str(prompts.get("source") or "built-in prompts")).name
-    k = figures.get("num_speculative_tokens")
-    out += [f"Measured with `specfmt validate --run` (specfmt {figures.get('specfmt_version')}, {str(figures.get('date', ''))[:10]}): "
-            f"{prompts.get('count')} prompts from `{source}`, {figures.get('max_tokens')} tokens each, {k} speculative tokens, greedy. "
-            "The reference is specfmt's own forward pass of the draft" + ("; vLLM is the engine that serves it." if figures.get("vllm") else "."), "",
-            "| | " + " | ".join(name for name, _ in runs) + " |", "| --- |" + " ---: |" * len(runs)]
-    for i in range(k or 0):
-        out.append(f"| acceptance rate, position {i + 1} | " + " | ".join(_fmt(r.get("acceptance_rate_per_position"), i) for _, r in runs) + " |")
-    out.append("| **mean acceptance length** | " + " | ".join(f"**{_fmt(r.get('mean_acceptance_length'))}**" for _, r in runs) + " |")
-    out.append("| drafts | " + " | ".join(str(r.get("num_drafts", "-")) for _, r in runs) + " |")
+    #: (what the column is called in words, its heading, its figures, when and how they were measured)
+    runs = [(FIGURE_SECTIONS[s], f"reference ({r.get('dtype')})" if s == "reference" else f"{r.get('engine', 'vLLM')} ({r.get('dtype')})", r,
+             _measured(figures, s)) for s in FIGURE_SECTIONS for r in [figures.get(s)] if r]
+    what = ("The reference is specfmt's own forward pass of the draft" + ("; vLLM is the engine that serves it." if figures.get("vllm") else "."))
+    same = ("count", "source", "digest", "tokens", "k")
+    one = len({tuple(m[key] for key in (*same, "date")) for *_, m in runs}) <= 1
+    alike = len({tuple(m[key] for key in same) for *_, m in runs}) <= 1
+    if one or not runs:
+        m = runs[0][3] if runs else _measured(figures, "reference")
+        out += [f"Measured with `specfmt validate --run` (specfmt {m['specfmt']}, {m['date']}): {m['count']} prompts from `{m['source']}`, "
+                f"{m['tokens']} tokens each, {m['k']} speculative tokens, greedy. " + what, ""]
+    else:
+        kept = [words for words, *_, m in runs if m["kept"]]
+        out += ["Measured with `specfmt validate --run`, greedy, in more than one run: "
+                + (f"the {' and '.join(kept)} figures are kept from an earlier run of these same files and verifier. " if kept else "")
+                + ("Each column was measured on the same prompts, tokens and k, on the date it states. " if alike
+                   else "The columns were measured on different prompts, tokens or k: each states its own, and they compare only as far as those agree. ")
+                + what, ""]
+    k = max((m["k"] or 0 for *_, m in runs), default=0)
+    out += ["| | " + " | ".join(name for _, name, _, _ in runs) + " |", "| --- |" + " ---: |" * len(runs)]
+    if not one:
+        out.append("| measured | " + " | ".join(f"{m['date']} (specfmt {m['specfmt']}{', kept' if m['kept'] else ''})" for *_, m in runs) + " |")
+        out.append("| prompts | " + " | ".join(f"{m['count']} from `{m['source']}`" for *_, m in runs) + " |")
+        out.append("| tokens per prompt | " + " | ".join(str(m["tokens"]) for *_, m in runs) + " |")
+        out.append("| speculative tokens | " + " | ".join(str(m["k"]) for *_, m in runs) + " |")
+    for i in range(k):
+        out.append(f"| acceptance rate, position {i + 1} | " + " | ".join(_fmt(r.get("acceptance_rate_per_position"), i) for _, _, r, _ in runs) + " |")
+    out.append("| **mean acceptance length** | " + " | ".join(f"**{_fmt(r.get('mean_acceptance_length'))}**" for _, _, r, _ in runs) + " |")
+    out.append("| drafts | " + " | ".join(str(r.get("num_drafts", "-")) for _, _, r, _ in runs) + " |")
     out += ["", "Mean acceptance length counts the verifier's own token per step (1.0: no draft token accepted). "
             "Acceptance depends on the prompts: measure on your own traffic before relying on a speed-up.", ""]
     return out

@@ -113,8 +113,32 @@ class TrainOptions:
 STATE_FILE = "state.pt"
 
 
+def global_normaliser(counts: "torch.Tensor") -> "torch.Tensor":
+    """What a process divides its sums of per-position losses by: the count over every process (all-reduced,
+    at least 1) over the number of processes.
+
+    ``DistributedDataParallel`` averages the processes' gradients, so each process's ``sum / (N / W)``
+    averages to ``(sum over all processes) / N``, the mean over every counted position -- the loss of one
+    process on the whole global batch. Dividing by the process's own count instead (a mean of means)
+    weighs a position by how many its own process counted: wrong wherever processes count different
+    numbers of positions (EAGLE-3 with a draft vocabulary masks the positions whose verifier token is
+    outside it). Called by every process at the same point of every step (a collective).
+
+    Args:
+        counts: [n] float64, this process's counted positions per loss term, on its device.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return counts.clamp(min=1)
+    total = counts.clone()
+    dist.all_reduce(total)
+    return total.clamp(min=1) / dist.get_world_size()
+
+
 def _objective(algo: Algorithm, draft: Any, embed: Any, head: Any, opts: TrainOptions, subset: list[int] | None) -> Any:
-    """The loss of one batch as an ``nn.Module`` (what ``DistributedDataParallel`` wraps)."""
+    """The loss of one batch as an ``nn.Module`` (what ``DistributedDataParallel`` wraps), normalised over every
+    process's counted positions (:func:`global_normaliser`)."""
     import torch
     from torch import nn
 
@@ -128,7 +152,7 @@ def _objective(algo: Algorithm, draft: Any, embed: Any, head: Any, opts: TrainOp
             embed, head = self._frozen
             g = torch.Generator().manual_seed(opts.seed * 7919 + step)  # the step's noise (EAGLE-1)
             return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, ttt_steps=opts.ttt_steps,
-                             noise=opts.noise, generator=g, subset=subset)
+                             noise=opts.noise, generator=g, subset=subset, normaliser=global_normaliser)
 
     return Objective()
 
@@ -278,4 +302,4 @@ def fit(
     return stats
 
 
-__all__ = ["STATE_FILE", "TrainOptions", "TrainStats", "acceptance_estimate", "fit", "warmup_cosine"]
+__all__ = ["STATE_FILE", "TrainOptions", "TrainStats", "acceptance_estimate", "fit", "global_normaliser", "warmup_cosine"]

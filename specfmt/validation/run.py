@@ -23,7 +23,8 @@ Checks added to the static report:
                   another reading of ``d2t``, a Qwen3 layer's q/k norms dropped) is accepted
                   clearly more often than the checkpoint as written -- a sign that the config
                   describes the weights wrongly
-``vllm_weights``  every draft weight vLLM holds equals the file's (checksums read inside the worker)
+``vllm_weights``  every draft tensor vLLM holds equals the file's element by element, rounded to the dtype vLLM
+                  serves in, and every file tensor is held (the engine writes what it holds; :mod:`.weights`)
 ``acceptance``    mean acceptance length >= ``--min-acceptance-length`` (when given)
 ================  ============================================================================
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import tempfile
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -461,7 +463,7 @@ def validate_run(
             model = embed = head = near = None
             ver.release_model()
             torch.cuda.empty_cache()
-        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver.name_or_path, k, ref_res, tensors, tolerance, timeout,
+        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
                      tensor_parallel_size, gpu_memory_utilization, tell)
     # -- threshold ----------------------------------------------------------------
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
@@ -595,11 +597,12 @@ def _is_version(text: str) -> bool:
     return True
 
 
-def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, vref: str, k: int, ref_res: "ChainResult | None",
+def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, ver: Verifier, k: int, ref_res: "ChainResult | None",
                  tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float | None = None, tell: ProgressFn | None = None) -> None:
     from ..serving import engine_args, installed_vllm, serve_command
 
+    vref = ver.name_or_path
     rep = result.report
     ids = result.prompts.ids
     version = installed_vllm()
@@ -612,12 +615,18 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
     model, spec, form = engine_args(cfg, model_ref, vref, version, k)
     # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
+    # the draft's engine writes the tensors it holds here (one engine: no start of its own); with tensor parallelism
+    # each GPU holds a shard of each layer, which the element-by-element comparison does not reassemble
+    held_dir = tempfile.TemporaryDirectory(prefix="specfmt-held-")
+    held = os.path.join(held_dir.name, "held.safetensors") if tensor_parallel_size <= 1 else None
     try:
-        with vllm_run.engines():  # both engines in one host process
+        with held_dir, vllm_run.engines():  # both engines in one host process
             gpu = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
             tell = tell or (lambda phase, done, total: None)
             tell("vLLM", 0, 2)
-            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec, **gpu)
+            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec,
+                                    dump_draft=held, **gpu)
+            weights = _weights_check(run, held, tensors, algo, ver, tensor_parallel_size)  # before the dump is removed
             tell("vLLM", 1, 2)
             alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
             tell("vLLM", 2, 2)
@@ -650,10 +659,7 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
         rep.add("vllm_exact", FAIL if diff else PASS,
                 f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
                 [f"prompt {i}" for i in diff])
-    bad = vllm_weight_mismatches(run, tensors, aliases=algo.vllm_aliases)
-    rep.add("vllm_weights", FAIL if bad else PASS,
-            f"{len(bad)} draft weight(s) inside vLLM differ from the file: not loaded" if bad else f"the {len(run.draft_linear_sums)} linear layers and the norms vLLM holds match the file",
-            bad)
+    rep.add("vllm_weights", *weights)
     if ref_res is None:
         rep.add("agreement", SKIP, "no reference figures")
         return
@@ -670,6 +676,30 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
         result.causes += [v["cause"] for v in like]
     else:
         rep.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
+
+
+def _weights_check(run: vllm_run.VLLMRun, held: str | None, tensors: dict[str, "torch.Tensor"], algo: Algorithm, ver: Verifier,
+                   tensor_parallel_size: int) -> tuple[str, str, list[str]]:
+    """The ``vllm_weights`` check as ``(status, summary, details)``: every tensor the draft's engine wrote to ``held``
+    (what vLLM holds after loading) against the file's, element by element
+    (:func:`~specfmt.validation.weights.vllm_weight_mismatches`; the verifier's tensors for a module vLLM shares)."""
+    if held is None:
+        return (SKIP, f"not compared: with --tensor-parallel-size {tensor_parallel_size} each GPU holds a shard of the draft's layers; "
+                "run validate --run on one GPU to compare every weight vLLM holds with the file", [])
+    if not os.path.isfile(held):
+        return FAIL, "vLLM holds no draft to compare: the engine wrote none of its tensors", []
+    shared = {"embed_tokens": ver.embedding, "lm_head": ver.lm_head}
+    try:
+        check = vllm_weight_mismatches(held, tensors, shares=run.draft_shares, verifier=lambda m: shared[m](), aliases=algo.vllm_aliases,
+                                       not_held=algo.vllm_not_held)
+    except (OSError, ValueError, RuntimeError) as e:
+        return FAIL, f"the tensors vLLM holds cannot be read back: {str(e).splitlines()[0][:200]}", []
+    if check.problems:
+        return FAIL, f"{len(check.problems)} draft tensor(s) inside vLLM are not the file's", check.problems
+    with_verifier = f"; {' and '.join(check.shared)} shared with the verifier, equal to its own" if check.shared else ""
+    unheld = [n for n in algo.vllm_not_held if n in tensors]
+    return (PASS, f"the {check.held} tensors vLLM holds for the draft equal the file's {check.file_tensors} element by element "
+            f"(rounded to {check.dtype}){with_verifier}" + (f"; vLLM keeps no {', '.join(unheld)}" if unheld else ""), [])
 
 
 def _conditions(data: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ test suite's vLLM tests).
 Resource settings only (never the speculative config), chosen by :func:`engine_settings`:
 ``max_model_len`` and ``enforce_eager`` always; on vLLM's CPU build (``current_platform.is_cpu()``)
 ``gpu_memory_utilization=0.2`` -- there it is the share of CPU memory reserved for the KV cache,
-and the default 0.92 fails on a 24 GiB machine (``vllm-cpu.md``) -- and nothing else; on a GPU
+and the default 0.92 fails on a 24 GiB machine (``docs/getting-started.md``, vLLM's CPU and GPU builds) -- and nothing else; on a GPU
 build ``tensor_parallel_size`` (``validate --run --tensor-parallel-size N`` for a verifier that
 needs N GPUs) and ``gpu_memory_utilization`` only when asked for (vLLM's own default, 0.9 of each
 GPU, otherwise). The reference run's verifier is released from the GPU before vLLM starts
@@ -56,18 +56,15 @@ class VLLMRun:
         accepted_per_position: ``vllm:spec_decode_num_accepted_tokens_per_pos``.
         speculative_method: the method vLLM attached (None without a draft).
         draft_class: the class vLLM built for the draft (e.g. ``EagleLlamaForCausalLM``).
-        draft_parameters: every parameter of the draft as vLLM holds it after loading:
-            ``{name: [shape, sum]}`` (sum in float64 of the served dtype), names after
-            vLLM's own renaming (``model.layers.0.self_attn.qkv_proj.weight``).
-            On vLLM's CPU build the weights of linear layers are repacked after loading
-            and show as empty (shape ``[0]``); see :attr:`draft_linear_shapes`.
+        draft_parameters: the shape of every parameter of the draft as vLLM holds it after loading
+            (``{name: shape}``), names after vLLM's own renaming (``model.layers.0.self_attn.qkv_proj.weight``).
+            On vLLM's CPU build the weights of linear layers are repacked after loading and show as
+            empty (shape ``[0]``); see :attr:`draft_linear_shapes`. The values are compared through
+            ``generate(..., dump_draft=)`` (:mod:`specfmt.validation.weights`).
         draft_linear_shapes: ``{module: [output_size, input_size]}`` of the draft's vLLM
             linear layers (e.g. ``model.fc``), as built from the config.
         draft_shares: ``{"embed_tokens": bool, "lm_head": bool}``: whether vLLM replaced
             the draft's module by the verifier's (``llm_base_proposer._maybe_share_*``).
-        draft_linear_sums: ``{module: [sum, abs_sum]}`` of the weight matrix each draft
-            linear layer applies, read back functionally (the layer applied to an identity
-            matrix, bias excluded), in float64: what vLLM computes with, repacked or not.
         num_speculative_tokens: the k vLLM ran with.
         dtype: the dtype vLLM ran the models in.
         vllm_version: ``vllm.__version__``.
@@ -84,7 +81,6 @@ class VLLMRun:
     draft_parameters: dict[str, list] = field(default_factory=dict)
     draft_linear_shapes: dict[str, list] = field(default_factory=dict)
     draft_shares: dict[str, bool] = field(default_factory=dict)
-    draft_linear_sums: dict[str, list] = field(default_factory=dict)
     num_speculative_tokens: int | None = None
     dtype: str | None = None
     vllm_version: str | None = None
@@ -252,29 +248,15 @@ def generate(
 
 
 def _probe_draft(worker) -> dict:
-    """Runs inside vLLM's worker: what the draft module holds after loading."""
-    import torch
-
+    """Runs inside vLLM's worker: what the draft module is after loading (its class, parameter shapes, linear
+    layers, and which modules vLLM shares with the verifier); its values are :func:`_dump_draft`'s."""
     runner = worker.model_runner
     drafter = getattr(runner, "drafter", None)
     model = getattr(drafter, "model", None)
     if model is None:
         return {}
-    params = {n: [list(p.shape), float(p.detach().to(torch.float64).sum())] for n, p in model.named_parameters()}
+    params = {n: list(p.shape) for n, p in model.named_parameters()}
     linear = {n: [int(m.output_size), int(m.input_size)] for n, m in model.named_modules() if isinstance(getattr(m, "input_size", None), int) and isinstance(getattr(m, "output_size", None), int)}
-    sums = {}
-    with torch.no_grad():
-        for n, m in model.named_modules():
-            qm = getattr(m, "quant_method", None)
-            if qm is None or not hasattr(qm, "apply") or not isinstance(getattr(m, "input_size", None), int):
-                continue
-            dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
-            try:  # W^T: the layer applied to the identity, without its bias
-                w = qm.apply(m, torch.eye(m.input_size, dtype=dtype, device=next(m.parameters()).device)).to(torch.float64)
-            except Exception as e:  # a probe must never fail the run
-                sums[n] = [None, repr(e)[:200]]
-                continue
-            sums[n] = [float(w.sum()), float(w.abs().sum())]
     target = runner.model
     inner = getattr(model, "model", model)
     shares = {}
@@ -282,18 +264,19 @@ def _probe_draft(worker) -> dict:
         shares["embed_tokens"] = inner.embed_tokens is target.model.embed_tokens
     if hasattr(model, "lm_head") and hasattr(target, "lm_head"):
         shares["lm_head"] = model.lm_head is target.lm_head
-    return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares, "draft_linear_sums": sums}
+    return {"draft_class": type(model).__name__, "draft_parameters": params, "draft_linear_shapes": linear, "draft_shares": shares}
 
 
 def _dump_draft(worker, path: str) -> int:
     """Runs inside vLLM's worker: write the draft's weights as vLLM holds them to ``path`` (safetensors).
 
-    Every non-empty parameter under vLLM's name (``model.layers.0.self_attn.qkv_proj.weight``), in the served
-    dtype, and for each linear layer the weight it applies, read functionally (the layer applied to the
-    identity, bias excluded, as :func:`_probe_draft` reads it) as ``<module>.applied`` [output, input]: on vLLM's
-    CPU build the weights of linear layers are repacked after loading and their parameters show empty.
-    Returns the number of tensors written (0 without a draft). With tensor parallelism only the first worker
-    writes, its shard."""
+    Every non-empty parameter under vLLM's name (``model.layers.0.self_attn.qkv_proj.weight``), in the dtype it
+    holds it in (the served dtype), modules shared with the verifier included; and for each linear layer whose
+    weight parameter is empty -- vLLM's CPU build repacks the weights of linear layers after loading -- the
+    weight it applies, read functionally (the layer applied to the identity, bias excluded) as
+    ``<module>.applied`` [output, input]. A layer whose parameter holds its weight is not applied (nothing is
+    computed on a GPU, whose memory the KV cache has taken). Returns the number of tensors written (0 without a
+    draft). With tensor parallelism only the first worker writes, its shard."""
     import torch
     from safetensors.torch import save_file
 
@@ -306,6 +289,9 @@ def _dump_draft(worker, path: str) -> int:
             qm = getattr(m, "quant_method", None)
             if qm is None or not hasattr(qm, "apply") or not isinstance(getattr(m, "input_size", None), int):
                 continue
+            weight = getattr(m, "weight", None)
+            if isinstance(weight, torch.Tensor) and weight.numel():
+                continue  # the parameter itself is written above
             dtype = next((p.dtype for p in m.parameters() if p.is_floating_point()), torch.float32)
             eye = torch.eye(m.input_size, dtype=dtype, device=next(m.parameters()).device)
             out[f"{n}.applied"] = qm.apply(m, eye).T.contiguous().to("cpu")
@@ -317,7 +303,7 @@ def engine_settings(spec: dict, on_cpu: bool) -> dict:
     """The resource arguments of ``LLM(...)`` beyond the model and its context limit.
 
     On vLLM's CPU build: ``gpu_memory_utilization=0.2`` (the KV cache's share of CPU memory;
-    ``vllm-cpu.md``) and nothing else (one process, no tensor parallelism). On a GPU build:
+    ``docs/getting-started.md``) and nothing else (one process, no tensor parallelism). On a GPU build:
     ``tensor_parallel_size`` when above 1, ``gpu_memory_utilization`` when given.
     """
     if on_cpu:
