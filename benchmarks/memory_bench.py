@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 #: the phases of the in-process profile, in order: (label, the function whose call starts it, the label after it returns)
 PHASES = [
-    ("verifier load", "specfmt.sources.verifier:Verifier.load_model", "draft tensors and readings"),
+    ("verifier load", "specfmt.sources.verifier|specfmt.verifier:Verifier.load_model", "draft tensors and readings"),
     ("verifier passes", "specfmt.validation.acceptance:greedy_path", "draft simulation"),
 ]
 
@@ -79,12 +79,20 @@ def profile(draft: str, prompts: str, max_tokens: int) -> dict:
             time.sleep(0.005)
 
     threading.Thread(target=sample, daemon=True).start()
-    from specfmt.sources.placement import resolve_placement
+    try:
+        from specfmt.sources.placement import resolve_placement
+    except ImportError:  # --code of a commit before the packages were layered (issue 24)
+        from specfmt.placement import resolve_placement
     from specfmt.validation.run import validate_run
 
     for label, where, after in PHASES:
-        module, attr = where.split(":")
-        owner = importlib.import_module(module)
+        modules, attr = where.split(":")
+        for module in modules.split("|"):  # the first that imports: the module moved (issue 24)
+            try:
+                owner = importlib.import_module(module)
+                break
+            except ImportError:
+                continue
         *path, name = attr.split(".")
         for part in path:
             owner = getattr(owner, part)

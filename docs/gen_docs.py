@@ -427,8 +427,35 @@ def bench_generic(data: Any) -> str:
     return table(["key", "value"], rows)
 
 
+def bench_fuzz(data: dict) -> str:
+    rows = [[f"`{name}`", f"{r['examples']:,}", f"{r['ok']:,}", f"{r['refused']:,}", r["uncaught"], r["left_behind"], r["inputs_modified"],
+             f"{r['seconds']:,.0f}"] for name, r in data["commands"].items()]
+    t = data["totals"]
+    rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", t["uncaught"], t["left_behind"], t["inputs_modified"],
+                 f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}"])
+    head = (f"`{data['command']}`: hypothesis {data['hypothesis']}, seed {data['seed']}, "
+            f"{data['examples_per_command']:,} examples per command.")
+    return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "uncaught", "left behind",
+                                   "inputs modified", "seconds"], rows, "lrrrrrrr")
+
+
+def bench_memory(data: dict) -> str:
+    gib = 1 << 30
+    rows = [[r["size"], r["stored"], r["code"], f"{r['params'] / 1e9:.2f} B", f"{r['verifier_bytes'] / gib:.2f}", f"{r['peak_rss'] / gib:.2f}",
+             f"{r['bound'] / gib:.2f}", "yes" if r["within_bound"] else "**no**", r["measured_by"]] for r in data["results"]]
+    phases = [[r["stored"], r["code"], p["phase"], f"{p['rss'] / gib:.2f}", f"{p['anon'] / gib:.2f}", f"{p['file'] / gib:.2f}"]
+              for r in data["results"] for p in r.get("phases", [])]
+    out = table(["size", "stored as", "code", "parameters", "verifier in float32 (GiB)", "peak RSS (GiB)", "bound (GiB)", "within",
+                 "measured by"], rows, "lllrrrrll")
+    if phases:
+        out += "\n\nLargest resident set per phase (GiB), the same run in process:\n\n" + table(
+            ["stored as", "code", "phase", "RSS", "anonymous", "file pages"], phases, "lllrrr")
+    return out
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
-                                             "scale_bench": bench_scale, "train_bench": bench_train}
+                                             "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
+                                             "memory_bench": bench_memory}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

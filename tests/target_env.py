@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import sys
 from dataclasses import dataclass
 from importlib.util import find_spec
@@ -87,8 +88,9 @@ class TargetEnv:
         """
         root = self.root
         root.parent.mkdir(parents=True, exist_ok=True)
-        partial = root.with_name(f"{root.name}.partial-{os.getpid()}")
-        stale = root.with_name(f"{root.name}.stale-{os.getpid()}")
+        me = f"{os.getpid()}-{threading.get_ident()}"  # per process and thread: test runs, and threads of one, may build at once
+        partial = root.with_name(f"{root.name}.partial-{me}")
+        stale = root.with_name(f"{root.name}.stale-{me}")
         shutil.rmtree(partial, ignore_errors=True)
         try:
             r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--no-compile",
@@ -111,15 +113,18 @@ class TargetEnv:
             shutil.rmtree(stale, ignore_errors=True)
 
     def ensure(self) -> "TargetEnv":
-        """Build it unless it is :meth:`usable`; then it is."""
-        if not self.usable():
-            self.build()
+        """Build it unless it is :meth:`usable`; then it is. Threads of one process build a folder one at a time
+        (the vLLM release probes ask for the same one from a thread each)."""
+        with _GUARD:
+            lock = _LOCKS.setdefault(self.root, threading.Lock())
+        with lock:
+            if not self.usable():
+                self.build()
         return self
 
 
-def running_interpreter_files() -> dict[str, str]:
-    """Where this interpreter finds torch and transformers (what every env must use too)."""
-    return {name: find_spec(name).origin for name in SHARED}
+_GUARD = threading.Lock()
+_LOCKS: dict[Path, threading.Lock] = {}
 
 
 def running_interpreter_files() -> dict[str, str]:
