@@ -153,7 +153,7 @@ def write_folder(out: Path, stream: TensorStream, config: Callable[[], dict[str,
     The caller has checked ``out`` (:func:`specfmt.checkpoint.output.check_output`).
 
     Raises:
-        whatever the stream's refusals or ``config()`` raise; ``out`` is then left as it was.
+        Exception: what the stream's refusals or ``config()`` raise; ``out`` is then left as it was.
     """
     with atomic_folder(out) as tmp:
         write_stream(tmp / WEIGHTS_FILE, stream, on_written)

@@ -148,8 +148,9 @@ def write_stream(path: Path, stream: TensorStream, on_written: Callable[[OutTens
         on_written: called with each tensor once its bytes are written (progress).
 
     Raises:
-        whatever ``stream.refusals`` raises for a failed check; InputError: a copied range runs past
-        the end of its file. RuntimeError: the written header differs from the layout (a specfmt bug).
+        Exception: what ``stream.refusals`` raises for a failed check (a conversion's: ``ConversionError``).
+        InputError: a copied range runs past the end of its file.
+        RuntimeError: the written header differs from the layout (a specfmt bug).
     """
     layout = stream.layout()
     writer = SafetensorsStreamWriter(path, layout)
@@ -179,7 +180,7 @@ def load_stream(stream: TensorStream) -> dict[str, "torch.Tensor"]:
     them (the values are those it writes; a shared tensor is cloned).
 
     Raises:
-        whatever ``stream.refusals`` raises for a failed check.
+        Exception: what ``stream.refusals`` raises for a failed check (a conversion's: ``ConversionError``).
     """
     out: dict[str, Any] = {}
     kept: dict[str, Any] = {}
