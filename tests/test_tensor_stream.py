@@ -20,7 +20,7 @@ from specfmt.checkpoint.stream import OutTensor, Refusals, TensorStream, load_st
 from specfmt.checkpoint.writer import save_file_order
 from specfmt.convert import convert, load_draft, open_plan
 from specfmt.converters import Options
-from specfmt.draft import save_draft
+from specfmt.draft import draft_stream, save_draft
 from specfmt.errors import ConversionError
 
 # --------------------------------------------------------------------------- sources
@@ -122,6 +122,16 @@ def test_the_writer_makes_the_file_save_file_makes_for_every_dtype(tmp_path):
     write_stream(tmp_path / "ours.safetensors", stream)
     save_file(tensors, str(tmp_path / "lib.safetensors"), metadata={"format": "pt"})
     assert (tmp_path / "ours.safetensors").read_bytes() == (tmp_path / "lib.safetensors").read_bytes()
+
+
+def test_a_draft_in_memory_streams_in_save_file_order(tmp_path):
+    """Whatever order the draft holds its tensors in (names and dtypes disagreeing here), its stream
+    is in the order ``save_file`` writes, so ``save_draft`` makes the file ``save_file`` makes."""
+    tensors = {"c.bool": torch.ones(2, dtype=torch.bool), "b.float": torch.zeros(3), "a.half": torch.zeros(2, dtype=torch.float16),
+               "d.int": torch.arange(3)}
+    save_file(tensors, str(tmp_path / "lib.safetensors"), metadata={"format": "pt"})
+    stream = draft_stream({"speculators_model_type": "eagle3"}, tensors, Refusals())
+    assert [t.name for t in stream.tensors] == header_names(tmp_path / "lib.safetensors") == ["d.int", "b.float", "a.half", "c.bool"]
 
 
 # --------------------------------------------------------------------------- the same checks
