@@ -16,8 +16,8 @@ A converter is a registered class that states only what differs (llama.cpp's
   fold, the Medusa v2 head copy), as :class:`Derived` tensors.
 
 The shared :meth:`Converter.plan` runs the common opening (field types, layout, tensor table)
-and returns a typed :class:`Plan`; :mod:`specfmt.convert` checks it against the format and
-streams it to disk, or :meth:`Plan.materialize` loads it into memory. Every source tensor ends
+and returns a typed :class:`Plan`; :mod:`specfmt.convert` checks it against the format, and
+:meth:`Plan.stream` yields its tensors, with their checks, to disk or into memory. Every source tensor ends
 in exactly one of four places -- renamed, kept, folded exactly into other tensors, or dropped
 with a stated reason -- and a name no rule knows is an error (speculators issue #1114 saved
 random weights instead).
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from specfmt.checkpoint.dtypes import DTYPE_CODES, DTYPE_NAMES, SOURCE_FLOATS, ST_DTYPES
 from specfmt.checkpoint.reader import CheckpointReader, TensorInfo
+from specfmt.checkpoint.stream import OutTensor, Refusals, TensorStream
 from specfmt.errors import ConversionError, InputError
 from specfmt.sources.resolve import Resolved
 
@@ -194,25 +195,66 @@ class Plan:
         out.update({d.dst: (tuple(d.shape), d.out_dtype) for d in self.derived})
         return out
 
-    def tensor(self, move: TensorMove, reader: Any) -> "torch.Tensor":
-        """One written tensor as the writer writes it: read, then cast to ``out_dtype``."""
-        import torch
+    def stream(self, reader: Any) -> TensorStream:
+        """The plan's output tensors as they are written, checked, or loaded (:mod:`specfmt.checkpoint.stream`):
+        the written moves in order, then the derived tensors.
 
-        t = reader.get(move.src)
-        return t.to(getattr(torch, ST_DTYPES[move.out_dtype][0])) if move.out_dtype != move.info.dtype else t
+        A move kept in its source dtype with a plain byte range in its file
+        (:meth:`CheckpointReader.raw`) is copied from that range; a cast move (``--dtype``) is read
+        and cast; a derived tensor is computed, cast to its ``out_dtype`` and made contiguous. Every
+        tensor is checked for NaN/±Inf, and the algorithm's :attr:`~specfmt.algorithms.base.Algorithm.map_tensors`
+        (the EAGLE-3 ``d2t``/``t2d``) together (:meth:`~specfmt.algorithms.base.Algorithm.tensor_problems`).
 
-    def derive(self, d: Derived, reader: Any) -> "torch.Tensor":
-        """One derived tensor as the writer writes it: computed, cast to ``out_dtype``, contiguous."""
-        import torch
+        Args:
+            reader: the source's weights (open while the stream is consumed).
 
-        return d.compute(reader.get).to(getattr(torch, ST_DTYPES[d.out_dtype][0])).contiguous()
+        Returns:
+            The :class:`~specfmt.checkpoint.stream.TensorStream`; a failed check raises
+            :class:`ConversionError` at once (a NaN/Inf: the tensor's source name, and
+            ``after the cast`` for a cast or derived one; an inconsistent vocabulary map).
+        """
+        from specfmt.algorithms import of
 
-    def materialize(self, reader: Any) -> dict[str, "torch.Tensor"]:
-        """Every output tensor in memory, exactly the values :func:`specfmt.convert.convert` writes
-        (for the trainer: a draft read without going through the disk)."""
-        out = {m.dst: self.tensor(m, reader).clone() for m in self.written}
-        out.update({d.dst: self.derive(d, reader) for d in self.derived})
-        return out
+        algo = of(self.config)
+        tensors = [_moved(m, reader) for m in self.written] + [_derived(d, reader) for d in self.derived]
+        return TensorStream(tensors, _RefuseConversion(), together=tuple(algo.map_tensors),
+                            check_together=lambda kept: algo.tensor_problems(self.config, kept))
+
+
+def _torch_dtype(code: str) -> "torch.dtype":
+    import torch
+
+    return getattr(torch, ST_DTYPES[code][0])
+
+
+def _moved(m: TensorMove, reader: Any) -> OutTensor:
+    """A written move as a stream tensor: its source bytes copied when it keeps its dtype, else read and cast."""
+    cast = m.out_dtype != m.info.dtype
+
+    def compute() -> "torch.Tensor":
+        t = reader.get(m.src)
+        return t.to(_torch_dtype(m.out_dtype)) if cast else t
+
+    return OutTensor(m.dst, m.out_dtype, tuple(m.info.shape), compute, copy_from=None if cast else reader.raw(m.src),
+                     array=lambda: reader.array(m.src), shared=True, label=f"tensor {m.src}", cast=cast,
+                     hint="keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
+
+
+def _derived(d: Derived, reader: Any) -> OutTensor:
+    """A derived tensor as a stream tensor: computed (reading source tensors by name), cast to its ``out_dtype``, contiguous."""
+    return OutTensor(d.dst, d.out_dtype, tuple(d.shape), lambda: d.compute(reader.get).to(_torch_dtype(d.out_dtype)).contiguous(),
+                     label=f"derived tensor {d.dst} ({d.how})", cast=True,
+                     hint="the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
+
+
+class _RefuseConversion(Refusals):
+    """A conversion refuses at the first failed check: nothing reaches OUT (or the trainer)."""
+
+    def nonfinite(self, tensor: OutTensor, count: int) -> None:
+        raise ConversionError(f"{tensor.label} has {count} NaN/Inf value(s)" + (" after the cast" if tensor.cast else ""), hint=tensor.hint)
+
+    def inconsistent(self, problems: list[str]) -> None:
+        raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
 
 
 # --------------------------------------------------------------------------- layouts

@@ -11,12 +11,14 @@ Order of work (nothing is written before step 5, and SRC is only ever read):
 4. the plan is checked: config against the v1 schema, the tensors it would write
    against the names and shapes that config implies; any problem is an error
    that lists every offending tensor;
-5. tensors are streamed one at a time into a temporary folder beside OUT, with
-   NaN/Inf and the algorithm's own checks (the ``d2t``/``t2d`` map) on the way; the folder
-   is renamed to OUT only once complete (:func:`specfmt.checkpoint.output.atomic_folder`).
+5. the plan's tensor stream (:meth:`specfmt.converters.base.Plan.stream`) is written one
+   tensor at a time into a temporary folder beside OUT, with NaN/Inf and the algorithm's own
+   checks (the ``d2t``/``t2d`` map) on the way; the folder is renamed to OUT only once
+   complete (:func:`specfmt.draft.write_folder`).
 
-:func:`load_draft` runs steps 1-4 and loads the plan's tensors into memory instead: the
-trainer's way of reading any draft, with no temporary folder.
+:func:`load_draft` runs steps 1-4 and loads the same stream into memory instead, with the same
+checks (:func:`specfmt.checkpoint.stream.load_stream`): the trainer's way of reading any draft,
+with no temporary folder.
 """
 
 from __future__ import annotations
@@ -27,18 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .algorithms import of, validate_config
+from .algorithms import validate_config
 from .algorithms.inventory import inventory_problems
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
-from .checkpoint.finite import NonfiniteCounter, nonfinite_count
-from .checkpoint.output import Input, atomic_folder, check_output, real_path
-from .checkpoint.reader import CheckpointReader, TensorInfo
-from .checkpoint.writer import SafetensorsStreamWriter
+from .checkpoint.output import Input, check_output, real_path
+from .checkpoint.reader import CheckpointReader
+from .checkpoint.stream import OutTensor, load_stream
 from .converters import Options, Plan, Source, get
-from .draft import read_draft
+from .draft import read_draft, write_folder
 from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError, SpecfmtError
-from .format import WEIGHTS_FILE
 from .format.provenance import carry_provenance, provenance_block, provenance_violations, utc_now
 from .sources.resolve import Resolved, resolve
 from .sources.verifier import Verifier
@@ -421,34 +421,10 @@ def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifi
         raise InputError(f"{ref} is a research checkpoint; reading it needs the verifier", hint="pass --verifier")
     with open_plan(source_format, ref, verifier, revision=revision, allow_missing=allow_missing) as opened:
         plan, reader = opened.plan, opened.reader
-        algo = of(plan.config)
-        tensors: dict[str, Any] = {}
-        for m in plan.written:
-            t = plan.tensor(m, reader).clone()
-            cast = m.out_dtype != m.info.dtype
-            _finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
-            tensors[m.dst] = t
-        for d in plan.derived:
-            t = plan.derive(d, reader)
-            _finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
-            tensors[d.dst] = t
-        _check_maps(algo, plan.config, {n: tensors[n] for n in algo.map_tensors if n in tensors})
+        tensors = load_stream(plan.stream(reader))
         config = with_provenance(plan, opened.src, {f: sha256_file(opened.src.folder / f) for f in [CONFIG_FILE, *reader.files]})
         keep_provenance(config, opened)
     return Draft(config, tensors, config["specfmt"]["source"], list(plan.notes))
-
-
-def _finite(bad: int, what: str, cast: bool, hint: str) -> None:
-    """The NaN/Inf refusal of a tensor about to be written (or loaded)."""
-    if bad:
-        raise ConversionError(f"{what} has {bad} NaN/Inf value(s)" + (" after the cast" if cast else ""), hint=hint)
-
-
-def _check_maps(algo: Any, config: dict[str, Any], small: dict[str, Any]) -> None:
-    """The algorithm's check of its map tensors (the EAGLE-3 ``d2t``/``t2d``), once all are read."""
-    problems = algo.tensor_problems(config, small)
-    if problems:
-        raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
 
 
 class _Digests:
@@ -495,69 +471,27 @@ def _check_plan(plan: Plan, allow_missing: frozenset[str] = frozenset()) -> None
 
 def _write_atomic(out: Path, plan: Plan, config: dict[str, Any], reader: CheckpointReader, progress: Callable[[int, int], None] | None,
                   finish_config: Callable[[dict[str, Any]], dict[str, Any]] = lambda c: c) -> int:
-    """Write the plan into a temporary folder next to ``out`` and swap it in.
+    """Write the plan's tensor stream (:meth:`Plan.stream`) and ``config`` as the folder ``out``
+    (:func:`specfmt.draft.write_folder`: a temporary folder beside ``out``, swapped in).
 
     A tensor kept in its dtype and not transformed is copied byte for byte from its range in
-    the source file (:meth:`CheckpointReader.raw`), chunk by chunk, with the NaN/Inf check run
-    on the raw bits (:class:`specfmt.checkpoint.finite.NonfiniteCounter`): no torch, one chunk in
-    memory. Casts, derived tensors and tensors without a plain byte range go through torch.
-    ``finish_config`` completes the config once the tensors are written (the source digests).
+    the source file, chunk by chunk, with the NaN/Inf check run on the raw bits: no torch, one
+    chunk in memory. Casts, derived tensors and tensors without a plain byte range go through
+    torch. ``finish_config`` completes the config once the tensors are written (the source digests).
+
+    Returns:
+        The bytes counted by ``progress``: a written move counts its source bytes, a derived tensor its output bytes.
     """
-    algo = of(config)
-    with atomic_folder(out) as tmp:
-        moves = plan.written
-        layout = [(m.dst, m.out_dtype, m.info.shape) for m in moves] + [(d.dst, d.out_dtype, d.shape) for d in plan.derived]
-        total = sum(m.info.nbytes for m in moves) + sum(TensorInfo(d.dst, d.shape, d.out_dtype, "").nbytes for d in plan.derived)
-        writer = SafetensorsStreamWriter(tmp / WEIGHTS_FILE, layout)
-        done = 0
-        small: dict[str, Any] = {}  # the algorithm's map tensors, checked together once written
+    stream = plan.stream(reader)
+    counted = {m.dst: m.info.nbytes for m in plan.written}
+    sizes = [counted.get(t.name, t.nbytes) for t in stream.tensors]
+    total, done = sum(sizes), 0
 
-        try:
-            for m in moves:
-                cast = m.out_dtype != m.info.dtype
-                where = None if cast else reader.raw(m.src)
-                if where is not None:
-                    bad = writer.copy(m.dst, where[0], where[1], m.info.nbytes, NonfiniteCounter(m.info.dtype))
-                    _finite(bad, f"tensor {m.src}", False, "the checkpoint is damaged")
-                    if m.dst in algo.map_tensors:
-                        small[m.dst] = reader.array(m.src)
-                else:
-                    t = plan.tensor(m, reader)
-                    _finite(nonfinite_count(t), f"tensor {m.src}", cast, "keep the source dtype (drop --dtype)" if cast else "the checkpoint is damaged")
-                    if m.dst in algo.map_tensors:
-                        small[m.dst] = t.clone().numpy()
-                    writer.write(m.dst, t)
-                    del t
-                done += m.info.nbytes
-                if progress:
-                    progress(done, total)
-            for d in plan.derived:
-                t = plan.derive(d, reader)
-                _finite(nonfinite_count(t), f"derived tensor {d.dst} ({d.how})", True, "the value does not fit the output dtype; convert with --dtype float32 (or bfloat16)")
-                if d.dst in algo.map_tensors:
-                    small[d.dst] = t.numpy()
-                writer.write(d.dst, t)
-                done += t.numel() * t.element_size()
-                if progress:
-                    progress(done, total)
-                del t
-            writer.close()
-        except BaseException:
-            writer.abort()
-            raise
-        _check_maps(algo, config, small)
-        config = finish_config(config)
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        _verify_written(tmp, layout)
+    def on_written(t: OutTensor) -> None:
+        nonlocal done
+        done += counted.get(t.name, t.nbytes)
+        if progress:
+            progress(done, total)
+
+    write_folder(out, stream, lambda: finish_config(config), on_written)
     return total
-
-
-def _verify_written(folder: Path, layout: list[tuple[str, str, tuple[int, ...]]]) -> None:
-    """Re-open the written file with the safetensors library and compare its header with the plan."""
-    from safetensors import safe_open
-
-    with safe_open(str(folder / WEIGHTS_FILE), framework="numpy") as f:  # header only; numpy keeps torch unimported
-        got = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    want = {name: tuple(shape) for name, _, shape in layout}
-    if got != want:  # a bug in the writer, not a user error
-        raise RuntimeError(f"written safetensors header differs from the plan: {set(got) ^ set(want)}")

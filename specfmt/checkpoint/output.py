@@ -15,8 +15,8 @@ under the process umask (:func:`apply_umask`): ``0666 & ~umask`` for files, ``07
 for folders, whichever library wrote the bytes (safetensors' ``save_file`` makes 0600 files,
 ``mkdtemp`` 0700 folders).
 
-Used by ``convert`` (:func:`specfmt.convert.convert`), the trainer and
-:func:`specfmt.draft.save_draft`.
+Every draft folder is written through it (:func:`specfmt.draft.write_folder`: ``convert``,
+``upgrade`` and the trainer's :func:`specfmt.draft.save_draft`).
 """
 
 from __future__ import annotations

@@ -20,6 +20,18 @@ from ..errors import InputError
 from .dtypes import ST_DTYPES, torch_dtype_code
 from .files import mapped_windows
 
+#: the dtype order of a file written by safetensors' own ``save_file``, largest element first: it
+#: sorts tensors by dtype in this order, then by name (observed on safetensors 0.8; the Rust
+#: crate's serializer sorts by descending ``Dtype``; ``tests/test_tensor_stream.py`` pins it)
+SAVE_FILE_DTYPE_ORDER = ("I64", "F64", "F32", "I32", "BF16", "F16", "I16", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL")
+
+
+def save_file_order(layout: list[tuple[str, str, tuple[int, ...]]]) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``layout`` ([(name, dtype code, shape)]) in the order safetensors' ``save_file`` writes
+    tensors (:data:`SAVE_FILE_DTYPE_ORDER`, then name), so that a file streamed in that order is
+    byte for byte the file ``save_file`` makes from the same tensors (with ``{"format": "pt"}`` metadata)."""
+    return sorted(layout, key=lambda entry: (SAVE_FILE_DTYPE_ORDER.index(entry[1]), entry[0]))
+
 
 class SafetensorsStreamWriter:
     """Write one safetensors file tensor by tensor, holding one tensor in memory.

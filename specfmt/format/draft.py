@@ -1,7 +1,8 @@
 """A draft in memory: its specfmt config and tensors (no I/O, no torch import).
 
-What converters produce (:func:`specfmt.convert.load_draft` materialises a plan), what the
-algorithms' fill-ins and the trainer change, and what :func:`specfmt.draft.save_draft` writes.
+What converters produce (:func:`specfmt.convert.load_draft` loads a plan's tensor stream), what
+the algorithms' fill-ins and the trainer change, and what :func:`specfmt.draft.save_draft` writes
+(as a tensor stream too, :func:`specfmt.draft.draft_stream`).
 """
 
 from __future__ import annotations
