@@ -325,10 +325,14 @@ def convert(
         def finish(config: dict[str, Any]) -> dict[str, Any]:
             return keep_provenance(digests.fill(config), opened)
 
-        if dry_run:
-            return ConvertResult(plan, finish(config), None, 0)
-        assert out_path is not None
-        written = _write_atomic(out_path, plan, config, reader, progress, finish_config=finish)
+        try:
+            if dry_run:
+                return ConvertResult(plan, finish(config), None, 0)
+            assert out_path is not None
+            written = _write_atomic(out_path, plan, config, reader, progress, finish_config=finish)
+        except BaseException:
+            digests.stop()
+            raise
     return ConvertResult(plan, config, out_path, written)
 
 
@@ -429,17 +433,20 @@ def load_draft(ref: str, *, source_format: str = "auto", verifier: "str | Verifi
 
 class _Digests:
     """sha256 of the source files, computed on a daemon thread (hashlib and file reads release
-    the GIL, so it runs beside the tensor copy on a second core; an aborted conversion does not wait for it)."""
+    the GIL, so it runs beside the tensor copy on a second core). An aborted conversion stops it
+    (:meth:`stop`: at most one 16 MiB piece more is read), so nothing reads the source once
+    :func:`convert` has returned or raised."""
 
     def __init__(self, folder: Path, names: list[str]):
         import threading
 
         self._result: dict[str, str] = {}
         self._error: BaseException | None = None
+        self._stop = threading.Event()
 
         def run() -> None:
             try:
-                self._result = {n: sha256_file(folder / n) for n in names}
+                self._result = {n: sha256_file(folder / n, stop=self._stop) for n in names}
             except BaseException as e:  # re-raised in the caller's thread by fill()
                 self._error = e
 
@@ -453,6 +460,11 @@ class _Digests:
             raise InputError(f"cannot read a source file to hash it: {self._error}")
         config["specfmt"]["source"]["files"] = dict(sorted(self._result.items()))
         return config
+
+    def stop(self) -> None:
+        """Stop hashing and wait for the thread (the conversion was aborted)."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _check_plan(plan: Plan, allow_missing: frozenset[str] = frozenset()) -> None:

@@ -73,3 +73,39 @@ def test_a_killed_conversion_leaves_nothing_and_the_next_run_works(tmp_path, sig
     assert tree_digest(WORLD / "eagle3-safeailab") == before
     r = subprocess.run([sys.executable, "-m", "specfmt", "validate", str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout
+
+
+def test_an_aborted_conversion_stops_hashing_its_source(tmp_path, monkeypatch):
+    """A conversion that fails while its tensors are written stops the thread hashing the source before it
+    raises: nothing reads the source afterwards (the fuzz benchmark truncated a source a refused conversion
+    was still hashing, through a memory map, and the process died of SIGBUS)."""
+    import threading
+
+    import specfmt.convert as conv
+    from specfmt.errors import ConversionError
+
+    def fail(*a, **kw):
+        raise ConversionError("stopped here on purpose")
+
+    monkeypatch.setattr(conv, "_write_atomic", fail)
+    with pytest.raises(ConversionError, match="on purpose"):
+        conv.convert("eagle3", str(WORLD / "eagle3-safeailab"), tmp_path / "out", str(WORLD / "verifier"))
+    assert not [t.name for t in threading.enumerate() if t.name == "specfmt-sha256"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_sha256_file_reads_and_can_be_stopped(tmp_path):
+    import hashlib
+    import threading
+
+    from specfmt.checkpoint.files import sha256_file
+
+    data = bytes(range(256)) * 5000  # 1.28 MB: several pieces of 64 KiB
+    (tmp_path / "f").write_bytes(data)
+    assert sha256_file(tmp_path / "f", chunk=1 << 16) == hashlib.sha256(data).hexdigest()
+    (tmp_path / "empty").write_bytes(b"")
+    assert sha256_file(tmp_path / "empty") == hashlib.sha256(b"").hexdigest()
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(InterruptedError):
+        sha256_file(tmp_path / "f", chunk=1 << 16, stop=stop)
