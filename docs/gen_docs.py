@@ -433,8 +433,9 @@ def bench_fuzz(data: dict) -> str:
     t = data["totals"]
     rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", t["uncaught"], t["left_behind"], t["inputs_modified"],
                  f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}"])
-    head = (f"`{data['command']}`: hypothesis {data['hypothesis']}, seed {data['seed']}, "
-            f"{data['examples_per_command']:,} examples per command.")
+    runs = "; ".join(f"`python benchmarks/fuzz_bench.py {r}`".replace(" `", "`") for r in data.get("runs", [data["command"].removeprefix("python benchmarks/fuzz_bench.py ")]))
+    head = (f"{runs}: hypothesis {data['hypothesis']}, seed {data['seed']}, {data['examples_per_command']:,} examples per command, "
+            f"each command's row from one run.")
     return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "uncaught", "left behind",
                                    "inputs modified", "seconds"], rows, "lrrrrrrr")
 
