@@ -327,7 +327,9 @@ MiB, GiB = 2 ** 20, 2 ** 30
 
 def _when(name: str, data: dict) -> str:
     """The machine and the date of a result file: the JSON's own, else the date the file was committed."""
-    meta = {**data.get("machine", {}), **data.get("meta", {})}
+    machine_field = data.get("machine", {})  # an object of fields, or one line (fuzz_bench)
+    meta = {**(machine_field if isinstance(machine_field, dict) else {"machine": machine_field}), **data.get("meta", {})}
+    meta.setdefault("date", data.get("date"))
     machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
     if meta.get("loadavg"):
         machine += ", load average " + " / ".join(f"{x:.1f}" for x in meta["loadavg"])
