@@ -134,7 +134,7 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
         got = answer("inspect", Case("spec-eagle3", (("set", ("speculators_config",), value),)))
         assert got.startswith(f"specfmt: error: speculators_config is {kind}, not an object"), got
     assert answer("inspect", Case("specfmt-medusa", (("set", ("specfmt", "source"), [None]),))) == "ok"
-    assert "speculators_config must be an object, not list" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
+    assert "speculators_config is a list, not an object" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
     assert "vocab_size=None" in answer("convert --from medusa", Case("medusa-vllm", (("set", ("vocab_size",), None),)))
     assert "push uploads a draft in the speculators format; this folder is an EAGLE-1/2 research draft" in answer("push --dry-run", Case("eagle-v0", (), 1))
     assert "not a readable draft config: speculators_model_type must be a string" in answer(
