@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import shlex
 import sys
 import tempfile
 import time
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=2323)
     ap.add_argument("--only", action="append", help="a command of fuzz_targets.ENTRIES (repeatable; default: all)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "fuzz_bench.results.json")
+    ap.add_argument("--append", action="store_true",
+                    help="keep the other commands already in --out (each command's row is one run; e.g. two --only halves run side by side)")
     args = ap.parse_args()
 
     import conftest  # noqa: F401  (offline Hub, a private HF cache: as in the tests)
@@ -82,10 +85,16 @@ def main() -> None:
                          "problems": problems}
         print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'problems'})}", flush=True)
 
+    runs = [shlex.join(sys.argv[1:])]
+    if args.append and args.out.is_file():
+        earlier = json.loads(args.out.read_text())
+        results = {**{k: v for k, v in earlier["commands"].items() if k not in results}, **results}
+        runs = earlier.get("runs", [earlier["command"]]) + runs
     totals = {k: sum(r[k] for r in results.values()) for k in ("examples", "ok", "refused", "uncaught", "left_behind", "inputs_modified")}
     report = {
         "what": "fuzzed checkpoint folders through every command that reads a config or a folder (tests/fuzz_targets.py)",
-        "command": "python benchmarks/fuzz_bench.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/fuzz_bench.py " + shlex.join(sys.argv[1:]),
+        "runs": runs,
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
         "hypothesis": hypothesis.__version__,

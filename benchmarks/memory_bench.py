@@ -179,7 +179,8 @@ def main() -> None:
                     env["PYTHONPATH"] = code
                 row = {**base, "code": code_name, "options": options}
                 t0 = time.perf_counter()
-                rss, how, rc = max_rss([sys.executable, "-m", "specfmt", "validate", str(draft), "--run", "--no-vllm", "--prompts", args.prompts,
+                # -P: `-m` would put the working folder (this repository) first on sys.path, before PYTHONPATH's --code
+                rss, how, rc = max_rss([sys.executable, "-P", "-m", "specfmt", "validate", str(draft), "--run", "--no-vllm", "--prompts", args.prompts,
                                         "--max-tokens", str(args.max_tokens), "--device", "cpu"], env)
                 if rc not in (0, 1):
                     sys.exit(f"validate --run failed ({code_name}, stored {stored}), exit {rc}")

@@ -327,7 +327,9 @@ MiB, GiB = 2 ** 20, 2 ** 30
 
 def _when(name: str, data: dict) -> str:
     """The machine and the date of a result file: the JSON's own, else the date the file was committed."""
-    meta = {**data.get("machine", {}), **data.get("meta", {})}
+    machine_field = data.get("machine", {})  # an object of fields, or one line (fuzz_bench)
+    meta = {**(machine_field if isinstance(machine_field, dict) else {"machine": machine_field}), **data.get("meta", {})}
+    meta.setdefault("date", data.get("date"))
     machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
     if meta.get("loadavg"):
         machine += ", load average " + " / ".join(f"{x:.1f}" for x in meta["loadavg"])
@@ -433,8 +435,9 @@ def bench_fuzz(data: dict) -> str:
     t = data["totals"]
     rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", t["uncaught"], t["left_behind"], t["inputs_modified"],
                  f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}"])
-    head = (f"`{data['command']}`: hypothesis {data['hypothesis']}, seed {data['seed']}, "
-            f"{data['examples_per_command']:,} examples per command.")
+    runs = "; ".join(f"`python benchmarks/fuzz_bench.py {r}`".replace(" `", "`") for r in data.get("runs", [data["command"].removeprefix("python benchmarks/fuzz_bench.py ")]))
+    head = (f"{runs}: hypothesis {data['hypothesis']}, seed {data['seed']}, {data['examples_per_command']:,} examples per command, "
+            f"each command's row from one run.")
     return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "uncaught", "left behind",
                                    "inputs modified", "seconds"], rows, "lrrrrrrr")
 

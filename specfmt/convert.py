@@ -37,6 +37,7 @@ from .checkpoint.reader import CheckpointReader
 from .checkpoint.stream import OutTensor, load_stream
 from .converters import Options, Plan, Source, get
 from .draft import read_draft, write_folder
+from .format.config import speculators_section
 from .format.draft import Draft, is_specfmt_folder
 from .errors import ConversionError, InputError, SpecfmtError
 from .format.provenance import carry_provenance, provenance_block, provenance_violations, utc_now
@@ -243,12 +244,8 @@ def check_upgradable(src: str, cfg: dict[str, Any], *, revision: str | None = No
         InputError: ``speculators_config`` is missing or not an object.
         HubError: a Hub SRC cannot be fetched (to read its tensor names).
     """
-    spec = cfg.get("speculators_config")
-    if isinstance(spec, dict):
-        return
-    if spec is not None:
-        raise InputError(f"speculators_config must be an object, not {type(spec).__name__}", where=f"{src}/config.json",
-                         hint="specfmt upgrade reads speculators-format checkpoints; fix config.json")
+    if cfg.get("speculators_config") is not None and speculators_section(cfg, where=f"{src}/config.json") is not None:
+        return  # an object (anything else present is refused by speculators_section)
     res = resolve(src, allow_patterns=SOURCE_PATTERNS, revision=revision, what="source")
     better = wrong_format("specfmt upgrade", "speculators", res.folder, src, out or "OUT", verifier or "VERIFIER")
     if better is not None:

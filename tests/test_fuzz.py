@@ -76,6 +76,15 @@ FOUND = (
     Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)),
     # issue 23: NaN in a specfmt draft given to train --init (draft.py: RuntimeError "the trained draft is not what its config implies")
     Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)),
+    # issue 23 (fuzz benchmark): rope_parameters of another type than an object, or its rope_theta not a number,
+    # in a specfmt draft given to train --init (algorithms/layers.py: float() of a dict, .get of a list)
+    Case("specfmt-eagle3", (("set", ("transformer_layer_config", "rope_parameters"), [[None]]),)),
+    Case("specfmt-eagle3", (("set", ("transformer_layer_config", "rope_parameters", "rope_theta"), {"x": {"y": 0}}),)),
+    # issue 23 (fuzz benchmark): rms_norm_eps absent from a specfmt draft's transformer_layer_config (optional in the
+    # schema; algorithms/eagle3.py read it with [...]); a sliding layer without its window
+    Case("specfmt-eagle3", (("delete", ("transformer_layer_config", "rms_norm_eps")),)),
+    Case("specfmt-eagle3", (("set", ("transformer_layer_config", "layer_types"), ["sliding_attention"]),
+                            ("set", ("transformer_layer_config", "sliding_window"), None))),
     # issue 8: a list as max_position_embeddings, null as rms_norm_eps (research EAGLE-3 config)
     Case("eagle3", (("set", ("max_position_embeddings",), [0]),)),
     Case("eagle3", (("set", ("rms_norm_eps",), None),)),
@@ -125,11 +134,12 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
         got = answer("inspect", Case("spec-eagle3", (("set", ("speculators_config",), value),)))
         assert got.startswith(f"specfmt: error: speculators_config is {kind}, not an object"), got
     assert answer("inspect", Case("specfmt-medusa", (("set", ("specfmt", "source"), [None]),))) == "ok"
-    assert "speculators_config must be an object, not list" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
+    assert "speculators_config is a list, not an object" in answer("upgrade", Case("specfmt-eagle3", (("set", ("speculators_config",), [None]),), 1))
     assert "vocab_size=None" in answer("convert --from medusa", Case("medusa-vllm", (("set", ("vocab_size",), None),)))
     assert "push uploads a draft in the speculators format; this folder is an EAGLE-1/2 research draft" in answer("push --dry-run", Case("eagle-v0", (), 1))
     assert "not a readable draft config: speculators_model_type must be a string" in answer(
         "push --dry-run", Case("specfmt-eagle3", (("set", ("architectures",), None), ("set", ("speculators_model_type",), None)), 1))
+    assert "rope_parameters" in answer("train --init", Case("specfmt-eagle3", (("set", ("transformer_layer_config", "rope_parameters"), [[None]]),)))
     assert "not a valid safetensors file" in answer("train --init", Case("specfmt-eagle3", (("truncate", "model.safetensors", 0),)))
     assert "the draft is damaged: layers.0.mlp.down_proj.weight has 32 NaN/Inf values" in answer(
         "train --init", Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)))

@@ -172,7 +172,7 @@ def _module_class():
             H = tlc["hidden_size"]
             Ht = cfg.get("target_hidden_size") or H
             n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
-            eps = tlc["rms_norm_eps"]
+            eps = tlc.get("rms_norm_eps", 1e-6)  # transformers LlamaConfig default, which vLLM reads too; the schema does not require it
             self.eps = eps
             self.taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
             self.norm_before_residual = bool(cfg.get("norm_before_residual"))
@@ -463,6 +463,14 @@ class Eagle3(Algorithm):
             out.append(("$.transformer_layer_config.num_aux_hidden_states", f"missing with {len(ids)} tap layers; vLLM then sizes fc for 3"))
         if cfg.get("norm_before_fc") and cfg.get("fc_norm"):
             out.append(("$.fc_norm", "fc_norm and norm_before_fc cannot both be true"))
+        types = tlc.get("layer_types")  # the rule the converters apply (layers.window_fields), for a config read as it is
+        if types is not None:
+            n = tlc["num_hidden_layers"]
+            if not (isinstance(types, list) and len(types) == n and all(t in ("full_attention", "sliding_attention") for t in types)):
+                out.append(("$.transformer_layer_config.layer_types", f"must name full_attention or sliding_attention for each of the {n} layer(s)"))
+            elif "sliding_attention" in types and not (type(tlc.get("sliding_window")) is int and tlc["sliding_window"] > 0):
+                out.append(("$.transformer_layer_config.sliding_window", f"{tlc.get('sliding_window')!r}, but layer_types has sliding layers; "
+                            "give the window in tokens"))
         return out
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:

@@ -34,7 +34,7 @@ from .. import __version__
 from ..algorithms import find
 from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError
-from ..format.config import verifier_ref, with_verifier
+from ..format.config import speculators_section, verifier_ref, verifier_section, with_verifier
 from .card import CARD_FILE, render_card
 from ..sources.resolve import check_repo_id, check_revision, is_hub_id
 
@@ -184,8 +184,8 @@ def _draft_config(folder: Path) -> dict[str, Any]:
         hint = (refusal[1] + ", then push OUT" if d.candidates else
                 "give the draft's folder, the one `specfmt convert -o` or `specfmt train -o` wrote (its verifier is named in its config.json or by --verifier-id)")
         raise InputError(f"push uploads a draft in the speculators format; this folder is {d.what} ({why})", where=str(folder), hint=hint)
-    problem = ("speculators_config must be an object" if not isinstance(spec, dict)
-               else "speculators_config.verifier must be an object" if not isinstance(spec.get("verifier"), dict)
+    speculators_section(cfg, where=str(path))  # an object, or one line saying what it is instead
+    problem = ("speculators_config.verifier must be an object" if verifier_section(cfg) is None
                else "speculators_model_type must be a string" if not isinstance(cfg.get("speculators_model_type"), str) else None)
     if problem:
         raise InputError(f"config.json is not a readable draft config: {problem}", where=str(path), hint=f"see `specfmt validate {folder}`")
