@@ -169,75 +169,96 @@ def vllm_weight_mismatches(
     Raises:
         OSError, safetensors' errors: the dump cannot be read (the caller reports it).
     """
-    aliases = aliases or {}
-    shares = shares or {}
-    not_held = not_held or {}
     held = _HeldFile(held) if isinstance(held, (str, os.PathLike)) else held
-    out = WeightCheck()
-    problems: dict[str, None] = {}  # ordered, without repeats (a layer may be read twice: parameter and applied)
-    covered: set[str] = set()
-    theirs: dict[str, Any] = {}
-
-    def verifier_tensor(module: str):
-        if module not in theirs:
-            try:
-                theirs[module] = verifier(module) if verifier is not None else None
-            except Exception as e:  # noqa: BLE001 - reported as the check's finding, not raised
-                theirs[module] = e
-        return theirs[module]
-
+    cmp = _Comparison(tensors, verifier, not_held or {})
     for name in sorted(held):
         got = held[name]
-        module, names = file_names(name, aliases)
-        out.held += 1
-        if got.is_floating_point() and out.dtype is None:
-            out.dtype = str(got.dtype).replace("torch.", "")
+        module, names = file_names(name, aliases or {})
+        cmp.count(got)
+        if (shares or {}).get(module):
+            cmp.shared(name, module, names, got)
+        else:
+            cmp.own(name, names, got)
+    return cmp.result()
+
+
+class _Comparison:
+    """The running state of :func:`vllm_weight_mismatches`: what was held, covered and found wrong."""
+
+    def __init__(self, tensors: "Mapping[str, torch.Tensor]", verifier, not_held: Mapping[str, str]) -> None:
+        self.tensors, self.verifier, self.not_held = tensors, verifier, not_held
+        self.out = WeightCheck()
+        self.problems: dict[str, None] = {}  # ordered, without repeats (a layer may be read twice: parameter and applied)
+        self.covered: set[str] = set()
+        self.theirs: dict[str, Any] = {}
+
+    def count(self, got: "torch.Tensor") -> None:
+        self.out.held += 1
+        if got.is_floating_point() and self.out.dtype is None:
+            self.out.dtype = str(got.dtype).replace("torch.", "")
+
+    def verifier_tensor(self, module: str):
+        """The verifier's tensor for ``module``, read once; the exception when it cannot be read."""
+        if module not in self.theirs:
+            try:
+                self.theirs[module] = self.verifier(module) if self.verifier is not None else None
+            except Exception as e:  # noqa: BLE001 - reported as the check's finding, not raised
+                self.theirs[module] = e
+        return self.theirs[module]
+
+    def shared(self, name: str, module: str, names: list[str], got: "torch.Tensor") -> None:
+        """A module vLLM replaced by the verifier's: vLLM's must be the verifier's, and so must the file's copy."""
         applied = name.endswith(APPLIED)
-        if shares.get(module):
-            if module not in out.shared:
-                out.shared.append(module)
-            want = verifier_tensor(module)
-            if want is None or isinstance(want, Exception):
-                problems[f"{module}: vLLM shares the verifier's, which cannot be read to compare" + (f" ({want})" if want is not None else "")] = None
-                continue
-            why = _differ(got, want, applied)
-            if why:
-                problems[f"{name}: vLLM shares the verifier's {module}, but holds other values: {why}"] = None
-            for n in names:  # the file's own copy of a module vLLM shares: it must be the verifier's
-                if n in tensors:
-                    covered.add(n)
-                    why = _differ(got, tensors[n], applied)
-                    if why:
-                        problems[f"{n}: vLLM uses the verifier's {module} in its place, and the file's differs: {why}"] = None
-            continue
-        missing = [n for n in names if n not in tensors]
+        if module not in self.out.shared:
+            self.out.shared.append(module)
+        want = self.verifier_tensor(module)
+        if want is None or isinstance(want, Exception):
+            self.problems[f"{module}: vLLM shares the verifier's, which cannot be read to compare" + (f" ({want})" if want is not None else "")] = None
+            return
+        why = _differ(got, want, applied)
+        if why:
+            self.problems[f"{name}: vLLM shares the verifier's {module}, but holds other values: {why}"] = None
+        for n in names:  # the file's own copy of a module vLLM shares: it must be the verifier's
+            if n in self.tensors:
+                self.covered.add(n)
+                why = _differ(got, self.tensors[n], applied)
+                if why:
+                    self.problems[f"{n}: vLLM uses the verifier's {module} in its place, and the file's differs: {why}"] = None
+
+    def own(self, name: str, names: list[str], got: "torch.Tensor") -> None:
+        """A module vLLM loaded from the file: one file tensor, or several merged by rows."""
+        applied = name.endswith(APPLIED)
+        missing = [n for n in names if n not in self.tensors]
         for n in missing:
-            problems[f"{n}: not in the file; vLLM keeps its initial value"] = None
+            self.problems[f"{n}: not in the file; vLLM keeps its initial value"] = None
         if missing:
-            covered.update(n for n in names if n in tensors)  # held, in a layer whose rows cannot be told apart
-            continue
-        covered.update(names)
-        parts = [tensors[n] for n in names]
+            self.covered.update(n for n in names if n in self.tensors)  # held, in a layer whose rows cannot be told apart
+            return
+        self.covered.update(names)
+        parts = [self.tensors[n] for n in names]
         if len(parts) > 1 and got.dim() >= 1 and got.shape[0] == sum(p.shape[0] for p in parts):
             rows = 0
             for n, p in zip(names, parts):  # each part against its own rows of the merged layer
                 why = _differ(got[rows:rows + p.shape[0]], p, applied)
                 rows += p.shape[0]
                 if why:
-                    problems[f"{n} (rows {rows - p.shape[0]}-{rows - 1} of vLLM's {name}): {why}"] = None
+                    self.problems[f"{n} (rows {rows - p.shape[0]}-{rows - 1} of vLLM's {name}): {why}"] = None
         elif len(parts) > 1:
-            problems[f"{name}: vLLM holds shape {list(got.shape)}, the file's {'+'.join(names)} stack to "
-                     f"{[sum(p.shape[0] for p in parts), *parts[0].shape[1:]]}"] = None
+            self.problems[f"{name}: vLLM holds shape {list(got.shape)}, the file's {'+'.join(names)} stack to "
+                          f"{[sum(p.shape[0] for p in parts), *parts[0].shape[1:]]}"] = None
         else:
             why = _differ(got, parts[0], applied)
             if why:
-                problems[f"{names[0]}: {why}" + (f" (vLLM's {name})" if name != names[0] else "")] = None
-    for n in sorted(set(tensors) - covered):
-        if n not in not_held:
-            problems[f"{n}: in the file, but vLLM holds no copy of it"] = None
-    out.file_tensors = len(covered)
-    out.problems = list(problems)
-    return out
+                self.problems[f"{names[0]}: {why}" + (f" (vLLM's {name})" if name != names[0] else "")] = None
+
+    def result(self) -> WeightCheck:
+        """The check: every file tensor vLLM holds no copy of (and was not declared so) is a problem."""
+        for n in sorted(set(self.tensors) - self.covered):
+            if n not in self.not_held:
+                self.problems[f"{n}: in the file, but vLLM holds no copy of it"] = None
+        self.out.file_tensors = len(self.covered)
+        self.out.problems = list(self.problems)
+        return self.out
 
 
 __all__ = ["APPLIED", "MERGED", "VOCAB_PADDING", "WeightCheck", "file_names", "vllm_weight_mismatches"]
