@@ -5,7 +5,7 @@ Usage (from the repository root)::
     python3 tests/snapshot_outputs.py record before.json          # default: the conversion tests
     python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
     python3 tests/snapshot_outputs.py compare before.json after.json
-    python3 tests/snapshot_outputs.py scan before.json /tmp/specfmt-snapshot-XXXX   # an earlier record's basetemp
+    python3 tests/snapshot_outputs.py scan before.json /tmp/specfmt-snapshot-XXXX [TREE]  # an earlier record's basetemp
 
 ``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
 ``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
@@ -45,13 +45,16 @@ DEFAULT_TESTS = [
 VOLATILE = {"created", "specfmt_version", "seconds", "wall_seconds", "tokens_per_second", "elapsed", "timestamp"}
 
 
-def _scrub(obj, base: str):
+def _scrub(obj, base: str, repo: str = str(REPO)):
+    """``obj`` without volatile keys, with the basetemp and the tree's own path (in keys and values) as
+    ``<basetemp>``/``<repo>``: two trees recorded in two folders compare equal."""
     if isinstance(obj, dict):
-        return {k: _scrub(v, base) for k, v in obj.items() if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_s")}
+        return {_scrub(k, base, repo): _scrub(v, base, repo) for k, v in obj.items()
+                if k not in VOLATILE and not k.endswith("_seconds") and not k.endswith("_s")}
     if isinstance(obj, list):
-        return [_scrub(v, base) for v in obj]
-    if isinstance(obj, str) and base in obj:
-        return obj.replace(base, "<basetemp>")
+        return [_scrub(v, base, repo) for v in obj]
+    if isinstance(obj, str):
+        return obj.replace(base, "<basetemp>").replace(repo, "<repo>")
     return obj
 
 
@@ -65,7 +68,7 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
-def snapshot(base: Path) -> dict:
+def snapshot(base: Path, repo: str = str(REPO)) -> dict:
     """``{folder under base: {"config": scrubbed config, "files": {name: sha256}}}``."""
     real = str(base.resolve())
     out = {}
@@ -85,12 +88,12 @@ def snapshot(base: Path) -> dict:
                 continue
             if p.suffix == ".json":
                 try:
-                    files[p.name] = _scrub(json.loads(p.read_text()), real)
+                    files[p.name] = _scrub(json.loads(p.read_text()), real, repo)
                     continue
                 except ValueError:
                     pass
             files[p.name] = _digest(p)
-        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files}
+        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real, repo), "files": files}
     return out
 
 
@@ -125,8 +128,9 @@ def compare(a_path: Path, b_path: Path) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "scan":  # snapshot a basetemp an earlier `record` left behind
-        Path(argv[1]).write_text(json.dumps({"pytest_exit": None, "folders": snapshot(Path(argv[2]))}, indent=1, sort_keys=True))
+    if len(argv) in (3, 4) and argv[0] == "scan":  # snapshot a basetemp an earlier `record` left behind (and its tree)
+        snap = snapshot(Path(argv[2]), *(argv[3:] or [str(REPO)]))
+        Path(argv[1]).write_text(json.dumps({"pytest_exit": None, "folders": snap}, indent=1, sort_keys=True))
         return 0
     if len(argv) >= 2 and argv[0] == "record":
         rest = argv[2:]
