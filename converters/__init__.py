@@ -24,4 +24,12 @@ def get(name: str) -> Converter:
     return REGISTRY[name]
 
 
-__all__ = ["REGISTRY", "Converter", "Derived", "Options", "Plan", "Rule", "Source", "TensorMove", "get", "register"]
+def from_choices(*extra: str) -> str:
+    """The ``--from`` values for a command's help, from the registry (a new converter appears by registering):
+    ``"eagle3, medusa, eagle (EAGLE-1/2), ..."`` followed by ``extra`` (e.g. ``"auto"``)."""
+    labels = {name: vars(type(c)).get("label", "") for name, c in REGISTRY.items()}  # a subclass (hass) names its own
+    names = [f"{name} ({label})" if label else name for name, label in labels.items()]
+    return ", ".join([*names, *extra])
+
+
+__all__ = ["REGISTRY", "Converter", "Derived", "Options", "Plan", "Rule", "Source", "TensorMove", "from_choices", "get", "register"]

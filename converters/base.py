@@ -415,6 +415,8 @@ class Converter:
     name: ClassVar[str] = ""
     #: one line for ``specfmt convert --help``
     summary: ClassVar[str] = ""
+    #: a few words after the name in the ``--from`` help (e.g. ``EAGLE-1/2``); empty: the name says it
+    label: ClassVar[str] = ""
     #: what ``inspect`` calls the format of the layouts below (e.g. ``eagle`` for EAGLE-1 and HASS)
     detects_as: ClassVar[str] = ""
     #: the speculators_model_type whose older speculators checkpoints this converter reads too

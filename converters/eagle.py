@@ -87,6 +87,7 @@ def _accelerate(seen: Seen) -> bool:
 @register
 class EagleConverter(Converter):
     name = "eagle"
+    label = "EAGLE-1/2"
     summary = "EAGLE-1/2 drafts (SafeAILab v1 layout: fc [H,2H], layers.*, optional fc.bias folded exactly)"
     detects_as = "eagle"
     upgrades = "eagle"

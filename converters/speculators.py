@@ -27,6 +27,7 @@ def _speculators(seen) -> bool:
 @register
 class SpeculatorsConverter(Converter):
     name = "speculators"
+    label = "older speculators/ModelOpt checkpoints"
     summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3; eagle <= 0.6): rewrite in the current version"
     detects_as = "speculators"
     fields = {}  # the speculators dialect is read by the converter it is handed to

@@ -356,3 +356,24 @@ def test_every_algorithm_module_provides_the_contract(name):
     own = {k for k, v in type(algo).__dict__.items() if callable(v)}
     assert {"expected_tensors", "module", "proposer", "loss", "new_draft"} <= own | set(Algorithm.__dict__) and "expected_tensors" in own
     assert algo.title and algo.vllm_method and algo.train_summary
+
+
+def test_the_from_lists_in_the_help_come_from_the_registry(monkeypatch):
+    """`--from`'s help is the registry, not a list typed by hand: a converter registered later appears in it."""
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+    from specfmt.converters import REGISTRY, from_choices
+    from specfmt.converters.base import Converter
+
+    runner = CliRunner()
+    for args in (["convert", "--help"], ["train", "eagle3", "--help"]):
+        shown = " ".join(runner.invoke(app, args, env={"COLUMNS": "300"}).output.split())
+        assert all(name in shown for name in REGISTRY), (args, shown)
+
+    class PEagleLike(Converter):
+        name, label = "peagle", "P-EAGLE"
+
+    monkeypatch.setitem(REGISTRY, "peagle", PEagleLike())
+    assert from_choices("auto").endswith("speculators (older speculators/ModelOpt checkpoints), peagle (P-EAGLE), auto")
+    assert "hass," in from_choices()  # a subclass does not inherit its parent's label

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from typing import TYPE_CHECKING
 
-from ..converters import Options
+from ..converters import Options, from_choices
 from ..errors import InputError, SpecfmtError
 from .common import DTYPES, err, out, parse_layers, print_serving, reports_errors
 
@@ -69,7 +69,7 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
 @reports_errors
 def convert(
     src: str = typer.Argument(..., help="Source checkpoint: a folder or a Hub id (OWNER/NAME)."),
-    source_format: str = typer.Option(..., "--from", help="Source format: eagle3, eagle (EAGLE-1/2), hass, medusa, speculators (older speculators/ModelOpt checkpoints), or auto."),
+    source_format: str = typer.Option(..., "--from", help=f"Source format: {from_choices()}, or auto."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),
     verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id. Written as a Hub id or an absolute path."),
     speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step (default: 3; Medusa: its number of heads)."),

@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 
 from ..algorithms import trainable
+from ..converters import from_choices
 from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
 
 train_app = typer.Typer(
@@ -88,7 +89,7 @@ def _make_command(algorithm: str, summary: str):
         verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen."),
         data: Optional[list[Path]] = typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\"."),
         init: Optional[str] = typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft)."),
-        source_format: str = typer.Option("auto", "--from", help="Format of --init (eagle3, eagle, hass, medusa, speculators, specfmt, auto)."),
+        source_format: str = typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')})."),
         steps: int = typer.Option(500, "--steps", help="Optimizer steps."),
         batch_size: int = typer.Option(8, "--batch-size", help="Windows per step (per process)."),
         seq_len: int = typer.Option(256, "--seq-len", help="Tokens per window."),
@@ -147,7 +148,7 @@ def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),
     verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id."),
-    source_format: str = typer.Option("auto", "--from", help="Format of SRC (eagle3, eagle, hass, medusa, speculators, specfmt, auto)."),
+    source_format: str = typer.Option("auto", "--from", help=f"Format of SRC ({from_choices('specfmt', 'auto')})."),
     data: Optional[list[Path]] = typer.Option(None, "--data", help="Corpus for d2t/t2d token frequencies (text or jsonl), repeatable."),
     vocab_map: Optional[bool] = typer.Option(None, "--vocab-map/--no-vocab-map", help="EAGLE-3: build d2t/t2d from --data (default: when the draft lacks them)."),
     embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into embed_tokens.weight (EAGLE-3 with H = H_t, EAGLE-1)."),
