@@ -473,7 +473,7 @@ class Converter:
                     moves.append(TensorMove(name, None, "drop", rule.reason, info, info.dtype))
                 else:
                     if dst in taken:
-                        raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}")
+                        raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}", tensors={"conflicting": [taken[dst], name]})
                     taken[dst] = name
                     moves.append(TensorMove(name, dst, "keep" if dst == name else "rename", "", info, info.dtype))
                 break
@@ -521,7 +521,7 @@ def check_vocab(V: int, verifier: "Verifier") -> None:
     """
     if V != verifier.info.vocab_size:
         raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.info.vocab_size}", where="config.json",
-                              hint="is --verifier the model this draft was trained for?")
+                              hint="is --verifier the model this draft was trained for?", config_path="$.vocab_size")
 
 
 def decide_float_dtype(moves: list[TensorMove], opts: Options, *, also: tuple[str, ...] = (), what: str = "the source") -> str:
@@ -562,7 +562,8 @@ def decoder_layer_count(indices: set[int], cfg: dict[str, Any]) -> int:
     if layers != list(range(n)) or n == 0:
         raise ConversionError(f"decoder layers {layers} are not numbered 0..n-1")
     if cfg.get("num_hidden_layers", 1) != n:
-        raise ConversionError(f"config num_hidden_layers={cfg.get('num_hidden_layers', 1)} but the weights hold {n} decoder layer(s)", where="config.json")
+        raise ConversionError(f"config num_hidden_layers={cfg.get('num_hidden_layers', 1)} but the weights hold {n} decoder layer(s)", where="config.json",
+                              config_path="$.num_hidden_layers")
     return n
 
 
@@ -587,6 +588,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
                 hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",
+                tensors={"inconsistent": [name]}, config_path="$.rope_theta",
             )
 
 
