@@ -88,7 +88,7 @@ def schema_violations(config: Any) -> list[tuple[str, str]]:
 
 
 def schema_findings(config: Any) -> list[Finding]:
-    """:func:`schema_violations` as :class:`~specfmt.errors.Finding` s (the same paths and messages),
+    """:func:`schema_violations` as findings (:class:`~specfmt.errors.Finding`: the same paths and messages),
     each with the config keys it concerns (:func:`specfmt.format.schema.json_schema_findings`; a rule
     across fields concerns the keys along its path) and its kind (the JSON Schema keyword, or ``rule``).
 

@@ -1,7 +1,7 @@
 """Tensors against the table their config's algorithm implies: checks shared by ``convert`` (before
 anything is written), the trainer and ``validate`` (after).
 
-Each function returns a list of one-line problems (or of :class:`~specfmt.errors.Finding` s, which say
+Each function returns a list of one-line problems (or of findings, :class:`~specfmt.errors.Finding`, which say
 what each concerns); an empty list means the check holds.
 """
 
@@ -37,7 +37,7 @@ def inventory_problems(cfg: dict[str, Any], shapes: dict[str, tuple[tuple[int, .
 
 
 def inventory_findings(cfg: dict[str, Any], shapes: dict[str, tuple[tuple[int, ...], str]]) -> list[Finding]:
-    """:func:`inventory_problems` as :class:`~specfmt.errors.Finding` s, in the same order: each with
+    """:func:`inventory_problems` as findings (:class:`~specfmt.errors.Finding`), in the same order: each with
     its :attr:`~specfmt.errors.Finding.tensor` and its kind (``missing``, ``unexpected``, ``misshaped``,
     ``wrong_dtype``). When only one of ``d2t`` and ``t2d`` is present, the other is ``missing``.
 

@@ -47,7 +47,7 @@ def json_schema_violations(config: Any) -> list[tuple[str, str]]:
 
 
 def json_schema_findings(config: Any) -> list[Finding]:
-    """:func:`json_schema_violations` as :class:`~specfmt.errors.Finding` s, one per violation (the same
+    """:func:`json_schema_violations` as findings (:class:`~specfmt.errors.Finding`), one per violation (the same
     paths and messages), each with the config keys it concerns: those along its path, and those its
     rule names (an absent ``required`` key, reported at its parent object; a key ``additionalProperties:
     false`` refuses; a key a ``not: {required: [...]}`` rule forbids), and the JSON Schema keyword as

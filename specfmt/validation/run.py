@@ -404,7 +404,8 @@ def _speculative_tokens(cfg: dict[str, Any], algo: Algorithm, asked: int | None,
     Raises:
         InputError: more than the checkpoint can propose; a ``--min-acceptance-length`` above k + 1.
     """
-    k = asked or speculative_tokens(cfg)
+    k_config = speculative_tokens(cfg)
+    k = asked or k_config
     limit = algo.speculative_token_limit(cfg)
     if limit is not None and k > limit[0]:
         raise InputError(f"--num-speculative-tokens {k}: this {algo.title} checkpoint has {limit[0]} {limit[1]}")

@@ -62,7 +62,7 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
 
     Returns:
         A :class:`Report`; it never raises for problems in the checkpoint itself. The ``schema``,
-        ``tensors`` and ``verifier`` checks carry their :class:`~specfmt.errors.Finding` s (the
+        ``tensors`` and ``verifier`` checks carry their findings (:class:`~specfmt.errors.Finding`: the
         config path and keys, the tensor) beside the printed details.
 
     Raises:
