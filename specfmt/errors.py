@@ -237,9 +237,19 @@ class Finding:
     kind: str | None = None
 
     @classmethod
-    def at(cls, path: str | None, message: str, *, kind: str | None = None, named: tuple[str, ...] = ()) -> "Finding":
-        """A finding about the config field at ``path``: its :attr:`keys` are those along the path, then ``named``."""
-        return cls(message, path=path, keys=tuple(dict.fromkeys(path_keys(path) + tuple(named))), kind=kind)
+    def at(cls, path: str | None, message: str, *, kind: str | None = None, named: tuple[str, ...] = (),
+           along: tuple[str, ...] | None = None) -> "Finding":
+        """A finding about the config field at ``path``: its :attr:`keys` are those along the path, then ``named``.
+
+        ``along`` gives the keys along the path where the caller holds them (a path built from a
+        config's own keys, which may be empty or hold ``.`` or ``[``, cannot be read back); else they
+        are read from ``path`` (:func:`path_keys`).
+
+        Raises:
+            ValueError: ``along`` is None and ``path`` is not a JSON path :func:`path_keys` reads.
+        """
+        keys = path_keys(path) if along is None else tuple(along)
+        return cls(message, path=path, keys=tuple(dict.fromkeys(keys + tuple(named))), kind=kind)
 
     def __str__(self) -> str:
         return self.message

@@ -68,9 +68,10 @@ def json_schema_findings(config: Any) -> list[Finding]:
         if err.validator == "not" and isinstance(err.validator_value, dict):
             msg = err.validator_value.get("description", msg)
         path = _json_path(err.absolute_path)
-        found = out.setdefault((path, msg), Finding.at(path, msg, kind=str(err.validator), named=_named_keys(err)))
+        along = tuple(str(p) for p in err.absolute_path if not isinstance(p, int))  # the config's own keys, whatever they hold
+        found = out.setdefault((path, msg), Finding.at(path, msg, kind=str(err.validator), named=_named_keys(err), along=along))
         if found.kind != err.validator:  # one message from two rules: keep every key either names
-            out[(path, msg)] = Finding.at(path, msg, kind=found.kind, named=found.keys + _named_keys(err))
+            out[(path, msg)] = Finding.at(path, msg, kind=found.kind, named=found.keys + _named_keys(err), along=along)
     return [out[k] for k in sorted(out)]
 
 
