@@ -253,6 +253,28 @@ def test_schema_findings_name_the_keys_their_rule_names(example):
     assert found[0].keys == ("norm_before_residual",) and found[1].keys == ("eagle_aux_hidden_state_layer_ids",)
 
 
+def test_a_finding_keeps_a_configs_own_keys_that_no_path_can_spell(example):
+    """A key that is empty or holds ``.`` or ``[`` prints as a path :func:`path_keys` cannot read back: the
+    finding takes its keys from the error's own path (found by test_fuzz)."""
+    from specfmt.algorithms import schema_findings, schema_violations
+
+    cfg = json.loads((example / "config.json").read_text())
+    cfg["specfmt"]["tensors"]["dropped"] = {"": 1, "a.b[0]": 2}
+    found = [f for f in schema_findings(cfg) if f.path.startswith("$.specfmt.tensors.dropped")]
+    assert [(f.path, f.message) for f in schema_findings(cfg)] == schema_violations(cfg)
+    assert sorted(f.keys for f in found) == [("specfmt", "tensors", "dropped", ""), ("specfmt", "tensors", "dropped", "a.b[0]")]
+
+
+def test_an_inconsistent_vocabulary_map_lists_the_map_tensors(tmp_path, verifier):
+    src = write_safeailab(tmp_path / "src")
+    sd = torch.load(src / "pytorch_model.bin", weights_only=True)
+    sd["t2d"][int((~sd["t2d"]).nonzero()[0])] = True  # one target id more than the draft has
+    torch.save(sd, src / "pytorch_model.bin")
+    with pytest.raises(ConversionError) as e:
+        convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    assert "the draft vocabulary map is inconsistent" in str(e.value) and e.value.tensors == {"inconsistent": ["d2t", "t2d"]}
+
+
 @pytest.fixture(scope="module")
 def example(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("errors") / "eagle3"
