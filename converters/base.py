@@ -217,7 +217,8 @@ class Plan:
 
         algo = of(self.config)
         tensors = [_moved(m, reader) for m in self.written] + [_derived(d, reader) for d in self.derived]
-        return TensorStream(tensors, _RefuseConversion(), together=tuple(algo.map_tensors),
+        maps = sorted({t.name for t in tensors} & set(algo.map_tensors))
+        return TensorStream(tensors, _RefuseConversion(maps), together=tuple(algo.map_tensors),
                             check_together=lambda kept: algo.tensor_problems(self.config, kept))
 
 
@@ -248,13 +249,18 @@ def _derived(d: Derived, reader: Any) -> OutTensor:
 
 
 class _RefuseConversion(Refusals):
-    """A conversion refuses at the first failed check: nothing reaches OUT (or the trainer)."""
+    """A conversion refuses at the first failed check: nothing reaches OUT (or the trainer).
+    ``maps`` names the stream's map tensors, which an inconsistent map's error lists."""
+
+    def __init__(self, maps: list[str]) -> None:
+        self.maps = maps
 
     def nonfinite(self, tensor: OutTensor, count: int) -> None:
         raise ConversionError(f"{tensor.label} has {count} NaN/Inf value(s)" + (" after the cast" if tensor.cast else ""), hint=tensor.hint)
 
     def inconsistent(self, problems: list[str]) -> None:
-        raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged")
+        raise ConversionError("the draft vocabulary map is inconsistent: " + "; ".join(problems), hint="the source's d2t/t2d are damaged",
+                              tensors={"inconsistent": list(self.maps)})
 
 
 # --------------------------------------------------------------------------- layouts
@@ -517,7 +523,7 @@ class Converter:
                     moves.append(TensorMove(name, None, "drop", rule.reason, info, info.dtype))
                 else:
                     if dst in taken:
-                        raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}")
+                        raise ConversionError(f"source tensors {taken[dst]!r} and {name!r} both map to {dst!r}", tensors={"conflicting": [taken[dst], name]})
                     taken[dst] = name
                     moves.append(TensorMove(name, dst, "keep" if dst == name else "rename", "", info, info.dtype))
                 break
@@ -565,7 +571,7 @@ def check_vocab(V: int, verifier: "Verifier") -> None:
     """
     if V != verifier.info.vocab_size:
         raise ConversionError(f"draft vocab_size {V} differs from the verifier's {verifier.info.vocab_size}", where="config.json",
-                              hint="is --verifier the model this draft was trained for?")
+                              hint="is --verifier the model this draft was trained for?", config_path="$.vocab_size")
 
 
 def decide_float_dtype(moves: list[TensorMove], opts: Options, *, also: tuple[str, ...] = (), what: str = "the source") -> str:
@@ -606,7 +612,8 @@ def decoder_layer_count(indices: set[int], cfg: dict[str, Any]) -> int:
     if layers != list(range(n)) or n == 0:
         raise ConversionError(f"decoder layers {layers} are not numbered 0..n-1")
     if cfg.get("num_hidden_layers", 1) != n:
-        raise ConversionError(f"config num_hidden_layers={cfg.get('num_hidden_layers', 1)} but the weights hold {n} decoder layer(s)", where="config.json")
+        raise ConversionError(f"config num_hidden_layers={cfg.get('num_hidden_layers', 1)} but the weights hold {n} decoder layer(s)", where="config.json",
+                              config_path="$.num_hidden_layers")
     return n
 
 
@@ -631,6 +638,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
                 hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",
+                tensors={"inconsistent": [name]}, config_path="$.rope_theta",
             )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .algorithms import validate_config
-from .algorithms.inventory import inventory_problems
+from .algorithms.inventory import inventory_findings
 from .checkpoint.files import CONFIG_FILE, read_json, sha256_file
 from .checkpoint.output import Input, check_output, real_path
 from .checkpoint.reader import CheckpointReader
@@ -371,7 +371,7 @@ def _check_earlier_provenance(cfg: dict[str, Any], folder: Path) -> None:
     if bad:
         path, why = bad[0]
         raise ConversionError(f"the source's specfmt provenance block is not valid ({path}: {why}" + (f"; {len(bad) - 1} more" if len(bad) > 1 else "") + ")",
-                              where=str(folder / CONFIG_FILE),
+                              where=str(folder / CONFIG_FILE), config_path=path,
                               hint="a rewrite keeps the original provenance; restore the block, or delete it to record this folder as the source")
 
 
@@ -464,18 +464,32 @@ class _Digests:
         self._thread.join()
 
 
+#: the tensor problems :func:`_check_plan` refuses, in the order its message lists them: the
+#: :attr:`~specfmt.errors.Finding.kind` of :func:`~specfmt.algorithms.inventory.inventory_findings`, and its label
+_PLAN_PROBLEMS = (("missing", "missing"), ("unexpected", "unexpected"), ("misshaped", "wrong shape"), ("wrong_dtype", "wrong dtype"))
+
+
 def _check_plan(plan: Plan, allow_missing: frozenset[str] = frozenset()) -> None:
     """The plan's config is schema-valid and its tensors are exactly what that config implies
-    (``allow_missing`` aside)."""
+    (``allow_missing`` aside).
+
+    Raises:
+        ConfigSchemaError: the planned config is not schema-valid.
+        ConversionError: tensors do not fit; :attr:`~specfmt.errors.ConversionError.tensors` names them
+            (``missing``, ``unexpected``, ``misshaped``, ``wrong_dtype``: output names; ``unknown``: the
+            source names no rule of the layout knows).
+    """
     validate_config(plan.config, where="planned config.json")
-    problems = inventory_problems(plan.config, plan.output_shapes())
-    problems["missing"] = [m for m in problems["missing"] if m.split(" ")[0] not in allow_missing]
+    found = [f for f in inventory_findings(plan.config, plan.output_shapes()) if not (f.kind == "missing" and f.tensor in allow_missing)]
     parts = [f"not part of the {plan.source_format} layout: {', '.join(plan.unknown)}"] if plan.unknown else []
-    for key, label in (("missing", "missing"), ("unexpected", "unexpected"), ("shape", "wrong shape"), ("dtype", "wrong dtype")):
-        if problems[key]:
-            parts.append(f"{label}: {', '.join(problems[key])}")
+    for kind, label in _PLAN_PROBLEMS:
+        lines = [f.message for f in found if f.kind == kind]
+        if lines:
+            parts.append(f"{label}: {', '.join(lines)}")
     if parts:
-        raise ConversionError("the source does not hold the tensors its config implies -- " + "; ".join(parts), hint="nothing was written")
+        tensors = {kind: [f.tensor for f in found if f.kind == kind] for kind, _ in _PLAN_PROBLEMS}
+        raise ConversionError("the source does not hold the tensors its config implies -- " + "; ".join(parts), hint="nothing was written",
+                              tensors={"unknown": list(plan.unknown), **tensors})
 
 
 def _write_atomic(out: Path, plan: Plan, config: dict[str, Any], reader: CheckpointReader, progress: Callable[[int, int], None] | None,

@@ -24,7 +24,8 @@ Endpoints:
 * ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``.
 
 Access: ``tokens`` maps a token to a user name. A user may write only in its own namespace;
-a private repo is invisible (404) to anyone else. Requests without a valid token are 401
+a private repo is invisible (404) to anyone else; a gated repo's files are refused (403, ``GatedRepo``)
+to anyone else. Requests without a valid token are 401
 except downloads of public repos and LFS PUTs (pre-signed on the Hub).
 
 Failure injection: :meth:`FakeHub.fail` makes the next matching request(s) answer an error
@@ -55,6 +56,7 @@ class Repo:
     private: bool = False
     commits: dict[str, dict] = field(default_factory=dict)  # oid -> {"summary", "files": {path: bytes | ("lfs", sha256)}, "parent"}
     refs: dict[str, str] = field(default_factory=dict)  # "main", other branches, "refs/pr/N" -> commit oid
+    gated: bool = False  # its files are refused (403, GatedRepo) to everyone but the owner
 
     def resolve(self, rev: str) -> str | None:
         """A branch, PR ref or commit oid -> commit oid (None if unknown)."""
@@ -119,7 +121,7 @@ class FakeHub:
                 headers = {"X-Error-Message": message}
                 if code:
                     headers["X-Error-Code"] = code
-                self.send(status, {"error": message}, headers)
+                self.send(status, {"error": message}, headers, head=self.command == "HEAD")  # a HEAD answer has no body
 
             def user(self) -> str | None:
                 auth = self.headers.get("Authorization") or ""
@@ -198,9 +200,12 @@ class FakeHub:
         repo.refs["main"] = self._commit(repo, {".gitattributes": GITATTRIBUTES}, "initial commit", None)
         return repo
 
-    def seed(self, repo_id: str, files: dict[str, bytes], *, private: bool = False, summary: str = "seed") -> Repo:
-        """Create ``repo_id`` (if needed) and commit ``files`` to main directly (``.safetensors``/``.bin`` as LFS)."""
+    def seed(self, repo_id: str, files: dict[str, bytes], *, private: bool = False, gated: bool = False, summary: str = "seed") -> Repo:
+        """Create ``repo_id`` (if needed) and commit ``files`` to main directly (``.safetensors``/``.bin`` as LFS);
+        ``gated``: its files are refused to everyone but its owner, as the Hub refuses a gated repo's files to a
+        user who has not accepted its terms."""
         repo = self.repos.get(repo_id) or self.create(repo_id, private=private)
+        repo.gated = gated
         new = dict(repo.files())
         for path, data in files.items():
             if path.endswith((".safetensors", ".bin")):
@@ -272,6 +277,8 @@ class FakeHub:
             if oid is None:
                 return h.error(404, f"Invalid rev id: {segs[3]}", "RevisionNotFound")
             name = "/".join(segs[4:])
+            if repo.gated and user != repo.owner:
+                return h.error(403, f"Access to model {repo_id} is restricted. You must have access to it and be authenticated to access it.", "GatedRepo")
             f = repo.commits[oid]["files"].get(name)
             if f is None:
                 return h.error(404, "Entry not found", "EntryNotFound")

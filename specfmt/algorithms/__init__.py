@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import ConfigSchemaError, InputError
-from ..format.schema import json_schema_violations
+from ..errors import ConfigSchemaError, Finding, InputError
+from ..format.schema import json_schema_findings
 from . import eagle3, eagle, medusa  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
 from .base import REGISTRY, Algorithm, NewDraft, Variant
 
@@ -84,10 +84,21 @@ def schema_violations(config: Any) -> list[tuple[str, str]]:
         ``[(json_path, message), ...]`` sorted by path; empty when the config is valid.
         Paths look like ``$.speculators_config.proposal_methods[0].speculative_tokens``.
     """
-    out = json_schema_violations(config)
+    return sorted({(f.path, f.message) for f in schema_findings(config)})
+
+
+def schema_findings(config: Any) -> list[Finding]:
+    """:func:`schema_violations` as findings (:class:`~specfmt.errors.Finding`: the same paths and messages),
+    each with the config keys it concerns (:func:`specfmt.format.schema.json_schema_findings`; a rule
+    across fields concerns the keys along its path) and its kind (the JSON Schema keyword, or ``rule``).
+
+    Returns:
+        The findings sorted by path and message, without duplicates; empty when the config is valid.
+    """
+    out = json_schema_findings(config)
     if not out and isinstance(config, dict):
-        out.extend(_semantic_violations(config))
-    return sorted(set(out))
+        out = sorted({Finding.at(p, m, kind="rule") for p, m in _semantic_violations(config)}, key=lambda f: (f.path, f.message))
+    return out
 
 
 def _semantic_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:

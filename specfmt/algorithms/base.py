@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from ..errors import InputError
+from ..errors import Finding, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -150,8 +150,9 @@ class Algorithm:
         """The ``vocab_map`` check: ``(status, summary, details)``."""
         return "pass", f"no draft vocabulary: {self.name} proposes over the verifier's {cfg['transformer_layer_config']['vocab_size']} ids", []
 
-    def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list[str]:
-        """What in the config does not fit the verifier, beyond width and vocabulary."""
+    def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
+        """What in the config does not fit the verifier, beyond width and vocabulary: each problem a line,
+        or a :class:`~specfmt.errors.Finding` naming the config field it concerns (``path``)."""
         return []
 
     def tensor_problems(self, cfg: dict[str, Any], small: dict[str, Any]) -> list[str]:

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..checkpoint.dtypes import DTYPE_CODES
-from ..errors import InputError
+from ..errors import Finding, InputError
 from ..format.config import speculators_block
 from ..format.draft import Draft
 from ..format.tensors import TensorSpec
@@ -545,9 +545,10 @@ class Eagle3(Algorithm):
             return "pass", "full vocabulary (Vd = V); no map needed", []
         return "skip", "d2t/t2d absent (reported under tensors)", []
 
-    def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list[str]:
+    def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
         out_of_range = [t for t in cfg["eagle_aux_hidden_state_layer_ids"] if t >= verifier.num_hidden_layers]
-        return [f"tap layers {out_of_range} are not below the verifier's {verifier.num_hidden_layers} layers"] if out_of_range else []
+        return [Finding.at("$.eagle_aux_hidden_state_layer_ids", f"tap layers {out_of_range} are not below the verifier's {verifier.num_hidden_layers} layers",
+                           kind="rule")] if out_of_range else []
 
     def tensor_problems(self, cfg: dict[str, Any], small: dict[str, Any]) -> list[str]:
         if "d2t" not in small and "t2d" not in small:

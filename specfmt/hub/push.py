@@ -242,6 +242,29 @@ def plan_push(
         raise InputError("push uploads a local checkpoint folder; this is not one", where=str(folder),
                          hint="give the folder `specfmt convert -o` or `specfmt train -o` wrote")
     cfg = _draft_config(folder)
+    named, verifier = _verifier_of(cfg, folder, verifier_id)
+    uploaded = with_verifier(cfg, verifier, where=str(folder / CONFIG_FILE))
+    checks, notes = _static_validation(folder, verifier_id, validate)
+    figures, fnotes = _read_validation(folder, validate)
+    paths, skipped = _folder_files(folder)
+    notes += fnotes + skipped
+    files = _upload_files(folder, paths, named, verifier, uploaded)
+    card, origin = _card(files, folder, uploaded, repo_id, verifier, figures, license, overwrite_card)
+    algo = cfg.get("speculators_model_type", "draft")
+    algorithm = find(algo)
+    message = commit_message or f"Upload {algorithm.title if algorithm else algo} draft for {verifier} (specfmt {__version__})"
+    return PushPlan(folder=folder, repo_id=repo_id, revision=revision, create_pr=create_pr, private=private, verifier=verifier,
+                    files=sorted(files, key=lambda f: f.path_in_repo), card=card, card_origin=origin, commit_message=message,
+                    checks=checks, figures=figures, notes=notes, config=uploaded)
+
+
+def _verifier_of(cfg: dict[str, Any], folder: Path, verifier_id: str | None) -> tuple[str | None, str]:
+    """``(the verifier config.json names, the Hub id the upload names)``.
+
+    Raises:
+        InputError: ``verifier_id`` is not a Hub id, or contradicts config.json's Hub id; config.json names
+            the verifier by a local path and no ``verifier_id`` was given.
+    """
     named = verifier_ref(cfg)
     if verifier_id is not None:
         if not is_hub_id(verifier_id):
@@ -252,26 +275,32 @@ def plan_push(
     elif named is None or not is_hub_id(named):
         raise InputError(f"config.json names the verifier by a local path ({named!r}); on the Hub nobody else can load it",
                          where=str(folder / CONFIG_FILE), hint="pass --verifier-id OWNER/NAME, the verifier's Hub id, to write in the uploaded config.json")
-    verifier = verifier_id or named
-    uploaded = with_verifier(cfg, verifier, where=str(folder / CONFIG_FILE))
-    notes: list[str] = []
-    checks = None
-    if validate:
-        from ..validation.static import validate_static
+    return named, verifier_id or named
 
-        rep = validate_static(folder, verifier_id)  # None: the config's verifier, checked when reachable
-        checks = [(c.name, c.status, c.summary) for c in rep.checks]
-        if not rep.ok:
-            failed = [c for c in rep.checks if c.status == "fail"]
-            raise InputError("the checkpoint fails static validation: " + "; ".join(
-                f"{c.name}: {c.summary}" + (f" ({'; '.join(c.details[:3])}{' ...' if len(c.details) > 3 else ''})" if c.details else "") for c in failed),
-                             where=str(folder), hint=f"see `specfmt validate {folder}`; push with --no-validate to upload it anyway")
-    else:
-        notes.append("--no-validate: the checkpoint was not validated before upload")
-    figures, fnotes = _read_validation(folder, validate)
-    notes += fnotes
-    paths, skipped = _folder_files(folder)
-    notes += skipped
+
+def _static_validation(folder: Path, verifier_id: str | None, validate: bool) -> tuple[list[tuple[str, str, str]] | None, list[str]]:
+    """``(checks, notes)``: the static validation's checks as ``(name, status, summary)`` (None: not run, noted).
+
+    Raises:
+        InputError: a check failed (``validate``).
+    """
+    if not validate:
+        return None, ["--no-validate: the checkpoint was not validated before upload"]
+    from ..validation.static import validate_static
+
+    rep = validate_static(folder, verifier_id)  # None: the config's verifier, checked when reachable
+    checks = [(c.name, c.status, c.summary) for c in rep.checks]
+    if not rep.ok:
+        failed = [c for c in rep.checks if c.status == "fail"]
+        raise InputError("the checkpoint fails static validation: " + "; ".join(
+            f"{c.name}: {c.summary}" + (f" ({'; '.join(c.details[:3])}{' ...' if len(c.details) > 3 else ''})" if c.details else "") for c in failed),
+                         where=str(folder), hint=f"see `specfmt validate {folder}`; push with --no-validate to upload it anyway")
+    return checks, []
+
+
+def _upload_files(folder: Path, paths: list[Path], named: str | None, verifier: str, uploaded: dict[str, Any]) -> list[UploadFile]:
+    """The folder's files to upload, README.md aside; config.json replaced by ``uploaded`` (the config naming
+    ``verifier``) when it names another."""
     files = []
     for p in paths:
         if p.name == CARD_FILE:
@@ -281,22 +310,23 @@ def plan_push(
             files.append(UploadFile(p.name, len(data), content=data, note=f"verifier {named} -> {verifier}"))
         else:
             files.append(UploadFile(p.name, p.stat().st_size, local=p))
+    return files
+
+
+def _card(files: list[UploadFile], folder: Path, uploaded: dict[str, Any], repo_id: str, verifier: str, figures: dict[str, Any] | None,
+          license: str | None, overwrite_card: bool) -> tuple[str, str]:
+    """``(card text, origin)``: the folder's own README.md (``kept``), or a card rendered from ``uploaded``
+    (``generated``, or ``regenerated`` over the folder's own with ``overwrite_card``); its file is added to ``files``."""
     own = folder / CARD_FILE
     if own.is_file() and not overwrite_card:
-        card, origin = own.read_text(encoding="utf-8"), "kept"
         files.append(UploadFile(CARD_FILE, own.stat().st_size, local=own, note="the folder's own README.md (--overwrite-card replaces it)"))
-    else:
-        weights = [(f.path_in_repo, f.size) for f in files if f.path_in_repo.endswith(".safetensors")]
-        card = render_card(uploaded, repo_id=repo_id, verifier=verifier, figures=figures, license=license, weights=weights, folder=folder)
-        origin = "regenerated" if own.is_file() else "generated"
-        data = card.encode()
-        files.append(UploadFile(CARD_FILE, len(data), content=data, note=f"{origin} model card"))
-    algo = cfg.get("speculators_model_type", "draft")
-    algorithm = find(algo)
-    message = commit_message or f"Upload {algorithm.title if algorithm else algo} draft for {verifier} (specfmt {__version__})"
-    return PushPlan(folder=folder, repo_id=repo_id, revision=revision, create_pr=create_pr, private=private, verifier=verifier,
-                    files=sorted(files, key=lambda f: f.path_in_repo), card=card, card_origin=origin, commit_message=message,
-                    checks=checks, figures=figures, notes=notes, config=uploaded)
+        return own.read_text(encoding="utf-8"), "kept"
+    weights = [(f.path_in_repo, f.size) for f in files if f.path_in_repo.endswith(".safetensors")]
+    card = render_card(uploaded, repo_id=repo_id, verifier=verifier, figures=figures, license=license, weights=weights, folder=folder)
+    origin = "regenerated" if own.is_file() else "generated"
+    data = card.encode()
+    files.append(UploadFile(CARD_FILE, len(data), content=data, note=f"{origin} model card"))
+    return card, origin
 
 
 __all__ = ["PushPlan", "UploadFile", "plan_push"]

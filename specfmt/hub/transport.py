@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import HubError, SpecfmtError
+from ..errors import HubAuthError, HubError, HubRepoNotFoundError, HubRevisionNotFoundError, SpecfmtError
 from .failures import cause_of, hub_failure, is_transient, is_transport, status_of
 from .push import PushPlan
 
@@ -91,12 +91,17 @@ def _outcome(api, repo_id: str, branch: str, head: str) -> str:
     return f"no commit was made ({branch} is still at {head[:8]})" if now == head else f"{branch} moved to {now[:8]} meanwhile: check the repo"
 
 
-def _token() -> str:
+def _token(repo_id: str | None = None) -> str:
+    """The token of ``HF_TOKEN`` or the stored login.
+
+    Raises:
+        HubAuthError: there is none.
+    """
     from huggingface_hub import get_token
 
     token = get_token()
     if not token:
-        raise HubError("no Hugging Face token: a push needs one with write access", hint="run `hf auth login`, or set HF_TOKEN")
+        raise HubAuthError("no Hugging Face token: a push needs one with write access", hint="run `hf auth login`, or set HF_TOKEN", repo_id=repo_id)
     return token
 
 
@@ -119,73 +124,113 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
         A :class:`PushResult`.
 
     Raises:
-        HubError: no token; 401; 403; the repo missing where it must exist (a pull request on
-            a repo that does not exist); a repo that exists public although ``private`` was
-            asked; 5xx or a dropped connection after the retries. Nothing is committed then.
+        HubAuthError: no token; 401. HubPermissionError: 403. HubRepoNotFoundError: the repo missing
+            where it must exist (a pull request on a repo that does not exist). HubRevisionNotFoundError:
+            a ``refs/...`` revision that does not exist. HubUnavailableError: 5xx or a dropped connection
+            after the retries. HubError: a repo that exists public although ``private`` was asked; any
+            other failure (:func:`specfmt.hub.failures.hub_failure`). Nothing is committed then.
     """
     from huggingface_hub import HfApi
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
-    api = HfApi(token=_token())
+    api = HfApi(token=_token(plan.repo_id))
+    result = PushResult(repo_url=f"{api.endpoint}/{plan.repo_id}")
+    _ensure_repo(api, plan, result, log)
+    branch = plan.revision or "main"
+    head = _ensure_branch(api, plan, branch, result, log)
+    result.deleted = stale_files(plan, _call(plan, "listing the repo's files", api.list_repo_files, plan.repo_id, revision=branch))
+    for p in result.deleted:
+        log(f"deleting {p} (a weight file this folder does not have)")
+    commit = _commit(api, plan, result.deleted, branch, head, log)
+    result.commit_url = commit.commit_url
+    result.pr_url = commit.pr_url
+    result.unchanged = commit.oid == head and not plan.create_pr
+    return result
+
+
+def _call(plan: PushPlan, stage: str, fn: Callable, *a, **kw):
+    """``fn(*a, **kw)``, its failure as one :class:`~specfmt.errors.HubError` line (:func:`~specfmt.hub.failures.hub_failure`)."""
+    try:
+        return fn(*a, **kw)
+    except SpecfmtError:
+        raise
+    except Exception as e:  # huggingface_hub and httpx raise many classes; each becomes one line
+        raise hub_failure(e, plan.repo_id, stage, revision=plan.revision) from None
+
+
+def _ensure_repo(api, plan: PushPlan, result: PushResult, log: Callable[[str], None]) -> None:
+    """The repo exists afterwards (created, private if asked, when missing).
+
+    Raises:
+        HubRepoNotFoundError: missing, and ``create_pr`` (a pull request needs the repo).
+        HubError: it exists public and ``private`` was asked; or reading or creating it failed.
+    """
+    from huggingface_hub.errors import RepositoryNotFoundError
+
     repo_id = plan.repo_id
-    result = PushResult(repo_url=f"{api.endpoint}/{repo_id}")
-
-    def call(stage: str, fn, *a, **kw):
-        try:
-            return fn(*a, **kw)
-        except SpecfmtError:
-            raise
-        except Exception as e:  # huggingface_hub and httpx raise many classes; each becomes one line
-            raise hub_failure(e, repo_id, stage) from None
-
     try:
         info = api.repo_info(repo_id)
     except RepositoryNotFoundError:
         info = None
     except Exception as e:
-        raise hub_failure(e, repo_id, "reading the repo") from None
+        raise hub_failure(e, repo_id, "reading the repo", revision=plan.revision) from None
     if info is None:
         if plan.create_pr:
-            raise HubError(f"{repo_id} does not exist, so no pull request can be opened on it", hint="drop --create-pr to create the repo with this push")
-        call("creating the repo", api.create_repo, repo_id, private=plan.private, exist_ok=False)
+            raise HubRepoNotFoundError(f"{repo_id} does not exist, so no pull request can be opened on it", hint="drop --create-pr to create the repo with this push",
+                                       repo_id=repo_id, revision=plan.revision)
+        _call(plan, "creating the repo", api.create_repo, repo_id, private=plan.private, exist_ok=False)
         result.created_repo = True
         log(f"created {'private ' if plan.private else ''}repo {repo_id}")
     elif plan.private and not info.private:
-        raise HubError(f"{repo_id} exists and is public; --private would publish this draft publicly", hint="make the repo private on the Hub first, or drop --private")
-    branch = plan.revision or "main"
+        raise HubError(f"{repo_id} exists and is public; --private would publish this draft publicly", hint="make the repo private on the Hub first, or drop --private",
+                       repo_id=repo_id, revision=plan.revision)
+
+
+def _ensure_branch(api, plan: PushPlan, branch: str, result: PushResult, log: Callable[[str], None]) -> str:
+    """The commit id ``branch`` is at, creating the branch from ``main`` when missing.
+
+    Raises:
+        HubRevisionNotFoundError: a missing ``refs/...`` revision (a pull request's ref is not created).
+        HubError: reading or creating the branch failed.
+    """
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    repo_id = plan.repo_id
     try:
-        head = api.repo_info(repo_id, revision=branch).sha
+        return api.repo_info(repo_id, revision=branch).sha
     except RevisionNotFoundError:
         if branch.startswith("refs/"):
-            raise HubError(f"{branch} does not exist in {repo_id}", hint="check --revision (a pull request's ref is refs/pr/N)") from None
-        call("creating the branch", api.create_branch, repo_id, branch=branch)
+            raise HubRevisionNotFoundError(f"{branch} does not exist in {repo_id}", hint="check --revision (a pull request's ref is refs/pr/N)",
+                                           repo_id=repo_id, revision=branch) from None
+        _call(plan, "creating the branch", api.create_branch, repo_id, branch=branch)
         result.created_branch = True
         log(f"created branch {branch} from main")
-        head = call("reading the branch", api.repo_info, repo_id, revision=branch).sha
+        return _call(plan, "reading the branch", api.repo_info, repo_id, revision=branch).sha
     except Exception as e:
-        raise hub_failure(e, repo_id, "reading the branch") from None
-    result.deleted = stale_files(plan, call("listing the repo's files", api.list_repo_files, repo_id, revision=branch))
-    for p in result.deleted:
-        log(f"deleting {p} (a weight file this folder does not have)")
+        raise hub_failure(e, repo_id, "reading the branch", revision=plan.revision) from None
+
+
+def _commit(api, plan: PushPlan, delete: list[str], branch: str, head: str, log: Callable[[str], None]):
+    """``create_commit`` of every file (and the deletions), retried on a transient failure (:data:`COMMIT_ATTEMPTS`,
+    :data:`RETRY_WAITS`; with ``create_pr`` not on a dropped connection, which may hide a pull request opened).
+
+    Raises:
+        HubUnavailableError: still failing after the attempts. HubError: any other failure.
+    """
     attempts = 0
     while True:
         attempts += 1
         try:
-            commit = api.create_commit(repo_id, _operations(plan, result.deleted), commit_message=plan.commit_message,
-                                       revision=plan.revision, create_pr=plan.create_pr)
-            break
+            return api.create_commit(plan.repo_id, _operations(plan, delete), commit_message=plan.commit_message,
+                                     revision=plan.revision, create_pr=plan.create_pr)
         except Exception as e:
             cause = cause_of(e)
             retry = is_transient(cause) and not (plan.create_pr and is_transport(cause)) and attempts < COMMIT_ATTEMPTS
             if not retry:
-                raise hub_failure(e, repo_id, "uploading the commit", attempts, _outcome(api, repo_id, branch, head)) from None
+                raise hub_failure(e, plan.repo_id, "uploading the commit", attempts, _outcome(api, plan.repo_id, branch, head),
+                                  revision=plan.revision) from None
             wait = RETRY_WAITS[min(attempts - 1, len(RETRY_WAITS) - 1)]
             log(f"the Hub failed ({status_of(cause) or type(cause).__name__}); retrying in {wait:.0f} s")
             time.sleep(wait)
-    result.commit_url = commit.commit_url
-    result.pr_url = commit.pr_url
-    result.unchanged = commit.oid == head and not plan.create_pr
-    return result
 
 
 __all__ = ["COMMIT_ATTEMPTS", "PushResult", "preview_remote", "push", "stale_files"]

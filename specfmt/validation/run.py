@@ -290,21 +290,10 @@ def _check_writable(folder: Path) -> None:
 
 
 def validate_run(
-    folder: str | Path,
-    *,
-    verifier: "str | Verifier | None" = None,
-    prompts: str | None = None,
-    max_tokens: int = 32,
-    num_speculative_tokens: int | None = None,
-    min_acceptance_length: float | None = None,
-    tolerance: float = 0.1,
-    use_vllm: bool = True,
-    timeout: float = 900,
-    write: bool = True,
-    placement: "Placement | None" = None,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float | None = None,
-    progress: ProgressFn | None = None,
+    folder: str | Path, *, verifier: "str | Verifier | None" = None, prompts: str | None = None, max_tokens: int = 32,
+    num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1,
+    use_vllm: bool = True, timeout: float = 900, write: bool = True, placement: "Placement | None" = None,
+    tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: ProgressFn | None = None,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -345,12 +334,62 @@ def validate_run(
     placement = placement or resolve_placement()
     res_folder = resolve(str(folder), allow_patterns=["*.json", "*.safetensors"], what="checkpoint")
     # the verifier is resolved once, here, for the static check, the reference and vLLM
+    vref, ver, ver_error = _run_verifier(res_folder.folder, verifier)
+    rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
+    runnable = {c.name: c.status for c in rep.checks}
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
+                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
+    if runnable.get("schema") != PASS:
+        _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
+        result.causes = _static_causes(rep)
+        return _finish(folder, result, write)
+    cfg = read_json(res_folder.folder / CONFIG_FILE)
+    algo = get(cfg["speculators_model_type"])
+    result.k = k = _speculative_tokens(cfg, algo, num_speculative_tokens, min_acceptance_length)
+    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, tensors_ok=runnable.get("tensors") == PASS)
+    if done is None:
+        _skip(rep, _RUN_CHECKS[1:], "no verifier")
+        return _finish(folder, result, write)
+    tensors, ref_res = done
+    if not use_vllm:
+        _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
+    else:
+        _give_back_gpu(placement, ver)
+        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
+                     tensor_parallel_size, gpu_memory_utilization, tell)
+    _acceptance_check(result, min_acceptance_length)
+    if not rep.ok:
+        result.causes = list(dict.fromkeys(result.causes + _static_causes(rep)))
+        if not result.causes:
+            result.causes = [c for c in CAUSES]
+    return _finish(folder, result, write)
+
+
+#: the checks ``validate --run`` adds to the static ones
+_RUN_CHECKS = ("reference", "vllm", "vllm_exact", "agreement", "variants", "vllm_weights", "acceptance")
+
+
+def _skip(rep: Report, names: "list[str] | tuple[str, ...]", why: str) -> None:
+    for n in names:
+        rep.add(n, SKIP, why)
+
+
+def _finish(folder: str | Path, result: RunResult, write: bool) -> RunResult:
+    """``result``, written to :data:`VALIDATION_FILE` first when asked and ``folder`` is local (:func:`_write`)."""
+    if write and Path(str(folder)).is_dir():
+        _write(Path(folder), result)
+    return result
+
+
+def _run_verifier(folder: Path, verifier: "str | Verifier | None") -> tuple[Any, "Verifier | None", SpecfmtError | None]:
+    """``(ref, verifier, error)``: the verifier a run uses (``verifier``, else the one the config in ``folder``
+    names), loaded when it can be (its config, not its weights), else the error that says why not."""
     vref, ver, ver_error = verifier, None, None
     if isinstance(verifier, Verifier):
         vref, ver = verifier.ref, verifier
     if vref is None:
         try:
-            vref = ((read_json(res_folder.folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+            vref = ((read_json(folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
         except SpecfmtError:
             vref = None  # the static checks report the config
     if ver is None and isinstance(vref, str) and vref:
@@ -358,50 +397,65 @@ def validate_run(
             ver = Verifier.load(vref)
         except SpecfmtError as e:
             ver_error = e
-    rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
-    runnable = {c.name: c.status for c in rep.checks}
-    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
-                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
-    run_names = ["reference", "vllm", "vllm_exact", "agreement", "variants", "vllm_weights", "acceptance"]
+    return vref, ver, ver_error
 
-    def skip(names: list[str], why: str) -> None:
-        for n in names:
-            rep.add(n, SKIP, why)
 
-    def finish() -> RunResult:
-        if write and Path(str(folder)).is_dir():
-            _write(Path(folder), result)
-        return result
+def _speculative_tokens(cfg: dict[str, Any], algo: Algorithm, asked: int | None, min_acceptance_length: float | None) -> int:
+    """k: ``--num-speculative-tokens``, else the config's proposal method.
 
-    if runnable.get("schema") != PASS:
-        skip(run_names, "the config is not schema-valid")
-        result.causes = _static_causes(rep)
-        return finish()
-    cfg = read_json(res_folder.folder / CONFIG_FILE)
-    algo = get(cfg["speculators_model_type"])
+    Raises:
+        InputError: more than the checkpoint can propose; a ``--min-acceptance-length`` above k + 1.
+    """
     k_config = speculative_tokens(cfg)
-    k = num_speculative_tokens or k_config
+    k = asked or k_config
     limit = algo.speculative_token_limit(cfg)
     if limit is not None and k > limit[0]:
         raise InputError(f"--num-speculative-tokens {k}: this {algo.title} checkpoint has {limit[0]} {limit[1]}")
     if min_acceptance_length is not None and min_acceptance_length > k + 1:
         raise InputError(f"--min-acceptance-length {min_acceptance_length} cannot be reached with k={k}: at most {k + 1} tokens per step")
-    result.k = k
+    return k
 
-    # -- reference ----------------------------------------------------------------
-    import torch
 
+def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Verifier | None", ver_error: SpecfmtError | None,
+               vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path, *,
+               tensors_ok: bool) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
+    """The reference part of a run (:func:`_load_verifier`, then :func:`_reference_checks`): ``(the draft's
+    tensors, the figures as written)``, or None when the verifier cannot be loaded. The verifier's model is
+    held by ``ver`` alone afterwards (:func:`_give_back_gpu` releases it)."""
+    model = _load_verifier(result, ver, ver_error, vref, prompts, placement, tell)
+    if model is None:
+        return None
+    tensors = _load_tensors(folder)
+    return tensors, _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok)
+
+
+def _give_back_gpu(placement: Placement, ver: "Verifier") -> None:
+    """On a GPU, release the verifier's model before vLLM starts: vLLM measures the free GPU memory when it starts."""
+    if placement.is_cuda:
+        import torch
+
+        ver.release_model()
+        torch.cuda.empty_cache()
+
+
+def _load_verifier(result: RunResult, ver: "Verifier | None", ver_error: SpecfmtError | None, vref: Any, prompts: str | None,
+                   placement: Placement, tell: ProgressFn) -> Any:
+    """The verifier's model, once the prompts are read as its token ids (``result.prompts``); None, with the
+    ``reference`` check failed (:func:`_no_verifier`), when its tokenizer or weights cannot be loaded.
+
+    Raises:
+        InputError: the longest prompt plus ``max_tokens`` does not fit the verifier's positions.
+    """
     try:
         if ver is None:
             raise ver_error or InputError("the config names no verifier")
         tokenizer = ver.tokenizer()
     except (SpecfmtError, OSError, ValueError) as e:
-        _no_verifier(rep, vref, e)
-        skip(run_names[1:], "no verifier")
-        return finish()
+        _no_verifier(result.report, vref, e)
+        return None
     # the prompts as token ids, and whether the verifier holds them, before its weights are read
     result.prompts = load_prompts(prompts, tokenizer)
-    longest = max(map(len, result.prompts.ids)) + max_tokens + k + 1
+    longest = max(map(len, result.prompts.ids)) + result.max_tokens + result.k + 1
     max_pos = ver.info.max_position_embeddings or 4096
     if longest > max_pos:
         raise InputError(f"the longest prompt plus --max-tokens needs {longest} positions; the verifier has {max_pos}",
@@ -411,61 +465,69 @@ def validate_run(
         model = ver.load_model(placement)  # once: the reference and every misreading share it
         tell("verifier load", 1, 1)
     except (SpecfmtError, OSError, ValueError) as e:
-        _no_verifier(rep, vref, e)
-        skip(run_names[1:], "no verifier")
-        return finish()
-    tensors = _load_tensors(res_folder.folder)
+        _no_verifier(result.report, vref, e)
+        return None
+    return model
+
+
+def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model: Any, tensors: dict[str, "torch.Tensor"],
+                      placement: Placement, tell: ProgressFn, *, tensors_ok: bool) -> "ChainResult | None":
+    """The ``reference`` and ``variants`` checks: the draft as written and each misreading its algorithm
+    knows, simulated against the verifier's greedy paths; the figures as written (None: not run)."""
+    import torch
+
+    rep, k, max_tokens = result.report, result.k, result.max_tokens
     readings = algo.readings(cfg, model.config.num_hidden_layers)
-    ref_res = None
-    if runnable.get("tensors") != PASS:
+    if not tensors_ok:
         rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
         rep.add("variants", SKIP, "no reference run")
-    else:
-        embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
-        # the drafts run beside the verifier's states (the logits' device: the last GPU of a device map), in its
-        # run dtype (as vLLM runs a draft in the served dtype); one copy, which every reading shares
-        near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
-        try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
-            proposers = [algo.proposer(v, near, embed, head) for v in readings]
-            runs = list(zip(readings, _run_chains(model, result.prompts.ids, proposers, k, max_tokens, tell)))
-        except (RuntimeError, KeyError, IndexError) as e:
-            rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
-            rep.add("variants", SKIP, "no reference run")
-        else:
-            ref_res = runs[0][1]
-            result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
-                                "device": _device_name(placement), "dtype": placement.dtype, "device_map": placement.device_map,
-                                # wall time: the verifier's passes, and the simulation of every reading against them
-                                "seconds": {"verifier": round(ref_res.verifier_seconds, 2),
-                                            "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
-                                **_figures(ref_res)}
-            rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
-            base = ref_res.mean_acceptance_length
-            better = []
-            for v, r in runs[1:]:
-                mal = r.mean_acceptance_length
-                result.variants.append({"cause": v.cause, "reading": v.label, "mean_acceptance_length": round(mal, 4)})
-                if mal >= base + VARIANT_MARGIN:
-                    better.append((v, mal))
-            if better:
-                rep.add("variants", FAIL, f"read differently, the draft is accepted more often than as written ({base:.2f}): "
-                        + "; ".join(f"{v.label} -> {m:.2f}" for v, m in better),
-                        [f"{v.cause}: {v.label} gives mean acceptance length {m:.3f} ({CAUSES[v.cause]})" for v, m in better])
-                result.causes += [c for c in dict.fromkeys(v.cause for v, _ in better)]
-            else:
-                rep.add("variants", PASS, f"{len(runs) - 1} misreadings tried, none better than as written ({base:.2f})" if len(runs) > 1 else "no variant readings for this algorithm")
+        return None
+    embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    # the drafts run beside the verifier's states (the logits' device: the last GPU of a device map), in its
+    # run dtype (as vLLM runs a draft in the served dtype); one copy, which every reading shares
+    near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
+    try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
+        proposers = [algo.proposer(v, near, embed, head) for v in readings]
+        runs = list(zip(readings, _run_chains(model, result.prompts.ids, proposers, k, max_tokens, tell)))
+    except (RuntimeError, KeyError, IndexError) as e:
+        rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
+        rep.add("variants", SKIP, "no reference run")
+        return None
+    ref_res = runs[0][1]
+    result.reference = {"engine": f"transformers {__import__('transformers').__version__}, torch {torch.__version__}",
+                        "device": _device_name(placement), "dtype": placement.dtype, "device_map": placement.device_map,
+                        # wall time: the verifier's passes, and the simulation of every reading against them
+                        "seconds": {"verifier": round(ref_res.verifier_seconds, 2),
+                                    "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
+                        **_figures(ref_res)}
+    rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
+    _variants_check(result, runs)
+    return ref_res
 
-    # -- vLLM ---------------------------------------------------------------------
-    if not use_vllm:
-        skip(["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
+
+def _variants_check(result: RunResult, runs: list[tuple[Variant, ChainResult]]) -> None:
+    """The ``variants`` check: no misreading (``runs[1:]``) accepted :data:`VARIANT_MARGIN` more often than the
+    checkpoint as written (``runs[0]``); each misreading's figure goes to ``result.variants``."""
+    rep = result.report
+    base = runs[0][1].mean_acceptance_length
+    better = []
+    for v, r in runs[1:]:
+        mal = r.mean_acceptance_length
+        result.variants.append({"cause": v.cause, "reading": v.label, "mean_acceptance_length": round(mal, 4)})
+        if mal >= base + VARIANT_MARGIN:
+            better.append((v, mal))
+    if better:
+        rep.add("variants", FAIL, f"read differently, the draft is accepted more often than as written ({base:.2f}): "
+                + "; ".join(f"{v.label} -> {m:.2f}" for v, m in better),
+                [f"{v.cause}: {v.label} gives mean acceptance length {m:.3f} ({CAUSES[v.cause]})" for v, m in better])
+        result.causes += [c for c in dict.fromkeys(v.cause for v, _ in better)]
     else:
-        if placement.is_cuda:  # vLLM measures the free GPU memory when it starts: give the verifier's back first
-            model = embed = head = near = None
-            ver.release_model()
-            torch.cuda.empty_cache()
-        _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
-                     tensor_parallel_size, gpu_memory_utilization, tell)
-    # -- threshold ----------------------------------------------------------------
+        rep.add("variants", PASS, f"{len(runs) - 1} misreadings tried, none better than as written ({base:.2f})" if len(runs) > 1 else "no variant readings for this algorithm")
+
+
+def _acceptance_check(result: RunResult, min_acceptance_length: float | None) -> None:
+    """The ``acceptance`` check: vLLM's mean acceptance length (else the reference's) against the threshold."""
+    rep = result.report
     mal = (result.vllm or {}).get("mean_acceptance_length") or (result.reference or {}).get("mean_acceptance_length")
     if min_acceptance_length is None:
         rep.add("acceptance", SKIP if mal is None else PASS, "no --min-acceptance-length" + (f" (measured {mal:.3f})" if mal is not None else ""))
@@ -474,11 +536,6 @@ def validate_run(
     else:
         ok = mal >= min_acceptance_length
         rep.add("acceptance", PASS if ok else FAIL, f"mean acceptance length {mal:.3f} {'>=' if ok else '<'} {min_acceptance_length}")
-    if not rep.ok:
-        result.causes = list(dict.fromkeys(result.causes + _static_causes(rep)))
-        if not result.causes:
-            result.causes = [c for c in CAUSES]
-    return finish()
 
 
 def _no_verifier(rep: Report, vref: Any, e: Exception) -> None:
@@ -568,25 +625,27 @@ def _add_chains(a: ChainResult, b: ChainResult) -> ChainResult:
     return ChainResult(**out)
 
 
-#: config keys whose absence or error points at a cause (vLLM guesses the first three when absent)
+#: config keys whose absence or error points at a cause (vLLM guesses the first three when absent): a finding of the
+#: ``schema`` or ``verifier`` check that concerns one of them (:attr:`~specfmt.errors.Finding.keys`) names its cause
 _KEY_CAUSES = {"norm_before_residual": "norm order", "norm_output": "norm order", "eagle_aux_hidden_state_layer_ids": "tap ids",
                "draft_vocab_size": "vocab mapping"}
 
 
 def _static_causes(rep: Report) -> list[str]:
-    st = {c.name: c for c in rep.checks}
-    out = []
-    if st.get("schema") and st["schema"].status == FAIL:
-        out += [cause for d in st["schema"].details for key, cause in _KEY_CAUSES.items() if key in d]
-    if st.get("tensors") and st["tensors"].status == FAIL and any(d.startswith("missing") for d in st["tensors"].details):
+    """The likely causes the failed checks point at, from their data, never their words, in this order:
+    the config keys of the ``schema`` findings (:data:`_KEY_CAUSES`), a ``missing`` tensor of the
+    ``tensors`` check (``unloaded tensors``), a failed ``vllm_weights`` (``unloaded tensors``) or
+    ``vocab_map`` check (``vocab mapping``), the config keys of the ``verifier`` findings. Each cause once."""
+    failed = {name: c for name, c in {c.name: c for c in rep.checks}.items() if c.status == FAIL}
+
+    def by_keys(name: str) -> list[str]:
+        return [_KEY_CAUSES[key] for f in failed[name].findings for key in f.keys if key in _KEY_CAUSES] if name in failed else []
+
+    out = by_keys("schema")
+    if "tensors" in failed and any(f.kind == "missing" for f in failed["tensors"].findings):
         out.append("unloaded tensors")
-    if st.get("vllm_weights") and st["vllm_weights"].status == FAIL:
-        out.append("unloaded tensors")
-    if st.get("vocab_map") and st["vocab_map"].status == FAIL:
-        out.append("vocab mapping")
-    if st.get("verifier") and st["verifier"].status == FAIL and "tap" in st["verifier"].summary:
-        out.append("tap ids")
-    return list(dict.fromkeys(out))
+    out += ["unloaded tensors"] * ("vllm_weights" in failed) + ["vocab mapping"] * ("vocab_map" in failed)
+    return list(dict.fromkeys(out + by_keys("verifier")))
 
 
 def _is_version(text: str) -> bool:
@@ -597,44 +656,76 @@ def _is_version(text: str) -> bool:
     return True
 
 
+#: the checks after ``vllm``, skipped when vLLM does not run
+_VLLM_AFTER = ("vllm_exact", "agreement", "vllm_weights")
+
+
 def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, ver: Verifier, k: int, ref_res: "ChainResult | None",
                  tensors: dict[str, "torch.Tensor"], tolerance: float, timeout: float, tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float | None = None, tell: ProgressFn | None = None) -> None:
-    from ..serving import engine_args, installed_vllm, serve_command
+    """The ``vllm``, ``vllm_exact``, ``vllm_weights`` and ``agreement`` checks: the draft in vLLM as
+    ``vllm serve OUT`` starts it, beside the verifier alone."""
+    from ..serving import engine_args, installed_vllm
 
     vref = ver.name_or_path
     rep = result.report
-    ids = result.prompts.ids
     version = installed_vllm()
     if version is not None and Version(version) not in algo.vllm_releases:
         rep.add("vllm", FAIL, f"vLLM {version} (installed) cannot serve {algo.title} drafts", [algo.serving_note()])
-        for n in ("vllm_exact", "agreement", "vllm_weights"):
-            rep.add(n, SKIP, "vLLM did not run")
+        _skip(rep, _VLLM_AFTER, "vLLM did not run")
         return
     # as the installed release serves it: `vllm serve OUT` where it auto-detects the config, else the explicit form
     model, spec, form = engine_args(cfg, model_ref, vref, version, k)
+    gpu = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
+    try:
+        run, alone, weights = _run_engines(result, algo, model, ver, spec, k, timeout, gpu, tensors, tell or (lambda phase, done, total: None))
+    except VLLMRunError as e:
+        rep.add("vllm", FAIL, e.one_line())
+        _skip(rep, _VLLM_AFTER, "vLLM did not run")
+        return
+    _attached_check(result, algo, cfg, model_ref, version, run, spec, form)
+    _exact_check(result, run, alone)
+    rep.add("vllm_weights", *weights)
+    if ref_res is None:
+        rep.add("agreement", SKIP, "no reference figures")
+        return
+    _agreement_check(result, run, ref_res, tolerance)
+
+
+def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, spec: Any, k: int, timeout: float, gpu: dict[str, Any],
+                 tensors: dict[str, "torch.Tensor"], tell: ProgressFn) -> "tuple[vllm_run.VLLMRun, vllm_run.VLLMRun, tuple[str, str, list[str]]]":
+    """``(with the draft, the verifier alone, the vllm_weights check)``: both engines in one host process, the
+    same prompts; the tensors the draft's engine holds are compared with the file's (:func:`_weights_check`)
+    before its dump is removed.
+
+    Raises:
+        VLLMRunError: vLLM crashed or timed out.
+    """
+    ids = result.prompts.ids
     # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
     max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
     # the draft's engine writes the tensors it holds here (one engine: no start of its own); with tensor parallelism
     # each GPU holds a shard of each layer, which the element-by-element comparison does not reassemble
+    tensor_parallel_size = gpu["tensor_parallel_size"]
     held_dir = tempfile.TemporaryDirectory(prefix="specfmt-held-")
     held = os.path.join(held_dir.name, "held.safetensors") if tensor_parallel_size <= 1 else None
-    try:
-        with held_dir, vllm_run.engines():  # both engines in one host process
-            gpu = {"tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization}
-            tell = tell or (lambda phase, done, total: None)
-            tell("vLLM", 0, 2)
-            run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec,
-                                    dump_draft=held, **gpu)
-            weights = _weights_check(run, held, tensors, algo, ver, tensor_parallel_size)  # before the dump is removed
-            tell("vLLM", 1, 2)
-            alone = vllm_run.generate(vref, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
-            tell("vLLM", 2, 2)
-    except VLLMRunError as e:
-        rep.add("vllm", FAIL, e.one_line())
-        for n in ("vllm_exact", "agreement", "vllm_weights"):
-            rep.add(n, SKIP, "vLLM did not run")
-        return
+    with held_dir, vllm_run.engines():  # both engines in one host process
+        tell("vLLM", 0, 2)
+        run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec,
+                                dump_draft=held, **gpu)
+        weights = _weights_check(run, held, tensors, algo, ver, tensor_parallel_size)  # before the dump is removed
+        tell("vLLM", 1, 2)
+        alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
+        tell("vLLM", 2, 2)
+    return run, alone, weights
+
+
+def _attached_check(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_ref: str, version: str | None, run: Any, spec: Any,
+                    form: str) -> None:
+    """The ``vllm`` check: vLLM attached the draft with the algorithm's method and proposed drafts; its figures
+    go to ``result.vllm``."""
+    from ..serving import serve_command
+
     override = spec if form == "auto" else None
     # the release the engine really was (the installed one; vLLM's own report when metadata is absent)
     served_by = version or run.vllm_version
@@ -644,25 +735,33 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
                    "draft_class": run.draft_class, "form": form, "command": command.line if command else None,
                    "speculative_config_override": override, **_figures(run)}
     if run.speculative_method != expected or not run.num_drafts:
-        rep.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {expected!r}) and proposed {run.num_drafts} drafts",
-                [f"{command.line if command else 'vllm serve ' + model_ref} did not run the draft as {expected}"])
+        result.report.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {expected!r}) and proposed {run.num_drafts} drafts",
+                          [f"{command.line if command else 'vllm serve ' + model_ref} did not run the draft as {expected}"])
     else:
         how = "exactly as `vllm serve OUT`" if form == "auto" else "in the explicit form (this vLLM refuses the config's local verifier)"
-        rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}, "
-                f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+        result.report.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}, "
+                          f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+
+
+def _exact_check(result: RunResult, run: Any, alone: Any) -> None:
+    """The ``vllm_exact`` check: vLLM's tokens with the draft equal the verifier's alone (16-bit runs: within
+    :data:`SIXTEEN_BIT_EXACT_SHARE`, a warning)."""
+    ids = result.prompts.ids
     diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
     if diff and run.dtype in ("bfloat16", "float16") and len(ids) - len(diff) > int(SIXTEEN_BIT_EXACT_SHARE * len(ids)):
         # 16-bit: near ties round apart between the batch shapes of the two engines (agreement_tolerance)
-        rep.add("vllm_exact", WARN, f"{len(diff)} of {len(ids)} prompts differ from the verifier alone in {run.dtype} "
-                f"(within vLLM's own {SIXTEEN_BIT_EXACT_SHARE:.0%} rule for 16-bit runs)", [f"prompt {i}" for i in diff])
+        result.report.add("vllm_exact", WARN, f"{len(diff)} of {len(ids)} prompts differ from the verifier alone in {run.dtype} "
+                          f"(within vLLM's own {SIXTEEN_BIT_EXACT_SHARE:.0%} rule for 16-bit runs)", [f"prompt {i}" for i in diff])
     else:
-        rep.add("vllm_exact", FAIL if diff else PASS,
-                f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
-                [f"prompt {i}" for i in diff])
-    rep.add("vllm_weights", *weights)
-    if ref_res is None:
-        rep.add("agreement", SKIP, "no reference figures")
-        return
+        result.report.add("vllm_exact", FAIL if diff else PASS,
+                          f"{len(diff)} of {len(ids)} prompts differ from the verifier alone" if diff else f"tokens equal the verifier alone ({len(ids)} prompts x {result.max_tokens})",
+                          [f"prompt {i}" for i in diff])
+
+
+def _agreement_check(result: RunResult, run: Any, ref_res: ChainResult, tolerance: float) -> None:
+    """The ``agreement`` check: vLLM's and the reference's per-position acceptance rates within
+    :func:`agreement_tolerance`; on a failure, the misreadings whose figures vLLM's look like are named,
+    and their causes added to ``result.causes``."""
     vr = _figures(run)["acceptance_rate_per_position"]
     rr = _figures(ref_res)["acceptance_rate_per_position"]
     gaps = [abs(a - b) for a, b in zip(vr, rr)]
@@ -672,10 +771,10 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
         # which misreading does vLLM behave like?
         like = [v for v in result.variants if v["cause"] and abs(v["mean_acceptance_length"] - run.mean_acceptance_length) < 0.1]
         detail += [f"vLLM's figures look like the reference with {v['reading']} ({v['cause']})" for v in like]
-        rep.add("agreement", FAIL, f"vLLM and the reference disagree by up to {max(gaps, default=1):.3f} per position (tolerance {tolerance})", detail)
+        result.report.add("agreement", FAIL, f"vLLM and the reference disagree by up to {max(gaps, default=1):.3f} per position (tolerance {tolerance})", detail)
         result.causes += [v["cause"] for v in like]
     else:
-        rep.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
+        result.report.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
 
 
 def _weights_check(run: vllm_run.VLLMRun, held: str | None, tensors: dict[str, "torch.Tensor"], algo: Algorithm, ver: Verifier,
