@@ -340,6 +340,50 @@ class Case:
     examples: tuple[Example, ...] = ()
 
 
+# --------------------------------------------------------------------------- refusals as data
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refusal a converter states as data (a row of its ``refusals`` tables): a condition on
+    config fields or tensor names, the message and the hint. :meth:`Converter.decide` keeps in
+    code only the refusals that need a computed value (a size read from a tensor, a verifier
+    figure).
+
+    Attributes:
+        test: ``test(ctx) -> bool``; true refuses. ``ctx`` is what the table is checked against
+            (the converter's own small record of the source: config, names, layout).
+        message: the one-line message, or ``message(ctx)`` for one that names values.
+        hint: how to fix it (empty: none).
+        where: the file concerned (``config.json`` by default; None for a tensor condition).
+    """
+
+    test: Callable[[Any], bool]
+    message: str | Callable[[Any], str]
+    hint: str = ""
+    where: str | None = "config.json"
+
+    def check(self, ctx: Any) -> None:
+        """Raise this refusal if ``ctx`` meets it.
+
+        Raises:
+            ConversionError: ``test(ctx)`` is true.
+        """
+        if self.test(ctx):
+            text = self.message(ctx) if callable(self.message) else self.message
+            raise ConversionError(text, where=self.where, hint=self.hint or None)
+
+
+def refuse(table: tuple[Refusal, ...], ctx: Any) -> None:
+    """Check every row of a refusal table in order; the first that holds is raised.
+
+    Raises:
+        ConversionError: a row's condition holds.
+    """
+    for row in table:
+        row.check(ctx)
+
+
 # --------------------------------------------------------------------------- config fields
 
 #: field kinds: what :func:`check_source_types` requires of a value (null counts as absent)
