@@ -189,6 +189,11 @@ class Plan:
     def written(self) -> list[TensorMove]:
         return [m for m in self.moves if m.dst is not None]
 
+    def outputs(self) -> dict[str, TensorInfo]:
+        """``{output name: source header entry}`` of every move written: what a converter's
+        :meth:`Converter.decide` reads, so a layout's source naming never reaches it."""
+        return {m.dst: m.info for m in self.moves if m.dst is not None}
+
     def output_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """``{name: (shape, dtype code)}`` of every tensor the plan writes."""
         out = {m.dst: (tuple(m.info.shape), m.out_dtype) for m in self.written}
