@@ -194,6 +194,11 @@ class Plan:
         :meth:`Converter.decide` reads, so a layout's source naming never reaches it."""
         return {m.dst: m.info for m in self.moves if m.dst is not None}
 
+    def names(self) -> set[str]:
+        """Every tensor name a converter's refusals may test: the output names of the written moves
+        and the names no rule knows (:attr:`unknown`, as the source has them)."""
+        return set(self.outputs()) | set(self.unknown)
+
     def output_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """``{name: (shape, dtype code)}`` of every tensor the plan writes."""
         out = {m.dst: (tuple(m.info.shape), m.out_dtype) for m in self.written}
