@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -114,6 +114,57 @@ class Derived:
     compute: Callable[[Callable[[str], Any]], Any]
 
 
+@dataclass(frozen=True)
+class NameMap:
+    """A source dialect's tensor names as the names a converter's rules read, declared as data
+    the way vLLM's ``WeightsMapper`` declares them (``vllm/model_executor/models/utils.py``:
+    ``orig_to_new_regex``, then ``orig_to_new_substr``, then ``orig_to_new_prefix``, each applied
+    in order to the name the previous one gave; a target of None leaves the tensor out of the
+    converter's view).
+
+    A layout selects a map (vLLM V0's ``model.`` prefix, speculators <= 0.6 eagle's
+    ``fusion_fc.*`` / ``transformer.*``); :meth:`Converter.plan` applies it first, plans under the
+    mapped names, and records the real source names in the plan (provenance reads them).
+
+    Attributes:
+        regex: ``(pattern, template)`` pairs; ``re.sub`` where ``re.search`` finds the pattern.
+        substr: ``(substring, replacement)`` pairs; the first occurrence is replaced.
+        prefix: ``(prefix, replacement)`` pairs.
+    """
+
+    regex: tuple[tuple[str, str | None], ...] = ()
+    substr: tuple[tuple[str, str | None], ...] = ()
+    prefix: tuple[tuple[str, str | None], ...] = ()
+
+    def map_name(self, name: str) -> str | None:
+        """The mapped name, or None when the map leaves the tensor out."""
+        for pattern, to in self.regex:
+            if re.search(pattern, name):
+                if to is None:
+                    return None
+                name = re.sub(pattern, to, name)
+        for sub, to in self.substr:
+            if sub in name:
+                if to is None:
+                    return None
+                name = name.replace(sub, to, 1)
+        for pre, to in self.prefix:
+            if name.startswith(pre):
+                if to is None:
+                    return None
+                name = to + name[len(pre):]
+        return name
+
+    def view(self, names: Any) -> dict[str, str]:
+        """``{mapped name: source name}`` of every name the map keeps."""
+        out = {}
+        for old in names:
+            new = self.map_name(old)
+            if new is not None:
+                out[new] = old
+        return out
+
+
 @dataclass
 class Source:
     """A source checkpoint opened for conversion.
@@ -121,23 +172,29 @@ class Source:
     Attributes:
         resolved: where it is.
         config: its parsed config.json.
-        reader: its weight files, headers read (or a :class:`RenamedReader` view of them).
+        reader: its weight files, headers read.
         verifier: the verifier (``--verifier``), resolved once; converters read its sizes
             (``verifier.info``) and, where a layout needs one, a tensor (``verifier.open_tensor``).
+        names: the source dialect's tensor-name map (:class:`NameMap`), applied before the
+            converter's rules; None: the names are the converter's own.
     """
 
     resolved: Resolved
     config: dict[str, Any]
     reader: Any
     verifier: "Verifier"
+    names: "NameMap | None" = None
 
     @property
     def folder(self) -> Path:
         return self.resolved.folder
 
-    def with_(self, config: dict[str, Any], reader: Any = None) -> "Source":
-        """The same source seen through another config (and reader): a dialect handed to another converter."""
-        return Source(self.resolved, config, self.reader if reader is None else reader, self.verifier)
+    def mapped(self) -> "Source":
+        """This source seen through its :attr:`names` map: the reader shows the mapped names
+        (itself when there is no map)."""
+        if self.names is None:
+            return self
+        return replace(self, reader=_MappedReader(self.reader, self.names.view(self.reader.infos)), names=None)
 
 
 @dataclass
@@ -508,9 +565,11 @@ class Converter:
         """Decide the output config and the fate of every source tensor; nothing is read but
         headers (and the few small tensors a decision needs), nothing is written.
 
-        The common opening: the declared :attr:`fields` are type-checked, the layout is named
-        (:attr:`layouts`), and every source tensor goes through :attr:`rules`; then
-        :meth:`decide` makes the format's own decisions.
+        The common opening: the declared :attr:`fields` are type-checked, the source's
+        :class:`NameMap` (its dialect, :attr:`Source.names`) is applied, the layout is named
+        (:attr:`layouts`), and every tensor goes through :attr:`rules`; then :meth:`decide` makes
+        the format's own decisions under those names. The plan's moves and derived tensors then
+        name the real source tensors (they are read, and recorded, under those).
 
         Args:
             src: the source: config, weights (headers read) and the verifier.
@@ -527,11 +586,12 @@ class Converter:
                 :meth:`decide` documents its refusals), or two tensors map to one output name.
         """
         check_source_types(src.config, self.fields, nested=self.nested_fields)
-        layout = self.layout_of(Seen.of(src.config, src.reader))
-        moves, unknown = self.map_tensors(src.reader.infos)
+        view = src.mapped()
+        layout = self.layout_of(Seen.of(view.config, view.reader))
+        moves, unknown = self.map_tensors(view.reader.infos)
         plan = Plan(self.name, layout.name if layout else self.fallback_layout, {}, moves, unknown=unknown)
-        self.decide(src, opts, plan)
-        return plan
+        self.decide(view, opts, plan)
+        return _source_names(plan, view.reader.new_to_old) if view is not src else plan
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:  # pragma: no cover - abstract
         """Fill in ``plan.config`` (and notes, derived tensors, dtypes), adjusting ``plan.moves``.
@@ -686,12 +746,8 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
             )
 
 
-class RenamedReader:
-    """A view of a :class:`CheckpointReader` under other tensor names (``{new: old}``).
-
-    Lets one converter hand a source to another converter's plan under the names that
-    converter knows (e.g. speculators' ``fusion_fc.*`` as EAGLE-1's ``fc.*``).
-    """
+class _MappedReader:
+    """A view of a :class:`CheckpointReader` under the names of a :class:`NameMap` (``{new: old}``)."""
 
     def __init__(self, reader: CheckpointReader, new_to_old: dict[str, str]):
         self._reader = reader
@@ -715,8 +771,8 @@ class RenamedReader:
         return getattr(self._reader, attr)
 
 
-def restore_source_names(plan: Plan, new_to_old: dict[str, str]) -> Plan:
-    """Undo a :class:`RenamedReader` in a finished plan: moves name their real source tensors
+def _source_names(plan: Plan, new_to_old: dict[str, str]) -> Plan:
+    """Undo a :class:`NameMap` in a finished plan: moves name their real source tensors
     (so they are read and recorded under those names) and derived tensors read them too."""
     for m in plan.moves:
         m.src = new_to_old.get(m.src, m.src)

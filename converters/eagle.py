@@ -33,16 +33,15 @@ Two decisions read from vLLM 0.32's code:
 
 from __future__ import annotations
 
-import re
+from dataclasses import replace
 from typing import Any
 
 from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, RenamedReader, Rule, Seen, Source,
-                   TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, refuse, register,
-                   restore_source_names)
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, NameMap, Options, Plan, Refusal, Rule, Seen, Source,
+                   TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, refuse, register)
 
 _FROZEN_HEAD = "accelerate save_state file of the second prepared module: the frozen verifier lm_head (EAGLE issue #100); vLLM uses the verifier's own"
 _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
@@ -50,8 +49,12 @@ _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FR
 #: config keys of the NM/speculators "layernorms" variant that vLLM's EAGLE model cannot run
 _EXTRA_NORMS = ("embed_layernorm.weight", "post_embedding_layernorm.weight", "hidden_layernorm.weight", "lm_head_layernorm.weight")
 
-#: speculators-eagle (<= 0.6) tensor names -> EAGLE-1 research names
-_SPECULATORS_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
+#: the speculators-eagle (<= 0.6) dialect: its tensor names as EAGLE-1 research names
+SPECULATORS_EAGLE_NAMES = NameMap(regex=((r"^fusion_fc\.(weight|bias)$", r"fc.\1"), (r"^transformer\.(.+)$", r"layers.0.\1")))
+
+#: vLLM V0's EAGLE wrapper dialect: ``model.`` stripped, the copy of the verifier's head left out
+#: (:meth:`EagleConverter.plan` drops it with its reason)
+V0_NAMES = NameMap(regex=((r"^(model\.)?lm_head\.weight$", None),), prefix=(("model.", ""),))
 
 
 #: ``EAGLEConfig.model_type`` of vLLM V0 (``vllm/transformers_utils/configs/eagle.py``): a config file's
@@ -65,13 +68,8 @@ def _v0_wrapper(cfg: dict[str, Any]) -> bool:
 
 
 def _v0_names(names: set[str]) -> dict[str, str]:
-    """``{research name: source name}`` of a V0 wrapper's tensors: ``model.`` stripped, the head copy left out."""
-    out = {}
-    for name in names:
-        if name in ("lm_head.weight", "model.lm_head.weight"):
-            continue
-        out[name[len("model."):] if name.startswith("model.") else name] = name
-    return out
+    """``{research name: source name}`` of a V0 wrapper's tensors (:data:`V0_NAMES`)."""
+    return V0_NAMES.view(names)
 
 
 def _eagle1(seen: Seen) -> bool:
@@ -227,7 +225,6 @@ class EagleConverter(Converter):
         notes: list[str] = []
         inner = self.unwrap_v0(src, notes)
         plan = super().plan(inner, opts)
-        plan = restore_source_names(plan, inner.reader.new_to_old)
         plan.layout = "vllm-v0"
         V = inner.config.get("vocab_size")
         for name in ("lm_head.weight", "model.lm_head.weight"):
@@ -265,14 +262,13 @@ class EagleConverter(Converter):
                                   where="config.json", hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
         claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
                                     ("model.bias", inner.get("bias"))) if v is not None}
-        new_to_old = _v0_names(set(src.reader.infos))
-        has_bias = "fc.bias" in new_to_old
+        has_bias = "fc.bias" in _v0_names(set(src.reader.infos))
         if any(v != has_bias for v in claims.values()):
             said = ", ".join(f"{k}={v}" for k, v in claims.items())
             notes.append(f"vLLM V0 wrapper: {said}, but fc.bias is {'present' if has_bias else 'absent'}; the tensors decide")
         notes.append("vLLM V0 EAGLE wrapper (model_type 'eagle'): the draft's config nested under 'model' was unwrapped")
         research = {k: v for k, v in inner.items() if k not in ("eagle_fc_bias", "bias", "truncated_vocab_size", "architectures")}
-        return src.with_(research, RenamedReader(src.reader, new_to_old))
+        return replace(src, config=research, names=V0_NAMES)
 
     def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
         if _v0_wrapper(seen.config):
@@ -370,19 +366,12 @@ class EagleConverter(Converter):
                 where="config.json",
                 hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
             )
-        new_to_old: dict[str, str] = {}
-        for old in src.reader.infos:
-            new = old
-            for pattern, to in _SPECULATORS_NAMES:
-                if re.fullmatch(pattern, old):
-                    new = re.sub(pattern, to, old)
-                    break
-            new_to_old[new] = old
+        new_to_old = SPECULATORS_EAGLE_NAMES.view(src.reader.infos)
         if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
             notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
         research = {key: val for key, val in cfg["transformer_layer_config"].items() if key not in ("architectures", "tie_word_embeddings", "torch_dtype", "dtype")}
         research["num_hidden_layers"] = 1  # EagleSpeculator holds exactly one transformer layer
-        return src.with_(research, RenamedReader(src.reader, new_to_old))
+        return replace(src, config=research, names=SPECULATORS_EAGLE_NAMES)
 
 
 @register

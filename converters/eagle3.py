@@ -12,6 +12,7 @@ loader assumes ``true`` when the key is missing, so it is always written.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from specfmt.algorithms.eagle3 import build_config, default_taps
@@ -380,5 +381,5 @@ class Eagle3Converter(Converter):
         if cfg.get("eagle_aux_hidden_state_layer_ids") is None:
             notes.append("eagle_aux_hidden_state_layer_ids missing or null: speculators then taps the reference default, written explicitly below")
         research[_SPECULATORS_TAPS] = True  # vLLM's convention by definition (read_taps)
-        return src.with_(research)
+        return replace(src, config=research)
 

@@ -17,7 +17,7 @@ from typing import Any
 from specfmt.errors import ConversionError, VersionError
 from specfmt.format.versions import check_speculators_version
 
-from .base import REGISTRY, Case, Converter, Example, Layout, Options, Plan, RenamedReader, Source, register, restore_source_names
+from .base import REGISTRY, Case, Converter, Example, Layout, Options, Plan, Source, register
 
 
 def _speculators(seen) -> bool:
@@ -97,10 +97,7 @@ class SpeculatorsConverter(Converter):
             )
         k = opts.speculative_tokens or _speculative_tokens(cfg)
         opts = replace(opts, speculative_tokens=k)
-        research = target.from_speculators(src, cfg, notes)
-        plan = target.plan(research, opts)
-        if isinstance(research.reader, RenamedReader):
-            plan = restore_source_names(plan, research.reader.new_to_old)
+        plan = target.plan(target.from_speculators(src, cfg, notes), opts)
         plan.source_format = self.name
         plan.layout = f"speculators-{version or 'unversioned'}"
         plan.notes = notes + plan.notes
