@@ -189,6 +189,21 @@ class Source:
     def folder(self) -> Path:
         return self.resolved.folder
 
+    def get(self, name: str) -> Any:
+        """The tensor ``name`` (torch), under the names the converter plans with."""
+        return self.reader.get(name)
+
+    def array(self, name: str) -> Any:
+        """The tensor ``name`` as a numpy array (no torch), under the names the converter plans with."""
+        return self.reader.array(name)
+
+    @property
+    def source_names(self) -> dict[str, TensorInfo]:
+        """``{name: header entry}`` under the source's own names: what a dialect's translation
+        (``from_speculators``, vLLM V0's unwrapping) reads before its :class:`NameMap` applies.
+        A plan reads :meth:`Plan.outputs` / :meth:`Plan.names` instead."""
+        return self.reader.infos
+
     def mapped(self) -> "Source":
         """This source seen through its :attr:`names` map: the reader shows the mapped names
         (itself when there is no map)."""
@@ -729,7 +744,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     Raises:
         ConversionError: a saved cache disagrees with the config's rope settings.
     """
-    caches = [name for name in src.reader.infos if name.endswith("rotary_emb.inv_freq")]
+    caches = [name for name in src.source_names if name.endswith("rotary_emb.inv_freq")]
     if not caches:
         return  # the usual case: nothing to read, and torch stays unimported
     import torch
@@ -738,7 +753,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     theta = tlc["rope_theta"]
     want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     for name in caches:
-        got = src.reader.get(name).to(torch.float64)
+        got = src.get(name).to(torch.float64)
         if tlc["rope_parameters"].get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",

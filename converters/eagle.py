@@ -149,7 +149,7 @@ def _fc_bias(src: Source, plan: Plan, names: set[str]) -> bool:
     b_move = next(m for m in plan.moves if m.dst == "fc.bias")
     if cfg.get("bias") is False:
         plan.notes.append('config says "bias": false but the weights hold fc.bias (EAGLE issue #100: training always saves it); the tensor decides')
-    if not bool(src.reader.get(b_move.src).count_nonzero()):  # torch: the fold that follows needs it anyway
+    if not bool(src.get(b_move.src).count_nonzero()):  # torch: the fold that follows needs it anyway
         b_move.drop("all zeros: adds nothing")
         return False
     b_move.drop("folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias "
@@ -228,7 +228,7 @@ class EagleConverter(Converter):
         plan.layout = "vllm-v0"
         V = inner.config.get("vocab_size")
         for name in ("lm_head.weight", "model.lm_head.weight"):
-            info = src.reader.infos.get(name)
+            info = src.source_names.get(name)
             if info is None:
                 continue
             if len(info.shape) != 2 or info.shape[0] != V:
@@ -252,7 +252,7 @@ class EagleConverter(Converter):
             raise ConversionError(f"truncated_vocab_size {tv} differs from vocab_size {inner.get('vocab_size')}: vLLM V0's token_map, "
                                   "which vLLM's EAGLE model (V1) no longer has", where="config.json",
                                   hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
-        names = set(src.reader.infos)
+        names = set(src.source_names)
         if names & {"token_map", "model.token_map"}:
             raise ConversionError("the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
                                   hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
@@ -262,7 +262,7 @@ class EagleConverter(Converter):
                                   where="config.json", hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
         claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
                                     ("model.bias", inner.get("bias"))) if v is not None}
-        has_bias = "fc.bias" in _v0_names(set(src.reader.infos))
+        has_bias = "fc.bias" in _v0_names(set(src.source_names))
         if any(v != has_bias for v in claims.values()):
             said = ", ".join(f"{k}={v}" for k, v in claims.items())
             notes.append(f"vLLM V0 wrapper: {said}, but fc.bias is {'present' if has_bias else 'absent'}; the tensors decide")
@@ -366,7 +366,7 @@ class EagleConverter(Converter):
                 where="config.json",
                 hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
             )
-        new_to_old = SPECULATORS_EAGLE_NAMES.view(src.reader.infos)
+        new_to_old = SPECULATORS_EAGLE_NAMES.view(src.source_names)
         if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
             notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
         research = {key: val for key, val in cfg["transformer_layer_config"].items() if key not in ("architectures", "tie_word_embeddings", "torch_dtype", "dtype")}

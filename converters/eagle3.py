@@ -160,7 +160,7 @@ def _drop_identity_map(src: Source, plan: Plan, out: dict[str, Any], Vd: int, V:
     """
     if Vd != V or "d2t" not in out:
         return
-    if src.reader.array("d2t").any():
+    if src.array("d2t").any():
         raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
     for m in plan.moves:
         if m.dst in ("d2t", "t2d"):
@@ -347,7 +347,7 @@ class Eagle3Converter(Converter):
         info = plan.outputs()["d2t"]
         if info.dtype not in ("I64", "I32") or tuple(info.shape) != (Vd,):
             raise ConversionError(f"d2t must be [{Vd}] int64 or int32 offsets, got {list(info.shape)} {info.dtype}")
-        ids = np.arange(Vd, dtype=np.int64) + src.reader.array("d2t").astype(np.int64)
+        ids = np.arange(Vd, dtype=np.int64) + src.array("d2t").astype(np.int64)
         if ids.min(initial=0) < 0 or ids.max(initial=0) >= V or (ids[1:] <= ids[:-1]).any():
             raise ConversionError(f"d2t does not map the {Vd} draft ids to distinct, ascending target ids in [0, {V})",
                                   hint="d2t holds offsets (target id - draft id), as SafeAILab's and SpecForge's trainers write it")

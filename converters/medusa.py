@@ -404,23 +404,23 @@ class MedusaConverter(Converter):
         verifier = src.verifier.info
         names = ["lm_head.weight"] + (["model.embed_tokens.weight"] if verifier.tie_word_embeddings else [])
         try:
-            reader, vname = src.verifier.open_tensor(names)
+            vreader, vname = src.verifier.open_tensor(names)
         except InputError as e:
             raise ConversionError(
                 f"version 2 Medusa heads use the verifier's lm_head, which cannot be read: {e.message}",
                 where=e.where,
                 hint="--verifier must name the full verifier (folder or Hub id with its weights, not only config.json)",
             ) from None
-        vinfo = reader.infos[vname]
+        vinfo = vreader.infos[vname]
         if tuple(vinfo.shape) != (verifier.vocab_size, H):
             raise ConversionError(
                 f"the verifier's {vname} has shape {list(vinfo.shape)}, expected [vocab_size, H] = [{verifier.vocab_size}, {H}]",
-                where=str(reader.folder),
+                where=str(vreader.folder),
                 hint="is --verifier the model these heads were trained for?",
             )
         if vinfo.dtype not in SOURCE_FLOATS:
-            raise ConversionError(f"the verifier's {vname} has dtype {vinfo.dtype}; a quantized head cannot be copied exactly", where=str(reader.folder))
-        return reader, vname, vinfo
+            raise ConversionError(f"the verifier's {vname} has dtype {vinfo.dtype}; a quantized head cannot be copied exactly", where=str(vreader.folder))
+        return vreader, vname, vinfo
 
 
 __all__ = ["MedusaConverter"]
