@@ -222,7 +222,7 @@ class Options:
         aux_layers: tap layer ids given by the user, in vLLM's convention (None: from the
             source, else the default).
         tap_ids: how to read tap ids whose convention the source file does not fix:
-            ``layer-output`` or ``layer-input`` (the EAGLE-3 converter's ``TAP_READINGS``).
+            ``layer-output`` or ``layer-input`` (:data:`converters.taps.TAP_READINGS`).
         dtype: output dtype for floating tensors (``float16``/``bfloat16``/``float32``),
             None keeps the source dtype.
     """
