@@ -104,6 +104,31 @@ _DECODER_REFUSALS = (
 _LLAMA_TYPES = ("llama", "qwen2", "mistral")
 
 
+def _v0_extra_norms(names: set[str]) -> list[str]:
+    """V0's ``add_para_norm`` tensors (``enorm`` / ``hnorm``)."""
+    return sorted(n for n in names if n.split(".")[-2:-1] and n.split(".")[-2] in ("enorm", "hnorm"))
+
+
+#: refusals of a vLLM V0 wrapper, on ``(outer config, nested config, source tensor names)``, in order
+_V0_REFUSALS = (
+    Refusal(lambda c: c[0].get("truncated_vocab_size", c[1].get("truncated_vocab_size")) not in (None, c[1].get("vocab_size")),
+            lambda c: f"truncated_vocab_size {c[0].get('truncated_vocab_size', c[1].get('truncated_vocab_size'))} differs from vocab_size "
+                      f"{c[1].get('vocab_size')}: vLLM V0's token_map, which vLLM's EAGLE model (V1) no longer has",
+            hint="specfmt converts EAGLE-1 drafts over the full vocabulary"),
+    Refusal(lambda c: bool(c[2] & {"token_map", "model.token_map"}),
+            "the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
+            hint="specfmt converts EAGLE-1 drafts over the full vocabulary", where=None),
+    Refusal(lambda c: bool(_v0_extra_norms(c[2]) or c[0].get("add_para_norm") or c[1].get("add_para_norm")),
+            lambda c: f"add_para_norm (enorm/hnorm {_v0_extra_norms(c[2])}): V0's extra norms, which vLLM's EAGLE model (V1) has no place for",
+            hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output"),
+)
+
+#: a speculators <= 0.6 eagle config's ``layernorms`` variant
+_LAYERNORMS = Refusal(lambda cfg: bool(cfg.get("layernorms")),
+                      "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
+                      hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
+
+
 def _read_model_type(cfg: dict[str, Any], names: set[str], notes: list[str]) -> str:
     """The decoder model type as EAGLE-1 reads it: a ``mixtral`` config with dense layers holds
     Llama layers (yuhuili/EAGLE-mixtral-instruct-8x7B: ``cnets.py`` builds ``LlamaDecoderLayer``
@@ -243,23 +268,12 @@ class EagleConverter(Converter):
         ``model.``-prefixed names stripped, the head copy set aside (the tensors decide ``fc.bias``).
 
         Raises:
-            ConversionError: a truncated vocabulary (V0's ``token_map``), which vLLM's EAGLE model has no field for.
+            ConversionError: a row of :data:`_V0_REFUSALS`: a truncated vocabulary (V0's ``token_map``) or
+                V0's extra norms, which vLLM's EAGLE model (V1) has no place for.
         """
         cfg = src.config
         inner = dict(cfg["model"])
-        tv = cfg.get("truncated_vocab_size", inner.get("truncated_vocab_size"))
-        if tv is not None and tv != inner.get("vocab_size"):
-            raise ConversionError(f"truncated_vocab_size {tv} differs from vocab_size {inner.get('vocab_size')}: vLLM V0's token_map, "
-                                  "which vLLM's EAGLE model (V1) no longer has", where="config.json",
-                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
-        names = set(src.source_names)
-        if names & {"token_map", "model.token_map"}:
-            raise ConversionError("the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
-                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
-        extra = sorted(n for n in names if n.split(".")[-2:-1] and n.split(".")[-2] in ("enorm", "hnorm"))
-        if extra or cfg.get("add_para_norm") or inner.get("add_para_norm"):
-            raise ConversionError(f"add_para_norm (enorm/hnorm {extra}): V0's extra norms, which vLLM's EAGLE model (V1) has no place for",
-                                  where="config.json", hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
+        refuse(_V0_REFUSALS, (cfg, inner, set(src.source_names)))
         claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
                                     ("model.bias", inner.get("bias"))) if v is not None}
         has_bias = "fc.bias" in _v0_names(set(src.source_names))
@@ -360,12 +374,7 @@ class EagleConverter(Converter):
         Raises:
             ConversionError: ``layernorms: true``.
         """
-        if cfg.get("layernorms"):
-            raise ConversionError(
-                "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
-                where="config.json",
-                hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
-            )
+        _LAYERNORMS.check(cfg)
         new_to_old = SPECULATORS_EAGLE_NAMES.view(src.source_names)
         if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
             notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
