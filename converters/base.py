@@ -466,6 +466,45 @@ def refuse(table: tuple[Refusal, ...], ctx: Any) -> None:
         row.check(ctx)
 
 
+@dataclass(frozen=True)
+class FieldReading:
+    """How a layout reads a config field whose meaning there is not vLLM's (a row of a converter's
+    readings table, applied by :func:`read_fields`): SpecForge's top-level ``norm_output``, a
+    research config's ``num_hidden_layers`` beside one unnumbered layer, a ``mixtral`` type over
+    dense layers.
+
+    Attributes:
+        field: the config field read.
+        when: ``when(cfg, ctx) -> bool``: the layout's reading applies (``ctx``: what else it
+            looks at, e.g. the plan's tensor names).
+        value: ``value(cfg, ctx)``: the field's value in vLLM's meaning.
+        note: the note the plan records when the reading applies (or ``note(cfg)``).
+        refusal: a value the layout's meaning has no vLLM equivalent for, checked first.
+    """
+
+    field: str
+    when: Callable[[dict[str, Any], Any], bool]
+    value: Callable[[dict[str, Any], Any], Any]
+    note: str | Callable[[dict[str, Any]], str]
+    refusal: "Refusal | None" = None
+
+
+def read_fields(readings: tuple[FieldReading, ...], cfg: dict[str, Any], ctx: Any, notes: list[str]) -> dict[str, Any]:
+    """The config with each reading that applies put in vLLM's meaning (a new dict), and its note.
+
+    Raises:
+        ConversionError: a reading's refusal holds.
+    """
+    for reading in readings:
+        if not reading.when(cfg, ctx):
+            continue
+        if reading.refusal is not None:
+            reading.refusal.check(cfg)
+        notes.append(reading.note(cfg) if callable(reading.note) else reading.note)
+        cfg = {**cfg, reading.field: reading.value(cfg, ctx)}
+    return cfg
+
+
 # --------------------------------------------------------------------------- config fields
 
 #: field kinds: what :func:`check_source_types` requires of a value (null counts as absent)

@@ -40,8 +40,9 @@ from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, NameMap, Options, Plan, Refusal, Rule, Seen, Source,
-                   TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, refuse, register)
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, NameMap, Options, Plan,
+                   Refusal, Rule, Seen, Source, TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype,
+                   decoder_layer_count, positive_int, read_fields, refuse, register)
 
 _FROZEN_HEAD = "accelerate save_state file of the second prepared module: the frozen verifier lm_head (EAGLE issue #100); vLLM uses the verifier's own"
 _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
@@ -129,22 +130,19 @@ _LAYERNORMS = Refusal(lambda cfg: bool(cfg.get("layernorms")),
                       hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
 
 
-def _read_model_type(cfg: dict[str, Any], names: set[str], notes: list[str]) -> str:
-    """The decoder model type as EAGLE-1 reads it: a ``mixtral`` config with dense layers holds
-    Llama layers (yuhuili/EAGLE-mixtral-instruct-8x7B: ``cnets.py`` builds ``LlamaDecoderLayer``
-    from any config), read as ``llama`` with a note.
-
-    Raises:
-        ConversionError: any other type than Llama, Qwen2 or Mistral.
-    """
-    model_type = cfg.get("model_type", "llama")
-    if model_type == "mixtral" and not any(".block_sparse_moe." in n for n in names):
-        notes.append("model_type 'mixtral' but the layers hold dense gate/up/down_proj (SafeAILab's cnets.py builds Llama layers "
-                     "whatever model_type says): converted as Llama layers")
-        model_type = "llama"
-    if model_type not in _LLAMA_TYPES:
-        raise ConversionError(f"draft decoder model_type {model_type!r}: vLLM serves EAGLE-1 drafts only as Llama layers", where="config.json")
-    return model_type
+#: field readings: yuhuili/EAGLE-mixtral-instruct-8x7B's ``mixtral`` config over dense layers holds
+#: Llama layers (SafeAILab's ``cnets.py`` builds ``LlamaDecoderLayer`` from any config). ``ctx``: the plan's names.
+_TYPE_READINGS = (
+    FieldReading("model_type", lambda cfg, names: cfg.get("model_type", "llama") == "mixtral" and not any(".block_sparse_moe." in n for n in names),
+                 lambda cfg, names: "llama",
+                 "model_type 'mixtral' but the layers hold dense gate/up/down_proj (SafeAILab's cnets.py builds Llama layers "
+                 "whatever model_type says): converted as Llama layers"),
+)
+#: refusals on the model type as read (vLLM serves EAGLE-1 drafts as Llama layers)
+_TYPE_REFUSALS = (
+    Refusal(lambda cfg: cfg.get("model_type", "llama") not in _LLAMA_TYPES,
+            lambda cfg: f"draft decoder model_type {cfg.get('model_type', 'llama')!r}: vLLM serves EAGLE-1 drafts only as Llama layers"),
+)
 
 
 def _attention_biases(cfg: dict[str, Any], names: set[str], n_layers: int) -> set[str]:
@@ -305,7 +303,7 @@ class EagleConverter(Converter):
         """
         cfg, verifier, names = src.config, src.verifier.info, plan.names()
         refuse(_EXTRA_NORM_REFUSALS, names)
-        _read_model_type(cfg, names, plan.notes)
+        refuse(_TYPE_REFUSALS, read_fields(_TYPE_READINGS, cfg, names, plan.notes))
         refuse(_LAYER0_REFUSALS, names)
         H, nH, V = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads"), positive_int(cfg, "vocab_size")
         check_vocab(V, src.verifier)

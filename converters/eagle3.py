@@ -20,8 +20,8 @@ from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source,
-                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, refuse, register)
+from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, Options, Plan, Refusal, Rule, Seen, Source,
+                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, read_fields, refuse, register)
 from .taps import SPECULATORS_TAPS as _SPECULATORS_TAPS
 from .taps import TAP_READINGS, describe_taps, read_taps  # noqa: F401  (TAP_READINGS, read_taps: the names this module gave them)
 
@@ -104,31 +104,31 @@ _FLAG_REFUSALS: tuple[Refusal, ...] = (
             lambda cfg: f"norm_before_residual must be true or false, got {cfg.get('norm_before_residual', False)!r}"),
 )
 
-#: the top-level ``norm_output`` of a SpecForge config (its own meaning; see :func:`_read_norm_output`), when false
-_SPECFORGE_NORM_OUTPUT_FALSE = Refusal(
-    lambda cfg: "norm_output" in cfg and cfg["norm_output"] is False,
-    "norm_output false at the top level of a SpecForge config: its logits come from the un-normed output "
-    "(specforge/modeling/draft/llama3_eagle.py, compute_logits), but vLLM's EAGLE-3 model always norms before lm_head",
-    hint="this draft cannot be served by vLLM without changing its output")
+#: field readings applied before the decoder layers are counted: SafeAILab's ``cnets.py`` and
+#: SGLang's ``llama_eagle3.py`` build one midlayer whatever the config says (issue 18: configs that
+#: copy the verifier's depth); the tensors are the truth. ``ctx``: the plan.
+_LAYER_READINGS: tuple[FieldReading, ...] = (
+    FieldReading("num_hidden_layers",
+                 lambda cfg, plan: cfg.get("num_hidden_layers", 1) != 1 and any(re.fullmatch(r"midlayer\.[a-z_]+\..+", m.src) for m in plan.moves),
+                 lambda cfg, plan: 1,
+                 lambda cfg: f"config num_hidden_layers={cfg.get('num_hidden_layers')} but the weights hold one unnumbered midlayer.* "
+                             "(SafeAILab's and SGLang's EAGLE-3 code build one layer whatever the config says); converted as 1 layer"),
+)
 
-
-def _read_norm_output(cfg: dict[str, Any], notes: list[str]) -> bool:
-    """vLLM's ``norm_output`` as the source means it.
-
-    ``norm_output`` means two things. In speculators, vLLM and a nested ``eagle_config``
-    (speculators' eagle3_converter reads it there) it is EAGLE-3.1's: the normed output is fed
-    back to the next step. At the top level of a SpecForge config it is SpecForge's
-    (``llama3_eagle.py``, ``compute_logits``, default true): RMSNorm before ``lm_head``, the
-    pre-norm output fed back -- vLLM's ``norm_output`` false.
-
-    Raises:
-        ConversionError: a top-level ``norm_output: false`` (:data:`_SPECFORGE_NORM_OUTPUT_FALSE`).
-    """
-    if "norm_output" in cfg:
-        _SPECFORGE_NORM_OUTPUT_FALSE.check(cfg)
-        notes.append("norm_output true at the top level is SpecForge's (RMSNorm before lm_head, the pre-norm output fed back; "
-                     "llama3_eagle.py compute_logits): vLLM's norm_output false, written false")
-    return bool(_ec(cfg).get("norm_output", False))
+#: field readings of the norm flags. ``norm_output`` means two things. In speculators, vLLM and a
+#: nested ``eagle_config`` (speculators' eagle3_converter reads it there) it is EAGLE-3.1's: the
+#: normed output is fed back to the next step. At the top level of a SpecForge config it is
+#: SpecForge's (``llama3_eagle.py``, ``compute_logits``, default true): RMSNorm before ``lm_head``,
+#: the pre-norm output fed back -- vLLM's ``norm_output`` false; its ``false`` has no vLLM reading.
+_NORM_READINGS: tuple[FieldReading, ...] = (
+    FieldReading("norm_output", lambda cfg, _: "norm_output" in cfg, lambda cfg, _: bool(_ec(cfg).get("norm_output", False)),
+                 "norm_output true at the top level is SpecForge's (RMSNorm before lm_head, the pre-norm output fed back; "
+                 "llama3_eagle.py compute_logits): vLLM's norm_output false, written false",
+                 Refusal(lambda cfg: cfg["norm_output"] is False,
+                         "norm_output false at the top level of a SpecForge config: its logits come from the un-normed output "
+                         "(specforge/modeling/draft/llama3_eagle.py, compute_logits), but vLLM's EAGLE-3 model always norms before lm_head",
+                         hint="this draft cannot be served by vLLM without changing its output")),
+)
 
 
 def _widths(cfg: dict[str, Any], out: dict[str, Any], H: int, verifier_hidden: int) -> int | None:
@@ -165,20 +165,6 @@ def _drop_identity_map(src: Source, plan: Plan, out: dict[str, Any], Vd: int, V:
     for m in plan.moves:
         if m.dst in ("d2t", "t2d"):
             m.drop("full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here")
-
-
-def _one_unnumbered_layer(cfg: dict[str, Any], plan: Plan) -> dict[str, Any]:
-    """The config's ``num_hidden_layers`` as a one-``midlayer.*`` layout reads it: 1, with a note.
-
-    SafeAILab's ``cnets.py`` and SGLang's ``llama_eagle3.py`` build one midlayer whatever the
-    config says (issue 18: configs that copy the verifier's depth); the tensors are the truth.
-    """
-    single = any(re.fullmatch(r"midlayer\.[a-z_]+\..+", m.src) for m in plan.moves)
-    if not single or cfg.get("num_hidden_layers", 1) == 1:
-        return cfg
-    plan.notes.append(f"config num_hidden_layers={cfg.get('num_hidden_layers')} but the weights hold one unnumbered midlayer.* "
-                      "(SafeAILab's and SGLang's EAGLE-3 code build one layer whatever the config says); converted as 1 layer")
-    return {**cfg, "num_hidden_layers": 1}
 
 
 @register
@@ -301,13 +287,14 @@ class Eagle3Converter(Converter):
             raise ConversionError(f"fc.weight has shape {list(fc.shape)}, which does not take {len(taps)} taps of width {Ht or H}")
         out_code = decide_float_dtype(plan.moves, opts)
         _drop_identity_map(src, plan, out, Vd, V)
-        cfg = _one_unnumbered_layer(cfg, plan)
+        cfg = read_fields(_LAYER_READINGS, cfg, plan, plan.notes)
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
+        cfg = read_fields(_NORM_READINGS, cfg, plan, plan.notes)
         ec = _ec(cfg)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
-        norm_output = _read_norm_output(cfg, plan.notes)
+        norm_output = flag("norm_output")
         refuse(_FLAG_REFUSALS, cfg)
         plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3, draft_vocab_size=Vd, taps=taps,
                                    norm_before_residual=cfg.get("norm_before_residual", False), target_hidden_size=Ht,

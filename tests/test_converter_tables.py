@@ -88,6 +88,27 @@ def test_a_refusal_row_raises_its_message_hint_and_file():
     assert (e.value.message, e.value.hint, e.value.where) == ("b is 5", None, None)
 
 
+def test_a_field_reading_puts_a_layouts_meaning_in_vllms_with_a_note_or_refuses():
+    from specfmt.converters.base import FieldReading, Refusal, read_fields
+    from specfmt.errors import ConversionError
+
+    readings = (FieldReading("norm_output", lambda cfg, _: "norm_output" in cfg, lambda cfg, _: False, "read as vLLM's false",
+                             Refusal(lambda cfg: cfg["norm_output"] is False, "false has no vLLM reading")),)
+    notes: list[str] = []
+    cfg = {"norm_output": True, "hidden_size": 8}
+    assert read_fields(readings, cfg, None, notes) == {"norm_output": False, "hidden_size": 8} and notes == ["read as vLLM's false"]
+    assert cfg["norm_output"] is True  # the source's config is left as it is
+    assert read_fields(readings, {"hidden_size": 8}, None, notes) == {"hidden_size": 8} and len(notes) == 1
+    with pytest.raises(ConversionError, match="false has no vLLM reading"):
+        read_fields(readings, {"norm_output": False}, None, notes)
+
+
+def test_one_unnumbered_midlayer_is_read_as_one_layer_with_a_note():
+    plan = _plan("eagle3", _eagle3_config(num_hidden_layers=32), FakeReader(_eagle3_shapes()))
+    assert plan.config["transformer_layer_config"]["num_hidden_layers"] == 1
+    assert any("num_hidden_layers=32" in n and "converted as 1 layer" in n for n in plan.notes)
+
+
 def test_an_eagle_config_flag_is_refused_by_its_table_row():
     from specfmt.errors import ConversionError
 
