@@ -4,16 +4,24 @@ shared with ``specfmt inspect``, the plan, and the registry.
 A converter is a registered class that states only what differs (llama.cpp's
 ``convert_hf_to_gguf.py`` and ``gguf-py/tensor_mapping.py`` work the same way):
 
+* a :class:`NameMap` per source dialect (vLLM V0's ``model.`` prefix, speculators-eagle's
+  ``fusion_fc.*``), declared like vLLM's ``WeightsMapper`` and applied first
+  (:attr:`Source.names`), so the rest sees one naming;
 * :attr:`Converter.rules`: its rename / keep / drop table, each drop with its reason (vLLM's
   ``WeightsMapper`` plus a reason);
+* tables of :class:`Refusal` rows ``(test, message, hint)`` for every refusal that is a condition
+  on config fields or tensor names, and of :class:`FieldReading` rows for a layout's own meaning
+  of a field (SpecForge's top-level ``norm_output``);
 * :attr:`Converter.fields`: the config fields it reads, with the JSON type each must have
   (checked before anything is planned, :func:`check_source_types`);
 * :attr:`Converter.layouts`: the repository layouts it recognises, as predicates over the
   config and the tensor names; ``specfmt inspect`` and ``--from auto`` use the same
   predicates (:mod:`specfmt.detect`), so one set of layout names exists;
 * :meth:`Converter.decide`: the output config (built by the algorithm,
-  :mod:`specfmt.algorithms`) and the few transforms a table cannot say (the EAGLE-1 bias
-  fold, the Medusa v2 head copy), as :class:`Derived` tensors.
+  :mod:`specfmt.algorithms`), the refusals that need a computed value (sizes read from
+  tensors, the verifier's), and the few transforms a table cannot say (the EAGLE-1 bias
+  fold, ``t2d`` from ``d2t``, the Medusa v2 head copy), as :class:`Derived` tensors. It reads
+  the plan's output names (:meth:`Plan.outputs`, :meth:`Plan.names`), never the source's.
 
 The shared :meth:`Converter.plan` runs the common opening (field types, layout, tensor table)
 and returns a typed :class:`Plan`; :mod:`specfmt.convert` checks it against the format, and
