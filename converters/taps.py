@@ -5,6 +5,26 @@ hidden states they fuse. Sources write those ids in two conventions the file doe
 this module is the one place that reads them (:func:`read_taps`), names the readings
 (:data:`TAP_READINGS`, ``specfmt convert --tap-ids``) and describes them for ``inspect``
 (:func:`describe_taps`).
+
+The two conventions of tap ids, and their sources:
+
+* vLLM reads ``eagle_aux_hidden_state_layer_ids`` (top level, else ``eagle_config``) verbatim
+  (vLLM 0.32 ``vllm/v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``) and
+  captures id ``j`` as the state after ``j`` layers (``models/interfaces.py``
+  ``_maybe_add_hidden_state``, called with ``idx + 1`` after layer ``idx`` in ``models/llama.py``).
+  The speculators format is read by the same code, so its ids are vLLM's by definition.
+* SGLang's ``set_eagle3_layers_to_capture(layer_ids)`` captures ``[val + 1 for val in layer_ids]``
+  ("for the ith layer, it takes the output of the (i-1)th layer"), i.e. an explicit id ``i``
+  means the *output* of layer ``i``; SpecForge, which trains through SGLang or HF targets,
+  therefore defaults to ``[1, N//2 - 1, N - 4]`` ("in sglang, when we do
+  set_eagle3_layers_to_capture, we will add 1 to the layer index"), which is vLLM's (2, N//2, N-3).
+* Published drafts use both: SGLang PR #25454 (2026-05) drops the ``+1`` unless the first id is 1,
+  because e.g. lightseekorg/kimi-k2.5-eagle3-mla ships input-convention ids; SGLang PR #32334
+  reads nvidia/gpt-oss-120b-Eagle3-v3's ``[24, 30, 36]`` as boundary (input-convention) indices.
+  So the ids of a SpecForge/ModelOpt ``eagle_config`` (or a research config's top level) do not
+  say which they are, and guessing from the first id would silently shift every tap of a
+  draft trained the other way. vLLM PR #43671 (open) shows the cost: a MiniMax-M2.5 draft trained
+  against SGLang's ``+1``, read verbatim by vLLM, accepted ~10% at position 0 instead of ~45%.
 """
 
 from __future__ import annotations
@@ -100,27 +120,8 @@ def _check_taps(taps: list[int], given: list[int] | None, num_layers: int) -> li
 def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[str], default: Callable[[int], list[int]]) -> list[int]:
     """The tap ids written to the output, in vLLM's convention: id ``j`` taps the residual stream
     *entering* verifier layer ``j`` (``hidden_states + residual`` before layer ``j``), i.e. HF's
-    ``output_hidden_states[j]``; the default is (2, N//2, N-3).
-
-    Sources of the two conventions:
-
-    * vLLM reads ``eagle_aux_hidden_state_layer_ids`` (top level, else ``eagle_config``) verbatim
-      (vLLM 0.32 ``vllm/v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``) and
-      captures id ``j`` as the state after ``j`` layers (``models/interfaces.py``
-      ``_maybe_add_hidden_state``, called with ``idx + 1`` after layer ``idx`` in ``models/llama.py``).
-      The speculators format is read by the same code, so its ids are vLLM's by definition.
-    * SGLang's ``set_eagle3_layers_to_capture(layer_ids)`` captures ``[val + 1 for val in layer_ids]``
-      ("for the ith layer, it takes the output of the (i-1)th layer"), i.e. an explicit id ``i``
-      means the *output* of layer ``i``; SpecForge, which trains through SGLang or HF targets,
-      therefore defaults to ``[1, N//2 - 1, N - 4]`` ("in sglang, when we do
-      set_eagle3_layers_to_capture, we will add 1 to the layer index"), which is vLLM's (2, N//2, N-3).
-    * Published drafts use both: SGLang PR #25454 (2026-05) drops the ``+1`` unless the first id is 1,
-      because e.g. lightseekorg/kimi-k2.5-eagle3-mla ships input-convention ids; SGLang PR #32334
-      reads nvidia/gpt-oss-120b-Eagle3-v3's ``[24, 30, 36]`` as boundary (input-convention) indices.
-      So the ids of a SpecForge/ModelOpt ``eagle_config`` (or a research config's top level) do not
-      say which they are, and guessing from the first id would silently shift every tap of a
-      draft trained the other way. vLLM PR #43671 (open) shows the cost: a MiniMax-M2.5 draft trained
-      against SGLang's ``+1``, read verbatim by vLLM, accepted ~10% at position 0 instead of ~45%.
+    ``output_hidden_states[j]``; the default is (2, N//2, N-3). The two conventions, and their
+    sources, are in the module docstring.
 
     Rule: ids from a research config are read as ``opts.tap_ids`` says (``layer-output``: written
     ``+1``; ``layer-input``: written as given). Without ``--tap-ids``, ``--aux-layers`` (always vLLM's
@@ -134,8 +135,7 @@ def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[s
         opts: ``aux_layers`` (vLLM ids) and ``tap_ids`` (a key of :data:`TAP_READINGS`).
         num_layers: N, the verifier's decoder layers.
         notes: the plan's notes; the reading used is recorded there.
-        default: ``default(N)``, the ids written when neither the source nor ``--aux-layers`` names any
-            (EAGLE-3: :func:`specfmt.algorithms.eagle3.default_taps`).
+        default: ``default(N)``, the ids when neither the source nor ``--aux-layers`` names any (EAGLE-3: ``default_taps``).
 
     Returns:
         The tap ids, distinct and ascending, each in [0, N-1].
