@@ -2,7 +2,8 @@
 
 One module per source format, each registering a :class:`~specfmt.converters.base.Converter`
 under its ``--from`` name: :mod:`.eagle3`, :mod:`.eagle` (EAGLE-1/2 and HASS), :mod:`.medusa`
-and :mod:`.speculators` (older speculators checkpoints, handed to the others).
+and :mod:`.speculators` (older speculators checkpoints, handed to the others). :mod:`.taps` holds
+the tap convention that drafts fusing verifier layers share (EAGLE-3 now, DFlash next).
 """
 
 from __future__ import annotations

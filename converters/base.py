@@ -4,16 +4,24 @@ shared with ``specfmt inspect``, the plan, and the registry.
 A converter is a registered class that states only what differs (llama.cpp's
 ``convert_hf_to_gguf.py`` and ``gguf-py/tensor_mapping.py`` work the same way):
 
+* a :class:`NameMap` per source dialect (vLLM V0's ``model.`` prefix, speculators-eagle's
+  ``fusion_fc.*``), declared like vLLM's ``WeightsMapper`` and applied first
+  (:attr:`Source.names`), so the rest sees one naming;
 * :attr:`Converter.rules`: its rename / keep / drop table, each drop with its reason (vLLM's
   ``WeightsMapper`` plus a reason);
+* tables of :class:`Refusal` rows ``(test, message, hint)`` for every refusal that is a condition
+  on config fields or tensor names, and of :class:`FieldReading` rows for a layout's own meaning
+  of a field (SpecForge's top-level ``norm_output``);
 * :attr:`Converter.fields`: the config fields it reads, with the JSON type each must have
   (checked before anything is planned, :func:`check_source_types`);
 * :attr:`Converter.layouts`: the repository layouts it recognises, as predicates over the
   config and the tensor names; ``specfmt inspect`` and ``--from auto`` use the same
   predicates (:mod:`specfmt.detect`), so one set of layout names exists;
 * :meth:`Converter.decide`: the output config (built by the algorithm,
-  :mod:`specfmt.algorithms`) and the few transforms a table cannot say (the EAGLE-1 bias
-  fold, the Medusa v2 head copy), as :class:`Derived` tensors.
+  :mod:`specfmt.algorithms`), the refusals that need a computed value (sizes read from
+  tensors, the verifier's), and the few transforms a table cannot say (the EAGLE-1 bias
+  fold, ``t2d`` from ``d2t``, the Medusa v2 head copy), as :class:`Derived` tensors. It reads
+  the plan's output names (:meth:`Plan.outputs`, :meth:`Plan.names`), never the source's.
 
 The shared :meth:`Converter.plan` runs the common opening (field types, layout, tensor table)
 and returns a typed :class:`Plan`; :mod:`specfmt.convert` checks it against the format, and
@@ -27,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
@@ -114,6 +122,57 @@ class Derived:
     compute: Callable[[Callable[[str], Any]], Any]
 
 
+@dataclass(frozen=True)
+class NameMap:
+    """A source dialect's tensor names as the names a converter's rules read, declared as data
+    the way vLLM's ``WeightsMapper`` declares them (``vllm/model_executor/models/utils.py``:
+    ``orig_to_new_regex``, then ``orig_to_new_substr``, then ``orig_to_new_prefix``, each applied
+    in order to the name the previous one gave; a target of None leaves the tensor out of the
+    converter's view).
+
+    A layout selects a map (vLLM V0's ``model.`` prefix, speculators <= 0.6 eagle's
+    ``fusion_fc.*`` / ``transformer.*``); :meth:`Converter.plan` applies it first, plans under the
+    mapped names, and records the real source names in the plan (provenance reads them).
+
+    Attributes:
+        regex: ``(pattern, template)`` pairs; ``re.sub`` where ``re.search`` finds the pattern.
+        substr: ``(substring, replacement)`` pairs; the first occurrence is replaced.
+        prefix: ``(prefix, replacement)`` pairs.
+    """
+
+    regex: tuple[tuple[str, str | None], ...] = ()
+    substr: tuple[tuple[str, str | None], ...] = ()
+    prefix: tuple[tuple[str, str | None], ...] = ()
+
+    def map_name(self, name: str) -> str | None:
+        """The mapped name, or None when the map leaves the tensor out."""
+        for pattern, to in self.regex:
+            if re.search(pattern, name):
+                if to is None:
+                    return None
+                name = re.sub(pattern, to, name)
+        for sub, to in self.substr:
+            if sub in name:
+                if to is None:
+                    return None
+                name = name.replace(sub, to, 1)
+        for pre, to in self.prefix:
+            if name.startswith(pre):
+                if to is None:
+                    return None
+                name = to + name[len(pre):]
+        return name
+
+    def view(self, names: Any) -> dict[str, str]:
+        """``{mapped name: source name}`` of every name the map keeps."""
+        out = {}
+        for old in names:
+            new = self.map_name(old)
+            if new is not None:
+                out[new] = old
+        return out
+
+
 @dataclass
 class Source:
     """A source checkpoint opened for conversion.
@@ -121,23 +180,44 @@ class Source:
     Attributes:
         resolved: where it is.
         config: its parsed config.json.
-        reader: its weight files, headers read (or a :class:`RenamedReader` view of them).
+        reader: its weight files, headers read.
         verifier: the verifier (``--verifier``), resolved once; converters read its sizes
             (``verifier.info``) and, where a layout needs one, a tensor (``verifier.open_tensor``).
+        names: the source dialect's tensor-name map (:class:`NameMap`), applied before the
+            converter's rules; None: the names are the converter's own.
     """
 
     resolved: Resolved
     config: dict[str, Any]
     reader: Any
     verifier: "Verifier"
+    names: "NameMap | None" = None
 
     @property
     def folder(self) -> Path:
         return self.resolved.folder
 
-    def with_(self, config: dict[str, Any], reader: Any = None) -> "Source":
-        """The same source seen through another config (and reader): a dialect handed to another converter."""
-        return Source(self.resolved, config, self.reader if reader is None else reader, self.verifier)
+    def get(self, name: str) -> Any:
+        """The tensor ``name`` (torch), under the names the converter plans with."""
+        return self.reader.get(name)
+
+    def array(self, name: str) -> Any:
+        """The tensor ``name`` as a numpy array (no torch), under the names the converter plans with."""
+        return self.reader.array(name)
+
+    @property
+    def source_names(self) -> dict[str, TensorInfo]:
+        """``{name: header entry}`` under the source's own names: what a dialect's translation
+        (``from_speculators``, vLLM V0's unwrapping) reads before its :class:`NameMap` applies.
+        A plan reads :meth:`Plan.outputs` / :meth:`Plan.names` instead."""
+        return self.reader.infos
+
+    def mapped(self) -> "Source":
+        """This source seen through its :attr:`names` map: the reader shows the mapped names
+        (itself when there is no map)."""
+        if self.names is None:
+            return self
+        return replace(self, reader=_MappedReader(self.reader, self.names.view(self.reader.infos)), names=None)
 
 
 @dataclass
@@ -150,7 +230,7 @@ class Options:
         aux_layers: tap layer ids given by the user, in vLLM's convention (None: from the
             source, else the default).
         tap_ids: how to read tap ids whose convention the source file does not fix:
-            ``layer-output`` or ``layer-input`` (the EAGLE-3 converter's ``TAP_READINGS``).
+            ``layer-output`` or ``layer-input`` (:data:`converters.taps.TAP_READINGS`).
         dtype: output dtype for floating tensors (``float16``/``bfloat16``/``float32``),
             None keeps the source dtype.
     """
@@ -188,6 +268,16 @@ class Plan:
     @property
     def written(self) -> list[TensorMove]:
         return [m for m in self.moves if m.dst is not None]
+
+    def outputs(self) -> dict[str, TensorInfo]:
+        """``{output name: source header entry}`` of every move written: what a converter's
+        :meth:`Converter.decide` reads, so a layout's source naming never reaches it."""
+        return {m.dst: m.info for m in self.moves if m.dst is not None}
+
+    def names(self) -> set[str]:
+        """Every tensor name a converter's refusals may test: the output names of the written moves
+        and the names no rule knows (:attr:`unknown`, as the source has them)."""
+        return set(self.outputs()) | set(self.unknown)
 
     def output_shapes(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """``{name: (shape, dtype code)}`` of every tensor the plan writes."""
@@ -346,6 +436,89 @@ class Case:
     examples: tuple[Example, ...] = ()
 
 
+# --------------------------------------------------------------------------- refusals as data
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """One refusal a converter states as data (a row of its ``refusals`` tables): a condition on
+    config fields or tensor names, the message and the hint. :meth:`Converter.decide` keeps in
+    code only the refusals that need a computed value (a size read from a tensor, a verifier
+    figure).
+
+    Attributes:
+        test: ``test(ctx) -> bool``; true refuses. ``ctx`` is what the table is checked against
+            (the converter's own small record of the source: config, names, layout).
+        message: the one-line message, or ``message(ctx)`` for one that names values.
+        hint: how to fix it (empty: none).
+        where: the file concerned (``config.json`` by default; None for a tensor condition).
+    """
+
+    test: Callable[[Any], bool]
+    message: str | Callable[[Any], str]
+    hint: str = ""
+    where: str | None = "config.json"
+
+    def check(self, ctx: Any) -> None:
+        """Raise this refusal if ``ctx`` meets it.
+
+        Raises:
+            ConversionError: ``test(ctx)`` is true.
+        """
+        if self.test(ctx):
+            text = self.message(ctx) if callable(self.message) else self.message
+            raise ConversionError(text, where=self.where, hint=self.hint or None)
+
+
+def refuse(table: tuple[Refusal, ...], ctx: Any) -> None:
+    """Check every row of a refusal table in order; the first that holds is raised.
+
+    Raises:
+        ConversionError: a row's condition holds.
+    """
+    for row in table:
+        row.check(ctx)
+
+
+@dataclass(frozen=True)
+class FieldReading:
+    """How a layout reads a config field whose meaning there is not vLLM's (a row of a converter's
+    readings table, applied by :func:`read_fields`): SpecForge's top-level ``norm_output``, a
+    research config's ``num_hidden_layers`` beside one unnumbered layer, a ``mixtral`` type over
+    dense layers.
+
+    Attributes:
+        field: the config field read.
+        when: ``when(cfg, ctx) -> bool``: the layout's reading applies (``ctx``: what else it
+            looks at, e.g. the plan's tensor names).
+        value: ``value(cfg, ctx)``: the field's value in vLLM's meaning.
+        note: the note the plan records when the reading applies (or ``note(cfg)``).
+        refusal: a value the layout's meaning has no vLLM equivalent for, checked first.
+    """
+
+    field: str
+    when: Callable[[dict[str, Any], Any], bool]
+    value: Callable[[dict[str, Any], Any], Any]
+    note: str | Callable[[dict[str, Any]], str]
+    refusal: "Refusal | None" = None
+
+
+def read_fields(readings: tuple[FieldReading, ...], cfg: dict[str, Any], ctx: Any, notes: list[str]) -> dict[str, Any]:
+    """The config with each reading that applies put in vLLM's meaning (a new dict), and its note.
+
+    Raises:
+        ConversionError: a reading's refusal holds.
+    """
+    for reading in readings:
+        if not reading.when(cfg, ctx):
+            continue
+        if reading.refusal is not None:
+            reading.refusal.check(cfg)
+        notes.append(reading.note(cfg) if callable(reading.note) else reading.note)
+        cfg = {**cfg, reading.field: reading.value(cfg, ctx)}
+    return cfg
+
+
 # --------------------------------------------------------------------------- config fields
 
 #: field kinds: what :func:`check_source_types` requires of a value (null counts as absent)
@@ -462,9 +635,11 @@ class Converter:
         """Decide the output config and the fate of every source tensor; nothing is read but
         headers (and the few small tensors a decision needs), nothing is written.
 
-        The common opening: the declared :attr:`fields` are type-checked, the layout is named
-        (:attr:`layouts`), and every source tensor goes through :attr:`rules`; then
-        :meth:`decide` makes the format's own decisions.
+        The common opening: the declared :attr:`fields` are type-checked, the source's
+        :class:`NameMap` (its dialect, :attr:`Source.names`) is applied, the layout is named
+        (:attr:`layouts`), and every tensor goes through :attr:`rules`; then :meth:`decide` makes
+        the format's own decisions under those names. The plan's moves and derived tensors then
+        name the real source tensors (they are read, and recorded, under those).
 
         Args:
             src: the source: config, weights (headers read) and the verifier.
@@ -481,11 +656,12 @@ class Converter:
                 :meth:`decide` documents its refusals), or two tensors map to one output name.
         """
         check_source_types(src.config, self.fields, nested=self.nested_fields)
-        layout = self.layout_of(Seen.of(src.config, src.reader))
-        moves, unknown = self.map_tensors(src.reader.infos)
+        view = src.mapped()
+        layout = self.layout_of(Seen.of(view.config, view.reader))
+        moves, unknown = self.map_tensors(view.reader.infos)
         plan = Plan(self.name, layout.name if layout else self.fallback_layout, {}, moves, unknown=unknown)
-        self.decide(src, opts, plan)
-        return plan
+        self.decide(view, opts, plan)
+        return _source_names(plan, view.reader.new_to_old) if view is not src else plan
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:  # pragma: no cover - abstract
         """Fill in ``plan.config`` (and notes, derived tensors, dtypes), adjusting ``plan.moves``.
@@ -624,7 +800,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     Raises:
         ConversionError: a saved cache disagrees with the config's rope settings.
     """
-    caches = [name for name in src.reader.infos if name.endswith("rotary_emb.inv_freq")]
+    caches = [name for name in src.source_names if name.endswith("rotary_emb.inv_freq")]
     if not caches:
         return  # the usual case: nothing to read, and torch stays unimported
     import torch
@@ -633,7 +809,7 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
     theta = tlc["rope_theta"]
     want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
     for name in caches:
-        got = src.reader.get(name).to(torch.float64)
+        got = src.get(name).to(torch.float64)
         if tlc["rope_parameters"].get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
@@ -642,12 +818,8 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
             )
 
 
-class RenamedReader:
-    """A view of a :class:`CheckpointReader` under other tensor names (``{new: old}``).
-
-    Lets one converter hand a source to another converter's plan under the names that
-    converter knows (e.g. speculators' ``fusion_fc.*`` as EAGLE-1's ``fc.*``).
-    """
+class _MappedReader:
+    """A view of a :class:`CheckpointReader` under the names of a :class:`NameMap` (``{new: old}``)."""
 
     def __init__(self, reader: CheckpointReader, new_to_old: dict[str, str]):
         self._reader = reader
@@ -671,8 +843,8 @@ class RenamedReader:
         return getattr(self._reader, attr)
 
 
-def restore_source_names(plan: Plan, new_to_old: dict[str, str]) -> Plan:
-    """Undo a :class:`RenamedReader` in a finished plan: moves name their real source tensors
+def _source_names(plan: Plan, new_to_old: dict[str, str]) -> Plan:
+    """Undo a :class:`NameMap` in a finished plan: moves name their real source tensors
     (so they are read and recorded under those names) and derived tensors read them too."""
     for m in plan.moves:
         m.src = new_to_old.get(m.src, m.src)

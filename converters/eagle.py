@@ -33,16 +33,16 @@ Two decisions read from vLLM 0.32's code:
 
 from __future__ import annotations
 
-import re
+from dataclasses import replace
 from typing import Any
 
 from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, RenamedReader, Rule, Seen, Source,
-                   TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register,
-                   restore_source_names)
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, NameMap, Options, Plan,
+                   Refusal, Rule, Seen, Source, TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype,
+                   decoder_layer_count, positive_int, read_fields, refuse, register)
 
 _FROZEN_HEAD = "accelerate save_state file of the second prepared module: the frozen verifier lm_head (EAGLE issue #100); vLLM uses the verifier's own"
 _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FROZEN_HEAD}
@@ -50,8 +50,12 @@ _FROZEN_FILES = {"pytorch_model_1.bin": _FROZEN_HEAD, "model_1.safetensors": _FR
 #: config keys of the NM/speculators "layernorms" variant that vLLM's EAGLE model cannot run
 _EXTRA_NORMS = ("embed_layernorm.weight", "post_embedding_layernorm.weight", "hidden_layernorm.weight", "lm_head_layernorm.weight")
 
-#: speculators-eagle (<= 0.6) tensor names -> EAGLE-1 research names
-_SPECULATORS_NAMES = ((r"fusion_fc\.(weight|bias)", r"fc.\1"), (r"transformer\.(.+)", r"layers.0.\1"))
+#: the speculators-eagle (<= 0.6) dialect: its tensor names as EAGLE-1 research names
+SPECULATORS_EAGLE_NAMES = NameMap(regex=((r"^fusion_fc\.(weight|bias)$", r"fc.\1"), (r"^transformer\.(.+)$", r"layers.0.\1")))
+
+#: vLLM V0's EAGLE wrapper dialect: ``model.`` stripped, the copy of the verifier's head left out
+#: (:meth:`EagleConverter.plan` drops it with its reason)
+V0_NAMES = NameMap(regex=((r"^(model\.)?lm_head\.weight$", None),), prefix=(("model.", ""),))
 
 
 #: ``EAGLEConfig.model_type`` of vLLM V0 (``vllm/transformers_utils/configs/eagle.py``): a config file's
@@ -65,13 +69,8 @@ def _v0_wrapper(cfg: dict[str, Any]) -> bool:
 
 
 def _v0_names(names: set[str]) -> dict[str, str]:
-    """``{research name: source name}`` of a V0 wrapper's tensors: ``model.`` stripped, the head copy left out."""
-    out = {}
-    for name in names:
-        if name in ("lm_head.weight", "model.lm_head.weight"):
-            continue
-        out[name[len("model."):] if name.startswith("model.") else name] = name
-    return out
+    """``{research name: source name}`` of a V0 wrapper's tensors (:data:`V0_NAMES`)."""
+    return V0_NAMES.view(names)
 
 
 def _eagle1(seen: Seen) -> bool:
@@ -82,6 +81,103 @@ def _eagle1(seen: Seen) -> bool:
 
 def _accelerate(seen: Seen) -> bool:
     return _eagle1(seen) and any(f in seen.files for f in _FROZEN_FILES)
+
+
+#: refusals that are conditions on tensor names (:meth:`Plan.names`), checked first
+_EXTRA_NORM_REFUSALS = (
+    Refusal(lambda names: any(n in names for n in _EXTRA_NORMS),
+            lambda names: f"the draft has extra norms {[n for n in _EXTRA_NORMS if n in names]} (the speculators/Neural Magic 'layernorms' "
+                          "variant); vLLM's EAGLE model has no such norms",
+            hint="this checkpoint cannot be served by vLLM's EAGLE-1 model without changing its output", where=None),
+)
+_LAYER0_REFUSALS = (
+    Refusal(lambda names: "layers.0.input_layernorm.weight" in names,
+            "layers.0.input_layernorm.weight is present, but an EAGLE-1 draft's first layer has no input norm (cnets.py) and vLLM replaces it with Identity",
+            hint="this is not an EAGLE-1/HASS checkpoint; check --from", where=None),
+)
+#: refusals that are conditions on the decoder config built for the draft
+_DECODER_REFUSALS = (
+    Refusal(lambda tlc: "sliding_attention" in (tlc.get("layer_types") or []),
+            "sliding-window layers in an EAGLE-1 draft: the EAGLE-1 reference (transformers' Llama layers) runs them with full attention",
+            hint="specfmt converts EAGLE-1 drafts whose layers attend to the whole context"),
+)
+#: the decoder model types vLLM serves EAGLE-1 drafts as (Llama layers)
+_LLAMA_TYPES = ("llama", "qwen2", "mistral")
+
+
+def _v0_extra_norms(names: set[str]) -> list[str]:
+    """V0's ``add_para_norm`` tensors (``enorm`` / ``hnorm``)."""
+    return sorted(n for n in names if n.split(".")[-2:-1] and n.split(".")[-2] in ("enorm", "hnorm"))
+
+
+#: refusals of a vLLM V0 wrapper, on ``(outer config, nested config, source tensor names)``, in order
+_V0_REFUSALS = (
+    Refusal(lambda c: c[0].get("truncated_vocab_size", c[1].get("truncated_vocab_size")) not in (None, c[1].get("vocab_size")),
+            lambda c: f"truncated_vocab_size {c[0].get('truncated_vocab_size', c[1].get('truncated_vocab_size'))} differs from vocab_size "
+                      f"{c[1].get('vocab_size')}: vLLM V0's token_map, which vLLM's EAGLE model (V1) no longer has",
+            hint="specfmt converts EAGLE-1 drafts over the full vocabulary"),
+    Refusal(lambda c: bool(c[2] & {"token_map", "model.token_map"}),
+            "the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
+            hint="specfmt converts EAGLE-1 drafts over the full vocabulary", where=None),
+    Refusal(lambda c: bool(_v0_extra_norms(c[2]) or c[0].get("add_para_norm") or c[1].get("add_para_norm")),
+            lambda c: f"add_para_norm (enorm/hnorm {_v0_extra_norms(c[2])}): V0's extra norms, which vLLM's EAGLE model (V1) has no place for",
+            hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output"),
+)
+
+#: a speculators <= 0.6 eagle config's ``layernorms`` variant
+_LAYERNORMS = Refusal(lambda cfg: bool(cfg.get("layernorms")),
+                      "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
+                      hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
+
+
+#: field readings: yuhuili/EAGLE-mixtral-instruct-8x7B's ``mixtral`` config over dense layers holds
+#: Llama layers (SafeAILab's ``cnets.py`` builds ``LlamaDecoderLayer`` from any config). ``ctx``: the plan's names.
+_TYPE_READINGS = (
+    FieldReading("model_type", lambda cfg, names: cfg.get("model_type", "llama") == "mixtral" and not any(".block_sparse_moe." in n for n in names),
+                 lambda cfg, names: "llama",
+                 "model_type 'mixtral' but the layers hold dense gate/up/down_proj (SafeAILab's cnets.py builds Llama layers "
+                 "whatever model_type says): converted as Llama layers"),
+)
+#: refusals on the model type as read (vLLM serves EAGLE-1 drafts as Llama layers)
+_TYPE_REFUSALS = (
+    Refusal(lambda cfg: cfg.get("model_type", "llama") not in _LLAMA_TYPES,
+            lambda cfg: f"draft decoder model_type {cfg.get('model_type', 'llama')!r}: vLLM serves EAGLE-1 drafts only as Llama layers"),
+)
+
+
+def _attention_biases(cfg: dict[str, Any], names: set[str], n_layers: int) -> set[str]:
+    """The source's own attention biases: all of layers' q/k/v or none, no o_proj, no config switch.
+
+    Raises:
+        ConversionError: an o_proj bias, q/k/v biases on some projections only, or ``attention_bias``/``mlp_bias`` set.
+    """
+    qkv_bias = {n for n in names if n.endswith("_proj.bias") and ".self_attn." in n}
+    if any(n.endswith("o_proj.bias") for n in qkv_bias):
+        raise ConversionError("the draft has an o_proj bias, which no EAGLE-1 reference layer has", hint="check --from")
+    if qkv_bias and qkv_bias != {f"layers.{i}.self_attn.{p}_proj.bias" for i in range(n_layers) for p in "qkv"}:
+        raise ConversionError(f"q/k/v biases are present for some projections only: {sorted(qkv_bias)}")
+    if cfg.get("attention_bias") or cfg.get("mlp_bias"):
+        raise ConversionError("attention_bias/mlp_bias in an EAGLE-1 config: the reference builds its layers without them (qkv_bias is its only bias switch)", where="config.json")
+    return qkv_bias
+
+
+def _fc_bias(src: Source, plan: Plan, names: set[str]) -> bool:
+    """``fc.bias``: dropped when all zeros, else folded exactly into layer 0's attention biases
+    (layer 0 has no input norm); the config's ``bias`` switch only gets a note. Returns whether it is folded."""
+    cfg = src.config
+    if "fc.bias" not in names:
+        if cfg.get("bias", True) is True and "bias" in cfg:
+            plan.notes.append('config says "bias": true but the weights hold no fc.bias; the tensors decide (no bias)')
+        return False
+    b_move = next(m for m in plan.moves if m.dst == "fc.bias")
+    if cfg.get("bias") is False:
+        plan.notes.append('config says "bias": false but the weights hold fc.bias (EAGLE issue #100: training always saves it); the tensor decides')
+    if not bool(src.get(b_move.src).count_nonzero()):  # torch: the fold that follows needs it anyway
+        b_move.drop("all zeros: adds nothing")
+        return False
+    b_move.drop("folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias "
+                "(layer 0 has no input norm)", "fold")
+    return True
 
 
 @register
@@ -153,11 +249,10 @@ class EagleConverter(Converter):
         notes: list[str] = []
         inner = self.unwrap_v0(src, notes)
         plan = super().plan(inner, opts)
-        plan = restore_source_names(plan, inner.reader.new_to_old)
         plan.layout = "vllm-v0"
         V = inner.config.get("vocab_size")
         for name in ("lm_head.weight", "model.lm_head.weight"):
-            info = src.reader.infos.get(name)
+            info = src.source_names.get(name)
             if info is None:
                 continue
             if len(info.shape) != 2 or info.shape[0] != V:
@@ -172,33 +267,21 @@ class EagleConverter(Converter):
         ``model.``-prefixed names stripped, the head copy set aside (the tensors decide ``fc.bias``).
 
         Raises:
-            ConversionError: a truncated vocabulary (V0's ``token_map``), which vLLM's EAGLE model has no field for.
+            ConversionError: a row of :data:`_V0_REFUSALS`: a truncated vocabulary (V0's ``token_map``) or
+                V0's extra norms, which vLLM's EAGLE model (V1) has no place for.
         """
         cfg = src.config
         inner = dict(cfg["model"])
-        tv = cfg.get("truncated_vocab_size", inner.get("truncated_vocab_size"))
-        if tv is not None and tv != inner.get("vocab_size"):
-            raise ConversionError(f"truncated_vocab_size {tv} differs from vocab_size {inner.get('vocab_size')}: vLLM V0's token_map, "
-                                  "which vLLM's EAGLE model (V1) no longer has", where="config.json",
-                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
-        names = set(src.reader.infos)
-        if names & {"token_map", "model.token_map"}:
-            raise ConversionError("the V0 wrapper holds a token_map (a truncated draft vocabulary), which vLLM's EAGLE model (V1) no longer has",
-                                  hint="specfmt converts EAGLE-1 drafts over the full vocabulary")
-        extra = sorted(n for n in names if n.split(".")[-2:-1] and n.split(".")[-2] in ("enorm", "hnorm"))
-        if extra or cfg.get("add_para_norm") or inner.get("add_para_norm"):
-            raise ConversionError(f"add_para_norm (enorm/hnorm {extra}): V0's extra norms, which vLLM's EAGLE model (V1) has no place for",
-                                  where="config.json", hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output")
+        refuse(_V0_REFUSALS, (cfg, inner, set(src.source_names)))
         claims = {k: v for k, v in (("eagle_fc_bias", cfg.get("eagle_fc_bias")), ("model.eagle_fc_bias", inner.get("eagle_fc_bias")),
                                     ("model.bias", inner.get("bias"))) if v is not None}
-        new_to_old = _v0_names(set(src.reader.infos))
-        has_bias = "fc.bias" in new_to_old
+        has_bias = "fc.bias" in _v0_names(set(src.source_names))
         if any(v != has_bias for v in claims.values()):
             said = ", ".join(f"{k}={v}" for k, v in claims.items())
             notes.append(f"vLLM V0 wrapper: {said}, but fc.bias is {'present' if has_bias else 'absent'}; the tensors decide")
         notes.append("vLLM V0 EAGLE wrapper (model_type 'eagle'): the draft's config nested under 'model' was unwrapped")
         research = {k: v for k, v in inner.items() if k not in ("eagle_fc_bias", "bias", "truncated_vocab_size", "architectures")}
-        return src.with_(research, RenamedReader(src.reader, new_to_old))
+        return replace(src, config=research, names=V0_NAMES)
 
     def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
         if _v0_wrapper(seen.config):
@@ -211,102 +294,59 @@ class EagleConverter(Converter):
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:
         """The output config (:func:`specfmt.algorithms.eagle.build_config`) and the ``fc.bias`` fold.
 
+        Reads the plan's names (:meth:`Plan.names`), never the source's.
+
         Raises:
             ConversionError: the source does not describe an EAGLE-1 draft that vLLM's
                 ``EagleLlamaForCausalLM`` can run exactly as the reference computes it
                 (sizes against the verifier, an input norm on layer 0, the extra-norm
                 variant, a non-Llama decoder), or the config disagrees with the tensors.
         """
-        cfg = src.config
-        verifier = src.verifier.info
-        infos = src.reader.infos
-        notes = plan.notes
-        moves = plan.moves
-        extra = [n for n in _EXTRA_NORMS if n in infos]
-        if extra:
-            raise ConversionError(
-                f"the draft has extra norms {extra} (the speculators/Neural Magic 'layernorms' variant); vLLM's EAGLE model has no such norms",
-                hint="this checkpoint cannot be served by vLLM's EAGLE-1 model without changing its output",
-            )
-        model_type = cfg.get("model_type", "llama")
-        if model_type == "mixtral" and not any(".block_sparse_moe." in n for n in infos):
-            # yuhuili/EAGLE-mixtral-instruct-8x7B: cnets.py builds LlamaDecoderLayer from any config, so a
-            # "mixtral" config with dense gate/up/down_proj tensors holds Llama layers
-            notes.append("model_type 'mixtral' but the layers hold dense gate/up/down_proj (SafeAILab's cnets.py builds Llama layers "
-                         "whatever model_type says): converted as Llama layers")
-            model_type = "llama"
-        if model_type not in ("llama", "qwen2", "mistral"):
-            raise ConversionError(f"draft decoder model_type {model_type!r}: vLLM serves EAGLE-1 drafts only as Llama layers", where="config.json")
-        if "layers.0.input_layernorm.weight" in infos:
-            raise ConversionError(
-                "layers.0.input_layernorm.weight is present, but an EAGLE-1 draft's first layer has no input norm (cnets.py) and vLLM replaces it with Identity",
-                hint="this is not an EAGLE-1/HASS checkpoint; check --from",
-            )
-        H = positive_int(cfg, "hidden_size")
-        nH = positive_int(cfg, "num_attention_heads")
-        V = positive_int(cfg, "vocab_size")
+        cfg, verifier, names = src.config, src.verifier.info, plan.names()
+        refuse(_EXTRA_NORM_REFUSALS, names)
+        refuse(_TYPE_REFUSALS, read_fields(_TYPE_READINGS, cfg, names, plan.notes))
+        refuse(_LAYER0_REFUSALS, names)
+        H, nH, V = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads"), positive_int(cfg, "vocab_size")
         check_vocab(V, src.verifier)
         if H != verifier.hidden_size:
             raise ConversionError(
                 f"draft hidden_size {H} differs from the verifier's {verifier.hidden_size}; EAGLE-1 feeds the verifier's last hidden state into fc [H, 2H]",
                 hint="is --verifier the model this draft was trained for?",
             )
-        fc = infos.get("fc.weight")
+        fc = plan.outputs().get("fc.weight")
         if fc is None or tuple(fc.shape) != (H, 2 * H):
             raise ConversionError(f"fc.weight must be [{H}, {2 * H}] (token embedding and verifier state), got {None if fc is None else list(fc.shape)}")
-
-        out_code = decide_float_dtype(moves, opts)
-        n_layers = decoder_layer_count({int(m.src.split(".")[1]) for m in moves if m.src.startswith("layers.")}, cfg)
-        layers = list(range(n_layers))
-
+        out_code = decide_float_dtype(plan.moves, opts)
+        n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
         tlc = decoder_config({**cfg, "model_type": "llama"}, H, nH, V, verifier, out_code, n_layers)
-        if "sliding_attention" in (tlc.get("layer_types") or []):
-            raise ConversionError("sliding-window layers in an EAGLE-1 draft: the EAGLE-1 reference (transformers' Llama layers) runs them with full attention",
-                                  where="config.json", hint="specfmt converts EAGLE-1 drafts whose layers attend to the whole context")
+        refuse(_DECODER_REFUSALS, tlc)
         check_rotary_caches(src, tlc)
-        d = tlc["head_dim"]
-        widths = {"q": nH * d, "k": tlc["num_key_value_heads"] * d, "v": tlc["num_key_value_heads"] * d, "o": H}
-        qkv_bias = {n for n in infos if n.endswith("_proj.bias") and ".self_attn." in n}
-        if any(n.endswith("o_proj.bias") for n in qkv_bias):
-            raise ConversionError("the draft has an o_proj bias, which no EAGLE-1 reference layer has", hint="check --from")
-        if qkv_bias and qkv_bias != {f"layers.{i}.self_attn.{p}_proj.bias" for i in layers for p in "qkv"}:
-            raise ConversionError(f"q/k/v biases are present for some projections only: {sorted(qkv_bias)}")
-        if cfg.get("attention_bias") or cfg.get("mlp_bias"):
-            raise ConversionError("attention_bias/mlp_bias in an EAGLE-1 config: the reference builds its layers without them (qkv_bias is its only bias switch)", where="config.json")
+        qkv_bias = _attention_biases(cfg, names, n_layers)
+        fold = _fc_bias(src, plan, names)
+        tlc["attention_bias"] = self._biases(plan, tlc, n_layers, qkv_bias, fold, out_code)
+        plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3)
+        if "embed_tokens.weight" in names:
+            plan.notes.append("embed_tokens.weight kept: the reference uses the draft's own copy; vLLM shares the verifier's embedding instead only when the two are equal")
 
-        # -- fc.bias: fold exactly, or drop an all-zero one --------------------------------------
-        derived: list[Derived] = []
-        fold = False
-        if "fc.bias" in infos:
-            b_move = next(m for m in moves if m.src == "fc.bias")
-            if cfg.get("bias") is False:
-                notes.append('config says "bias": false but the weights hold fc.bias (EAGLE issue #100: training always saves it); the tensor decides')
-            if not bool(src.reader.get("fc.bias").count_nonzero()):  # torch: the fold that follows needs it anyway
-                b_move.drop("all zeros: adds nothing")
-            else:
-                fold = True
-                b_move.drop("folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias "
-                            "(layer 0 has no input norm)", "fold")
-        elif cfg.get("bias", True) is True and "bias" in cfg:
-            notes.append('config says "bias": true but the weights hold no fc.bias; the tensors decide (no bias)')
+    def _biases(self, plan: Plan, tlc: dict[str, Any], n_layers: int, qkv_bias: set[str], fold: bool, out_code: str) -> bool:
+        """The attention biases written (vLLM's ``attention_bias`` applies to every layer): layer 0's
+        folded from ``fc.bias``, the source's own q/k/v biases copied, zeros elsewhere. Returns
+        whether there are any."""
+        H, d, kv = tlc["hidden_size"], tlc["head_dim"], tlc["num_key_value_heads"]
+        widths = {"q": tlc["num_attention_heads"] * d, "k": kv * d, "v": kv * d, "o": H}
         if fold:
-            for m in moves:
-                if m.src in qkv_bias and m.src.startswith("layers.0."):
+            for m in plan.moves:
+                if m.dst in qkv_bias and m.dst.startswith("layers.0."):
                     m.drop(f"summed exactly into {m.src} together with W·fc.bias", "fold")
         attention_bias = fold or bool(qkv_bias)
         if attention_bias:
-            for i in layers:
+            for i in range(n_layers):
                 for p in "qkvo":
                     name = f"layers.{i}.self_attn.{p}_proj.bias"
                     if name in qkv_bias and not (fold and i == 0):
                         continue  # an existing qkv bias, copied as is
-                    derived.append(self._bias(name, i, p, widths[p], fold, name in qkv_bias, out_code))
-        tlc["attention_bias"] = attention_bias
-
-        plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3)
-        plan.derived = derived
-        if "embed_tokens.weight" in infos:
-            notes.append("embed_tokens.weight kept: the reference uses the draft's own copy; vLLM shares the verifier's embedding instead only when the two are equal")
+                    plan.derived.append(self._bias(name, i, p, widths[p], fold, name in qkv_bias, out_code))
+        return attention_bias
 
     @staticmethod
     def _bias(name: str, layer: int, proj: str, width: int, fold: bool, has_own: bool, out_code: str) -> Derived:
@@ -333,25 +373,13 @@ class EagleConverter(Converter):
         Raises:
             ConversionError: ``layernorms: true``.
         """
-        if cfg.get("layernorms"):
-            raise ConversionError(
-                "layernorms: true (embedding_layernorm / pre_lm_head_layernorm): vLLM's EAGLE model has no such norms",
-                where="config.json",
-                hint="this draft cannot be served by vLLM's EAGLE-1 model without changing its output",
-            )
-        new_to_old: dict[str, str] = {}
-        for old in src.reader.infos:
-            new = old
-            for pattern, to in _SPECULATORS_NAMES:
-                if re.fullmatch(pattern, old):
-                    new = re.sub(pattern, to, old)
-                    break
-            new_to_old[new] = old
+        _LAYERNORMS.check(cfg)
+        new_to_old = SPECULATORS_EAGLE_NAMES.view(src.source_names)
         if ("fc.bias" in new_to_old) != bool(cfg.get("fusion_bias", False)):
             notes.append(f"fusion_bias={cfg.get('fusion_bias')!r} but fusion_fc.bias is {'present' if 'fc.bias' in new_to_old else 'absent'}; the tensors decide")
         research = {key: val for key, val in cfg["transformer_layer_config"].items() if key not in ("architectures", "tie_word_embeddings", "torch_dtype", "dtype")}
         research["num_hidden_layers"] = 1  # EagleSpeculator holds exactly one transformer layer
-        return src.with_(research, RenamedReader(src.reader, new_to_old))
+        return replace(src, config=research, names=SPECULATORS_EAGLE_NAMES)
 
 
 @register

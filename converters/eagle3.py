@@ -12,15 +12,18 @@ loader assumes ``true`` when the key is missing, so it is always written.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 from specfmt.algorithms.eagle3 import build_config, default_taps
 from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
-from specfmt.errors import ConversionError, InputError
+from specfmt.errors import ConversionError
 
-from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, Layout, Options, Plan, Rule, Seen, Source,
-                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, register)
+from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, Options, Plan, Refusal, Rule, Seen, Source,
+                   check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, read_fields, refuse, register)
+from .taps import SPECULATORS_TAPS as _SPECULATORS_TAPS
+from .taps import TAP_READINGS, describe_taps, read_taps  # noqa: F401  (TAP_READINGS, read_taps: the names this module gave them)
 
 #: eagle_config keys of SpecForge / ModelOpt exports and the values the EAGLE-3
 #: forward pass that vLLM runs requires (None: any value; read elsewhere).
@@ -41,118 +44,6 @@ _EAGLE_CONFIG_KEYS: dict[str, Any] = {
 }
 
 
-#: ``--tap-ids``: the readings of tap ids whose convention the source file does not fix, and
-#: what each adds to an id to give vLLM's (see :func:`read_taps`)
-TAP_READINGS: dict[str, int] = {"layer-output": 1, "layer-input": 0}
-
-#: set by :meth:`Eagle3Converter.from_speculators` on the research config it builds: the tap ids
-#: came from a speculators config, whose convention is vLLM's by definition
-_SPECULATORS_TAPS = "specfmt:speculators_taps"
-
-
-def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[str]) -> list[int]:
-    """The tap ids written to the output, in vLLM's convention: id ``j`` taps the residual stream
-    *entering* verifier layer ``j`` (``hidden_states + residual`` before layer ``j``), i.e. HF's
-    ``output_hidden_states[j]``; the default is (2, N//2, N-3).
-
-    Sources of the two conventions:
-
-    * vLLM reads ``eagle_aux_hidden_state_layer_ids`` (top level, else ``eagle_config``) verbatim
-      (vLLM 0.32 ``vllm/v1/worker/gpu_model_runner.py`` ``_get_eagle3_aux_layers_from_config``) and
-      captures id ``j`` as the state after ``j`` layers (``models/interfaces.py``
-      ``_maybe_add_hidden_state``, called with ``idx + 1`` after layer ``idx`` in ``models/llama.py``).
-      The speculators format is read by the same code, so its ids are vLLM's by definition.
-    * SGLang's ``set_eagle3_layers_to_capture(layer_ids)`` captures ``[val + 1 for val in layer_ids]``
-      ("for the ith layer, it takes the output of the (i-1)th layer"), i.e. an explicit id ``i``
-      means the *output* of layer ``i``; SpecForge, which trains through SGLang or HF targets,
-      therefore defaults to ``[1, N//2 - 1, N - 4]`` ("in sglang, when we do
-      set_eagle3_layers_to_capture, we will add 1 to the layer index"), which is vLLM's (2, N//2, N-3).
-    * Published drafts use both: SGLang PR #25454 (2026-05) drops the ``+1`` unless the first id is 1,
-      because e.g. lightseekorg/kimi-k2.5-eagle3-mla ships input-convention ids; SGLang PR #32334
-      reads nvidia/gpt-oss-120b-Eagle3-v3's ``[24, 30, 36]`` as boundary (input-convention) indices.
-      So the ids of a SpecForge/ModelOpt ``eagle_config`` (or a research config's top level) do not
-      say which they are, and guessing from the first id would silently shift every tap of a
-      draft trained the other way. vLLM PR #43671 (open) shows the cost: a MiniMax-M2.5 draft trained
-      against SGLang's ``+1``, read verbatim by vLLM, accepted ~10% at position 0 instead of ~45%.
-
-    Rule: ids from a research config are read as ``opts.tap_ids`` says (``layer-output``: written
-    ``+1``; ``layer-input``: written as given). Without ``--tap-ids``, ``--aux-layers`` (always vLLM's
-    ids) picks the reading it equals; with neither, the conversion is refused naming both readings.
-    Ids from a speculators config are vLLM's; a source without ids gets ``--aux-layers`` or the default.
-    ``--aux-layers`` must always equal the ids as read. ``specfmt validate --run`` tries the ±1
-    misreadings, which shows whether the chosen reading is the one the draft was trained on.
-
-    Args:
-        cfg: the research config (a speculators config is marked by :meth:`Eagle3Converter.from_speculators`).
-        opts: ``aux_layers`` (vLLM ids) and ``tap_ids`` (a key of :data:`TAP_READINGS`).
-        num_layers: N, the verifier's decoder layers.
-        notes: the plan's notes; the reading used is recorded there.
-
-    Returns:
-        The tap ids, distinct and ascending, each in [0, N-1].
-
-    Raises:
-        InputError: ``--tap-ids`` is not a key of :data:`TAP_READINGS`.
-        ConversionError: ids that are not a list of integers, a research config's ids with
-            neither ``--tap-ids`` nor ``--aux-layers``, ``--tap-ids`` with a source whose ids are
-            fixed or absent that contradicts it, ``--aux-layers`` that contradicts the ids as read,
-            or ids not distinct, ascending and within the verifier.
-    """
-    ec = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-    key = "eagle_aux_hidden_state_layer_ids" if cfg.get("eagle_aux_hidden_state_layer_ids") is not None else "eagle_config.eagle_aux_hidden_state_layer_ids"
-    src_taps = cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids"))
-    if src_taps is not None and (not isinstance(src_taps, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in src_taps)):
-        raise ConversionError(f"eagle_aux_hidden_state_layer_ids must be a list of integers, got {src_taps!r}", where="config.json")
-    reading, given = opts.tap_ids, opts.aux_layers
-    if reading is not None and reading not in TAP_READINGS:
-        raise InputError(f"--tap-ids must be {' or '.join(TAP_READINGS)}, not {reading!r}")
-    if src_taps is None:
-        if reading is not None:
-            raise ConversionError(f"--tap-ids {reading} says how to read the source's tap ids, but its config names none",
-                                  where="config.json", hint="drop --tap-ids; the taps are --aux-layers or the default (2, N//2, N-3)")
-        if given is not None:
-            taps = list(given)
-        else:
-            taps = default_taps(num_layers)
-            notes.append(f"tap layers not in the source; wrote the EAGLE-3 reference default (2, N//2, N-3) = {taps} for N={num_layers} verifier layers")
-    elif cfg.get(_SPECULATORS_TAPS) is True:
-        if reading not in (None, "layer-input"):
-            raise ConversionError(f"--tap-ids {reading} contradicts the speculators format, whose eagle_aux_hidden_state_layer_ids are vLLM's "
-                                  "(the residual stream entering each layer)", where="config.json", hint="drop --tap-ids")
-        taps = list(src_taps)
-    else:
-        readings = {name: [i + shift for i in src_taps] for name, shift in TAP_READINGS.items()}
-        if reading is None and given is not None:
-            reading = next((name for name, ids in readings.items() if ids == list(given)), None)
-        if reading is None:
-            raise ConversionError(
-                f"{key} {src_taps}: SGLang/SpecForge read layer outputs (vLLM ids {readings['layer-output']}), "
-                f"vLLM reads layer inputs ({readings['layer-input']}); pass --tap-ids layer-output or --tap-ids layer-input"
-                + (f" (--aux-layers {list(given)} is neither)" if given is not None else ""),
-                where="config.json",
-                hint="SpecForge trains through SGLang (layer outputs); `specfmt validate --run` tries the other reading as a ±1 variant",
-            )
-        taps = readings[reading]
-        notes.append(f"{key} {src_taps} read as {reading.replace('-', ' ')}s (--tap-ids {reading}): vLLM tap ids {taps}")
-    if given is not None and list(given) != taps:
-        raise ConversionError(f"--aux-layers {list(given)} contradicts the source's tap ids, which are {taps} in vLLM's convention",
-                              hint="drop --aux-layers; the draft was trained on the source's taps")
-    if taps != sorted(set(taps)):
-        raise ConversionError(f"tap layer ids {taps} must be distinct and ascending")
-    if taps and (taps[0] < 0 or taps[-1] >= num_layers):
-        raise ConversionError(f"tap layer ids {taps} must lie in [0, {num_layers - 1}] for a verifier with {num_layers} layers")
-    return taps
-
-
-def _describe_taps(ids: Any) -> Any:
-    """``inspect``'s tap figure: a research config's ids with both readings (`read_taps`)."""
-    if not ids:
-        return "not given (reference default 2, N//2, N-3)"
-    if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        return f"{ids} (layer outputs: vLLM ids {[i + 1 for i in ids]}; layer inputs: {ids}; convert needs --tap-ids)"
-    return ids
-
-
 #: the decoder layer every EAGLE-3 checkpoint has, under either naming
 _SIGNATURE = r"midlayer\.(\d+\.)?self_attn\.q_proj\.weight|layers\.0\.hidden_norm\.weight"
 
@@ -163,6 +54,117 @@ def _eagle3(seen: Seen) -> bool:
 
 #: eagle3 top-level keys carried over from a speculators config into the research-style config
 _SPECULATORS_FLAGS = ("draft_vocab_size", "target_hidden_size", "eagle_aux_hidden_state_layer_ids", "norm_before_fc", "fc_norm")
+
+
+def _ec(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config's nested ``eagle_config`` (SpecForge / ModelOpt), or ``{}``."""
+    ec = cfg.get("eagle_config") or {}
+    return ec if isinstance(ec, dict) else {}
+
+
+def _flag_refusal(key: str, need: Any) -> Refusal:
+    """The row refusing an ``eagle_config`` flag of :data:`_EAGLE_CONFIG_KEYS` set to another value than vLLM's model needs."""
+    return Refusal(lambda cfg: key in _ec(cfg) and _ec(cfg)[key] != need,
+                   lambda cfg: f"eagle_config.{key}={_ec(cfg)[key]!r} describes a draft vLLM's EAGLE-3 model does not run (needs {need!r})")
+
+
+#: refusals that are conditions on the source config, checked first, in order
+_CONFIG_REFUSALS: tuple[Refusal, ...] = (
+    Refusal(lambda cfg: not isinstance(cfg.get("eagle_config") or {}, dict), "eagle_config must be an object"),
+    Refusal(lambda cfg: bool(set(_ec(cfg)) - set(_EAGLE_CONFIG_KEYS)),
+            lambda cfg: f"eagle_config has fields this converter does not know: {sorted(set(_ec(cfg)) - set(_EAGLE_CONFIG_KEYS))}",
+            hint="they may change the forward pass; remove them only if you know they do not"),
+    # vLLM 0.32 llama_eagle3.py: with eagle_config.use_aux_hidden_state false the model has no fc and
+    # takes the verifier's last hidden state (nvidia/gpt-oss-120b-Eagle3-v2); the speculators
+    # reader (update_eagle3) carries no such field and specfmt's reference has no such pass
+    Refusal(lambda cfg: _ec(cfg).get("use_aux_hidden_state", True) is False,
+            "eagle_config.use_aux_hidden_state is false: an EAGLE-3 module fed only the verifier's last hidden state (no fc over taps). "
+            "vLLM builds it natively from this config (Eagle3LlamaForCausalLM reads eagle_config; serve the folder with "
+            "--speculative-config '{\"method\": \"eagle3\", \"model\": DIR}'), but the speculators format has no field for it",
+            hint="serve this ModelOpt export as it is; specfmt does not convert it"),
+    *(_flag_refusal(key, need) for key, need in _EAGLE_CONFIG_KEYS.items() if need is not None),
+    Refusal(lambda cfg: cfg.get("model_type", "llama") not in FAMILIES,
+            lambda cfg: f"draft decoder model_type {cfg.get('model_type', 'llama')!r} is not supported by vLLM's EAGLE-3 ({', '.join(FAMILIES)})"),
+    Refusal(lambda cfg: bool(cfg.get("tie_word_embeddings")), "tie_word_embeddings is true, but an EAGLE-3 draft's lm_head (Vd rows) is its own"),
+)
+
+#: refusals that are conditions on the output tensor names (the draft's head and vocabulary map)
+_HEAD_REFUSALS: tuple[Refusal, ...] = (
+    Refusal(lambda out: "lm_head.weight" not in out, "the draft has no lm_head.weight",
+            hint="an EAGLE-3 draft always has its own head over the draft vocabulary", where=None),
+)
+_VOCAB_REFUSALS: tuple[Refusal, ...] = (
+    Refusal(lambda out: "t2d" in out and "d2t" not in out, "the source has t2d but no d2t",
+            hint="d2t (draft id -> target id offsets) is the map vLLM reads; re-export the draft", where=None),
+)
+
+#: refusals on the norm flags, checked after the field readings
+_FLAG_REFUSALS: tuple[Refusal, ...] = (
+    Refusal(lambda cfg: not isinstance(cfg.get("norm_before_residual", False), bool),
+            lambda cfg: f"norm_before_residual must be true or false, got {cfg.get('norm_before_residual', False)!r}"),
+)
+
+#: field readings applied before the decoder layers are counted: SafeAILab's ``cnets.py`` and
+#: SGLang's ``llama_eagle3.py`` build one midlayer whatever the config says (issue 18: configs that
+#: copy the verifier's depth); the tensors are the truth. ``ctx``: the plan.
+_LAYER_READINGS: tuple[FieldReading, ...] = (
+    FieldReading("num_hidden_layers",
+                 lambda cfg, plan: cfg.get("num_hidden_layers", 1) != 1 and any(re.fullmatch(r"midlayer\.[a-z_]+\..+", m.src) for m in plan.moves),
+                 lambda cfg, plan: 1,
+                 lambda cfg: f"config num_hidden_layers={cfg.get('num_hidden_layers')} but the weights hold one unnumbered midlayer.* "
+                             "(SafeAILab's and SGLang's EAGLE-3 code build one layer whatever the config says); converted as 1 layer"),
+)
+
+#: field readings of the norm flags. ``norm_output`` means two things. In speculators, vLLM and a
+#: nested ``eagle_config`` (speculators' eagle3_converter reads it there) it is EAGLE-3.1's: the
+#: normed output is fed back to the next step. At the top level of a SpecForge config it is
+#: SpecForge's (``llama3_eagle.py``, ``compute_logits``, default true): RMSNorm before ``lm_head``,
+#: the pre-norm output fed back -- vLLM's ``norm_output`` false; its ``false`` has no vLLM reading.
+_NORM_READINGS: tuple[FieldReading, ...] = (
+    FieldReading("norm_output", lambda cfg, _: "norm_output" in cfg, lambda cfg, _: bool(_ec(cfg).get("norm_output", False)),
+                 "norm_output true at the top level is SpecForge's (RMSNorm before lm_head, the pre-norm output fed back; "
+                 "llama3_eagle.py compute_logits): vLLM's norm_output false, written false",
+                 Refusal(lambda cfg: cfg["norm_output"] is False,
+                         "norm_output false at the top level of a SpecForge config: its logits come from the un-normed output "
+                         "(specforge/modeling/draft/llama3_eagle.py, compute_logits), but vLLM's EAGLE-3 model always norms before lm_head",
+                         hint="this draft cannot be served by vLLM without changing its output")),
+)
+
+
+def _widths(cfg: dict[str, Any], out: dict[str, Any], H: int, verifier_hidden: int) -> int | None:
+    """``target_hidden_size`` (None when absent), checked: the verifier's width, and a draft
+    narrower or wider than it carries its own ``embed_tokens``.
+
+    Raises:
+        ConversionError: the width differs from the verifier's, or the draft's own embedding is missing.
+    """
+    Ht = positive_int(cfg, "target_hidden_size") if cfg.get("target_hidden_size") is not None else None
+    if (Ht or H) != verifier_hidden:
+        raise ConversionError(f"the draft expects a verifier hidden size of {Ht or H} but the verifier has {verifier_hidden}",
+                              hint="is --verifier the model this draft was trained for?")
+    if (Ht or H) != H and "embed_tokens.weight" not in out:
+        raise ConversionError(
+            f"draft hidden size {H} differs from the verifier's {Ht}, so the draft needs its own embed_tokens.weight, which the source lacks",
+            hint="vLLM would borrow the verifier's embedding of the wrong width (vLLM issue #18906)",
+        )
+    return Ht
+
+
+def _drop_identity_map(src: Source, plan: Plan, out: dict[str, Any], Vd: int, V: int) -> None:
+    """A full-vocabulary draft (Vd = V) with ``d2t``: vLLM builds no vocabulary map and rejects
+    ``d2t`` ("no module or parameter named 'draft_id_to_target_id'"); all-zero offsets are the
+    identity, so dropping them is exact.
+
+    Raises:
+        ConversionError: ``d2t`` is not all zeros.
+    """
+    if Vd != V or "d2t" not in out:
+        return
+    if src.array("d2t").any():
+        raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
+    for m in plan.moves:
+        if m.dst in ("d2t", "t2d"):
+            m.drop("full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here")
 
 
 @register
@@ -256,141 +258,68 @@ class Eagle3Converter(Converter):
             "vocab_map": "d2t/t2d" if "d2t" in seen.shapes else "none (full vocabulary)",
             "own_embedding": "embed_tokens.weight" in seen.shapes,
             "target_hidden_size": cfg.get("target_hidden_size"),
-            "tap_layers": _describe_taps(cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids"))),
+            "tap_layers": describe_taps(cfg.get("eagle_aux_hidden_state_layer_ids", ec.get("eagle_aux_hidden_state_layer_ids"))),
         }
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:
         """The output config (:func:`specfmt.algorithms.eagle3.build_config`): taps, draft vocabulary,
         widths and norm flags read from the source and checked against the verifier and the tensors.
 
+        Reads the plan's output names (:meth:`Plan.outputs`), never the source's.
+
         Raises:
             ConversionError: the source config or tensors do not describe an EAGLE-3
-                draft that vLLM can run exactly as the source computes it.
+                draft that vLLM can run exactly as the source computes it (the rows of
+                :data:`_CONFIG_REFUSALS`, :data:`_VOCAB_REFUSALS` and :data:`_FLAG_REFUSALS`,
+                and the sizes checked here).
         """
-        cfg = src.config
-        verifier = src.verifier.info
-        infos = src.reader.infos
-        notes = plan.notes
-        ec = cfg.get("eagle_config") or {}
-        if not isinstance(ec, dict):
-            raise ConversionError("eagle_config must be an object", where="config.json")
-
-        unknown = sorted(set(ec) - set(_EAGLE_CONFIG_KEYS))
-        if unknown:
-            raise ConversionError(
-                f"eagle_config has fields this converter does not know: {unknown}",
-                where="config.json",
-                hint="they may change the forward pass; remove them only if you know they do not",
-            )
-        if ec.get("use_aux_hidden_state", True) is False:
-            # vLLM 0.32 llama_eagle3.py: with eagle_config.use_aux_hidden_state false the model has no fc and
-            # takes the verifier's last hidden state (nvidia/gpt-oss-120b-Eagle3-v2); the speculators
-            # reader (update_eagle3) carries no such field and specfmt's reference has no such pass
-            raise ConversionError(
-                "eagle_config.use_aux_hidden_state is false: an EAGLE-3 module fed only the verifier's last hidden state (no fc over taps). "
-                "vLLM builds it natively from this config (Eagle3LlamaForCausalLM reads eagle_config; serve the folder with "
-                "--speculative-config '{\"method\": \"eagle3\", \"model\": DIR}'), but the speculators format has no field for it",
-                where="config.json", hint="serve this ModelOpt export as it is; specfmt does not convert it")
-        for key, need in _EAGLE_CONFIG_KEYS.items():
-            if need is not None and key in ec and ec[key] != need:
-                raise ConversionError(
-                    f"eagle_config.{key}={ec[key]!r} describes a draft vLLM's EAGLE-3 model does not run (needs {need!r})",
-                    where="config.json",
-                )
-
-        model_type = cfg.get("model_type", "llama")
-        if model_type not in FAMILIES:
-            raise ConversionError(f"draft decoder model_type {model_type!r} is not supported by vLLM's EAGLE-3 ({', '.join(FAMILIES)})", where="config.json")
-        if cfg.get("tie_word_embeddings"):
-            raise ConversionError("tie_word_embeddings is true, but an EAGLE-3 draft's lm_head (Vd rows) is its own", where="config.json")
-
-        H = positive_int(cfg, "hidden_size")
-        nH = positive_int(cfg, "num_attention_heads")
-        V = positive_int(cfg, "vocab_size")
+        cfg, verifier, out = src.config, src.verifier.info, plan.outputs()
+        refuse(_CONFIG_REFUSALS, cfg)
+        H, nH, V = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads"), positive_int(cfg, "vocab_size")
         check_vocab(V, src.verifier)
-
-        # -- draft vocabulary --------------------------------------------------
-        if "lm_head.weight" not in infos:
-            raise ConversionError("the draft has no lm_head.weight", hint="an EAGLE-3 draft always has its own head over the draft vocabulary")
-        Vd = infos["lm_head.weight"].shape[0]
-        cfg_vd = cfg.get("draft_vocab_size", ec.get("draft_vocab_size"))
-        if cfg_vd is not None and cfg_vd != Vd:
-            raise ConversionError(f"config draft_vocab_size={cfg_vd} but lm_head.weight has {Vd} rows", where="config.json")
-        if cfg_vd is None:
-            notes.append(f"draft_vocab_size not in the source config; taken from lm_head.weight rows ({Vd})")
-        if "t2d" in infos and "d2t" not in infos:
-            raise ConversionError("the source has t2d but no d2t", hint="d2t (draft id -> target id offsets) is the map vLLM reads; re-export the draft")
-        only_d2t = "d2t" in infos and "t2d" not in infos and Vd != V
-        if only_d2t:
-            self._t2d_from_d2t(src, plan, Vd, V)
-
-        # -- widths ------------------------------------------------------------
-        Ht = cfg.get("target_hidden_size")
-        if Ht is not None:
-            Ht = positive_int(cfg, "target_hidden_size")
-        if (Ht or H) != verifier.hidden_size:
-            raise ConversionError(
-                f"the draft expects a verifier hidden size of {Ht or H} but the verifier has {verifier.hidden_size}",
-                hint="is --verifier the model this draft was trained for?",
-            )
-        if (Ht or H) != H and "embed_tokens.weight" not in infos:
-            raise ConversionError(
-                f"draft hidden size {H} differs from the verifier's {Ht}, so the draft needs its own embed_tokens.weight, which the source lacks",
-                hint="vLLM would borrow the verifier's embedding of the wrong width (vLLM issue #18906)",
-            )
-
-        # -- tap layers ----------------------------------------------------------
-        taps = read_taps(cfg, opts, verifier.num_hidden_layers, notes)
-        fc = infos.get("fc.weight")
+        Vd = self._draft_vocab(src, plan, out, V)
+        Ht = _widths(cfg, out, H, verifier.hidden_size)
+        taps = read_taps(cfg, opts, verifier.num_hidden_layers, plan.notes, default_taps)
+        fc = out.get("fc.weight")
         if fc is None:
             raise ConversionError("the draft has no fc.weight", hint="EAGLE-3 fuses the tapped verifier states through fc")
         if len(fc.shape) != 2 or fc.shape[1] != len(taps) * (Ht or H):
             raise ConversionError(f"fc.weight has shape {list(fc.shape)}, which does not take {len(taps)} taps of width {Ht or H}")
-
-        moves = plan.moves
-        out_code = decide_float_dtype(moves, opts)
-        if Vd == V and "d2t" in infos:
-            # vLLM builds no vocabulary map for a full-vocabulary draft and rejects d2t
-            # ("no module or parameter named 'draft_id_to_target_id'"); all-zero offsets
-            # are the identity, so dropping them is exact. Anything else is refused.
-            if src.reader.array("d2t").any():
-                raise ConversionError("draft_vocab_size equals the vocabulary but d2t is not all zeros (not the identity map)")
-            for m in moves:
-                if m.src in ("d2t", "t2d"):
-                    m.drop("full vocabulary (Vd = V): d2t is all zeros, the identity; vLLM rejects a map here")
-        single = any(re.fullmatch(r"midlayer\.[a-z_]+\..+", m.src) for m in moves)
-        if single and cfg.get("num_hidden_layers", 1) != 1:
-            # SafeAILab's cnets.py and SGLang's llama_eagle3.py build one midlayer whatever the config says
-            # (issue 18: configs that copy the verifier's depth); the tensors are the truth
-            notes.append(f"config num_hidden_layers={cfg.get('num_hidden_layers')} but the weights hold one unnumbered midlayer.* "
-                         "(SafeAILab's and SGLang's EAGLE-3 code build one layer whatever the config says); converted as 1 layer")
-            cfg = {**cfg, "num_hidden_layers": 1}
-        n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in moves if m.dst and m.dst.startswith("layers.")}, cfg)
-
+        out_code = decide_float_dtype(plan.moves, opts)
+        _drop_identity_map(src, plan, out, Vd, V)
+        cfg = read_fields(_LAYER_READINGS, cfg, plan, plan.notes)
+        n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
+        cfg = read_fields(_NORM_READINGS, cfg, plan, plan.notes)
+        ec = _ec(cfg)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
-        # norm_output means two things. In speculators, vLLM and a nested eagle_config (speculators'
-        # eagle3_converter reads it there) it is EAGLE-3.1's: the normed output is fed back to the next
-        # step. At the top level of a SpecForge config it is SpecForge's (llama3_eagle.py, compute_logits,
-        # default true): RMSNorm before lm_head, the pre-norm output fed back -- vLLM's norm_output false.
-        norm_output = bool(ec.get("norm_output", False))
-        if "norm_output" in cfg:
-            if cfg["norm_output"] is False:
-                raise ConversionError(
-                    "norm_output false at the top level of a SpecForge config: its logits come from the un-normed output "
-                    "(specforge/modeling/draft/llama3_eagle.py, compute_logits), but vLLM's EAGLE-3 model always norms before lm_head",
-                    where="config.json", hint="this draft cannot be served by vLLM without changing its output")
-            notes.append("norm_output true at the top level is SpecForge's (RMSNorm before lm_head, the pre-norm output fed back; "
-                         "llama3_eagle.py compute_logits): vLLM's norm_output false, written false")
-        nbr = cfg.get("norm_before_residual", False)
-        if not isinstance(nbr, bool):
-            raise ConversionError(f"norm_before_residual must be true or false, got {nbr!r}", where="config.json")
+        norm_output = flag("norm_output")
+        refuse(_FLAG_REFUSALS, cfg)
         plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3, draft_vocab_size=Vd, taps=taps,
-                                   norm_before_residual=nbr, target_hidden_size=Ht, norm_before_fc=flag("norm_before_fc"),
-                                   fc_norm=flag("fc_norm"), norm_output=norm_output, dtype=DTYPE_NAMES[out_code])
+                                   norm_before_residual=cfg.get("norm_before_residual", False), target_hidden_size=Ht,
+                                   norm_before_fc=flag("norm_before_fc"), fc_norm=flag("fc_norm"), norm_output=norm_output, dtype=DTYPE_NAMES[out_code])
         if "norm_before_residual" not in cfg:
-            notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
+            plan.notes.append("norm_before_residual not in the source; wrote false, the EAGLE-3 reference forward pass (vLLM would assume true)")
+
+    def _draft_vocab(self, src: Source, plan: Plan, out: dict[str, Any], V: int) -> int:
+        """Vd, the rows of ``lm_head.weight``, checked against the config's ``draft_vocab_size``; a
+        ``d2t`` saved without ``t2d`` gets ``t2d`` built from it (:meth:`_t2d_from_d2t`).
+
+        Raises:
+            ConversionError: no ``lm_head.weight``, a config ``draft_vocab_size`` other than its rows, or ``t2d`` without ``d2t``.
+        """
+        refuse(_HEAD_REFUSALS, out)
+        Vd = out["lm_head.weight"].shape[0]
+        cfg_vd = src.config.get("draft_vocab_size", _ec(src.config).get("draft_vocab_size"))
+        if cfg_vd is not None and cfg_vd != Vd:
+            raise ConversionError(f"config draft_vocab_size={cfg_vd} but lm_head.weight has {Vd} rows", where="config.json")
+        if cfg_vd is None:
+            plan.notes.append(f"draft_vocab_size not in the source config; taken from lm_head.weight rows ({Vd})")
+        refuse(_VOCAB_REFUSALS, out)
+        if "d2t" in out and "t2d" not in out and Vd != V:
+            self._t2d_from_d2t(src, plan, Vd, V)
+        return Vd
 
     @staticmethod
     def _t2d_from_d2t(src: Source, plan: Plan, Vd: int, V: int) -> None:
@@ -402,10 +331,10 @@ class Eagle3Converter(Converter):
         """
         import numpy as np
 
-        info = src.reader.infos["d2t"]
+        info = plan.outputs()["d2t"]
         if info.dtype not in ("I64", "I32") or tuple(info.shape) != (Vd,):
             raise ConversionError(f"d2t must be [{Vd}] int64 or int32 offsets, got {list(info.shape)} {info.dtype}")
-        ids = np.arange(Vd, dtype=np.int64) + src.reader.array("d2t").astype(np.int64)
+        ids = np.arange(Vd, dtype=np.int64) + src.array("d2t").astype(np.int64)
         if ids.min(initial=0) < 0 or ids.max(initial=0) >= V or (ids[1:] <= ids[:-1]).any():
             raise ConversionError(f"d2t does not map the {Vd} draft ids to distinct, ascending target ids in [0, {V})",
                                   hint="d2t holds offsets (target id - draft id), as SafeAILab's and SpecForge's trainers write it")
@@ -439,5 +368,5 @@ class Eagle3Converter(Converter):
         if cfg.get("eagle_aux_hidden_state_layer_ids") is None:
             notes.append("eagle_aux_hidden_state_layer_ids missing or null: speculators then taps the reference default, written explicitly below")
         research[_SPECULATORS_TAPS] = True  # vLLM's convention by definition (read_taps)
-        return src.with_(research)
+        return replace(src, config=research)
 

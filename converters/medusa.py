@@ -25,14 +25,15 @@ missing flag silently drops trained biases) and ``vllm/transformers_utils/config
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from specfmt.algorithms.medusa import build_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Rule, Seen, Source,
-                   decide_float_dtype, register, short)
+from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source,
+                   decide_float_dtype, refuse, register, short)
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved
 _PREFIX = r"(?:medusa_head\.)?"
@@ -61,6 +62,220 @@ def _count(cfg: dict[str, Any], key: str, minimum: int) -> int | None:
 def _medusa(seen: Seen) -> bool:
     """Medusa head tensors: residual blocks ``{i}.{j}.linear.weight`` or per-head Linears ``{i}.{j}.weight``."""
     return seen.has(_BLOCK.pattern) or seen.has(_HEAD_LINEAR.pattern)
+
+
+#: per-layout field readings: the config keys that give the head and block counts, first present wins
+#: (vLLM's ``MedusaConfig`` names them ``num_heads`` / ``num_hidden_layers``; the research keys are read too)
+_COUNT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {"heads": ("medusa_num_heads", "num_heads"), "layers": ("medusa_num_layers", "num_hidden_layers")},
+    "": {"heads": ("medusa_num_heads",), "layers": ("medusa_num_layers",)},
+}
+
+#: refusals that are conditions on the config (checked on :func:`_read_counts`'s readings, in order)
+_CONFIG_REFUSALS = (
+    Refusal(lambda c: c["version"] is not None and str(c["version"]) not in ("1", "2"),
+            lambda c: f"unknown Medusa config version {c['version']!r} (known: none/1, 2)"),
+    Refusal(lambda c: c["v2"] and c["layers"] == 0,
+            "the config says version 2 with medusa_num_layers 0: such heads have no parameters at all, so every head "
+            "is the verifier's lm_head and proposes the next token, not the token i+2 ahead",
+            hint="there is nothing to convert; these heads were not trained"),
+    Refusal(lambda c: c["truncated"] is not None and c["vocab"] is not None and c["truncated"] < c["vocab"],
+            lambda c: f"truncated_vocab_size {c['truncated']} < vocab_size {c['vocab']}: the heads propose over a truncated vocabulary "
+                      "through a token_map, which vLLM's speculators loader has no field for",
+            hint="specfmt converts Medusa heads over the full vocabulary"),
+)
+
+
+def _first(cfg: dict[str, Any], keys: tuple[str, ...], minimum: int) -> int | None:
+    """The first of ``keys`` present in the config, as :func:`_count` reads it."""
+    return next((val for key in keys if (val := _count(cfg, key, minimum)) is not None), None)
+
+
+def _read_counts(cfg: dict[str, Any], layout: str) -> dict[str, Any]:
+    """The config's counts as the layout reads them (:data:`_COUNT_FIELDS`), checked by :data:`_CONFIG_REFUSALS`.
+
+    Raises:
+        ConversionError: a row of :data:`_CONFIG_REFUSALS` holds.
+    """
+    fields = _COUNT_FIELDS.get(layout, _COUNT_FIELDS[""])
+    vllm = layout == "vllm"
+    counts = {"version": cfg.get("version"), "v2": str(cfg.get("version")) == "2", "heads": _first(cfg, fields["heads"], 1),
+              "layers": _first(cfg, fields["layers"], 0), "truncated": _count(cfg, "truncated_vocab_size", 1) if vllm else None,
+              "vocab": _count(cfg, "vocab_size", 1) if vllm else None}
+    refuse(_CONFIG_REFUSALS, counts)
+    return counts
+
+
+@dataclass
+class _Heads:
+    """The head structure the tensors hold: residual blocks ``(i, j) -> {"weight", "bias"}`` and
+    each head's per-head Linear at Sequential index ``linears[i]``; K heads, L blocks each."""
+
+    blocks: dict[tuple[int, int], set[str]]
+    linears: dict[int, int]
+    prefix: str
+    K: int = 0
+    L: int = 0
+
+    @property
+    def has_bias(self) -> bool:
+        return any("bias" in parts for parts in self.blocks.values())
+
+    @classmethod
+    def scan(cls, plan: Plan, src: Source) -> "_Heads":
+        """Read the structure from the written moves.
+
+        Raises:
+            ConversionError: no head tensors, or heads not numbered 0..K-1.
+        """
+        heads = cls({}, {}, "")
+        for m in plan.moves:
+            if m.dst is None:
+                continue
+            if b := _BLOCK.fullmatch(m.src) or _VLLM_BLOCK.fullmatch(m.src):
+                heads.blocks.setdefault((int(b[1]), int(b[2])), set()).add(b[3])
+            elif h := _HEAD_LINEAR.fullmatch(m.src):
+                heads.linears[int(h[1])] = int(h[2])
+            elif h := _VLLM_HEAD.fullmatch(m.src):
+                heads.linears[int(h[1])] = -1  # after the head's blocks, whatever their number (set below)
+            heads.prefix = "medusa_head." if m.src.startswith("medusa_head.") else heads.prefix
+        for i in [i for i, j in heads.linears.items() if j == -1]:
+            heads.linears[i] = 1 + max((j for h, j in heads.blocks if h == i), default=-1)
+        heads._number(src, plan)
+        return heads
+
+    def _number(self, src: Source, plan: Plan) -> None:
+        """K from the head numbering, which must be 0..K-1."""
+        heads = sorted({i for i, _ in self.blocks} | set(self.linears))
+        if not heads:
+            raise ConversionError(
+                "no Medusa head tensors ({i}.{j}.linear.weight, {i}.{L}.weight, optionally prefixed medusa_head.) in the source",
+                where=str(src.folder),
+                hint="is this a Medusa checkpoint? tensors found: " + (short(sorted([m.src for m in plan.moves] + plan.unknown)) or "none"),
+            )
+        self.K = heads[-1] + 1
+        if heads != list(range(self.K)):
+            gaps = sorted(set(range(self.K)) - set(heads))
+            raise ConversionError(
+                f"the Medusa heads are numbered {heads}: head(s) {gaps} are missing (heads must be 0..K-1, head i proposes token i+2)",
+                hint="the checkpoint is incomplete; download it again",
+            )
+
+    def _linear_names(self, n: int) -> str:
+        return short([f"{self.prefix}{i}.{j}.weight" for i, j in sorted(self.linears.items())], n)
+
+    def check_structure(self, v2: bool) -> None:
+        """L, and the per-head Linears as the version says: none for version 2, one per head at index L otherwise.
+
+        Raises:
+            ConversionError: version 2 with per-head Linears, version 1 without them, Linears at
+                different depths, or blocks at or after the Linear.
+        """
+        if v2:
+            if self.linears:
+                raise ConversionError(
+                    f"the config says version 2 (heads without their own lm_head), but the weights hold per-head Linears ({self._linear_names(3)})",
+                    where="config.json",
+                    hint="remove \"version\": \"2\" from config.json if these are version-1 heads",
+                )
+            self.L = max(j for _, j in self.blocks) + 1
+            return
+        if not self.linears:
+            raise ConversionError(
+                "the heads have residual blocks but no per-head Linear {i}.{L}.weight, and the config does not say "
+                "\"version\": \"2\" (heads that use the base lm_head)",
+                where="config.json",
+                hint="add \"version\": \"2\" to config.json if the heads were trained with the Medusa-2 trainer",
+            )
+        depths = sorted(set(self.linears.values()))
+        if len(depths) > 1:
+            raise ConversionError(
+                f"the per-head Linears sit at different depths {depths} ({self._linear_names(8)}); "
+                "every head has the same number of residual blocks L, then its Linear at index L"
+            )
+        self.L = depths[0]
+        deep = sorted(f"{self.prefix}{i}.{j}.linear.weight" for i, j in self.blocks if j >= self.L)
+        if deep:
+            raise ConversionError(f"residual blocks at or after the per-head Linear (index {self.L}): {short(deep)}")
+
+    def check_complete(self, plan: Plan, v2: bool, cfg: dict[str, Any]) -> None:
+        """Every head has every block's weight (and bias, when any has one) and, version 1, its Linear;
+        vLLM-named blocks without biases get a note.
+
+        Raises:
+            ConversionError: a tensor the other heads have is missing.
+        """
+        has_bias, vllm_names = self.has_bias, plan.layout == "vllm"
+        if vllm_names and self.L and not has_bias:
+            plan.notes.append("the residual blocks hold no biases: medusa_fc_bias false, as vLLM ran them. Old vLLM conversions dropped the biases "
+                              "FasterDecoding's ResBlock trains; biases absent from the file cannot be recovered (convert the original heads to keep them)")
+        if vllm_names and "medusa_fc_bias" in cfg and cfg["medusa_fc_bias"] != has_bias:
+            plan.notes.append(f"config medusa_fc_bias={cfg['medusa_fc_bias']} but the blocks {'hold' if has_bias else 'hold no'} biases; the tensors decide")
+        missing = []
+        for i in range(self.K):
+            for j in range(self.L):
+                parts = self.blocks.get((i, j), set())
+                missing += [f"{self.prefix}{i}.{j}.linear.{p}" for p in ("weight", "bias") if p not in parts and (p == "weight" or has_bias)]
+            if not v2 and i not in self.linears:
+                missing.append(f"{self.prefix}{i}.{self.L}.weight")
+        if missing:
+            raise ConversionError(
+                f"the source lacks tensors that its other heads have (K={self.K} heads, L={self.L} blocks{', with biases' if has_bias else ''}): {short(missing)}",
+                hint="the checkpoint is incomplete; download it again",
+            )
+
+
+def _check_counts(counts: dict[str, Any], K: int, L: int, notes: list[str]) -> None:
+    """The config's counts against the weights: an understated ``medusa_num_heads`` gets a note
+    (the released v0.1 configs), an overstated one or another ``medusa_num_layers`` is refused.
+
+    Raises:
+        ConversionError: the config counts more heads, or other blocks, than the weights hold.
+    """
+    cfg_heads, cfg_layers = counts["heads"], counts["layers"]
+    if cfg_heads is None:
+        notes.append(f"medusa_num_heads not in the source config; the weights hold {K} heads")
+    elif cfg_heads < K:
+        notes.append(
+            f"config.json says medusa_num_heads={cfg_heads} but the weights hold {K} heads; all {K} converted "
+            "(the released v0.1 configs understate the heads; FasterDecoding's loader hard-codes 5)"
+        )
+    elif cfg_heads > K:
+        raise ConversionError(f"config.json says medusa_num_heads={cfg_heads} but the weights hold only {K} head(s)", where="config.json", hint="the checkpoint is incomplete; download it again")
+    if cfg_layers is not None and cfg_layers != L:
+        raise ConversionError(f"config.json says medusa_num_layers={cfg_layers} but the weights hold {L} residual block(s) per head", where="config.json")
+
+
+def _speculative_tokens(opts: Options, K: int, plan: Plan) -> int:
+    """k, the heads written: ``--speculative-tokens`` (default K); vLLM builds one head per speculative token.
+
+    Raises:
+        ConversionError: k above K or below 1.
+    """
+    k = opts.speculative_tokens if opts.speculative_tokens is not None else K
+    if k > K:
+        raise ConversionError(f"--speculative-tokens {k} asks for more heads than the {K} the source holds", hint=f"use --speculative-tokens {K} or less (Medusa head i proposes token i+2)")
+    if k < 1:
+        raise ConversionError(f"--speculative-tokens must be at least 1, got {k}")
+    if k < K:
+        for m in plan.moves:
+            if m.dst and int(m.dst.split(".")[1]) >= k:
+                m.drop(f"head beyond --speculative-tokens {k} (vLLM builds one head per speculative token)")
+        plan.notes.append(f"--speculative-tokens {k}: kept heads 0..{k - 1} of {K}")
+    return k
+
+
+def _decide_dtype(plan: Plan, opts: Options, vhead: Any, verifier: Any) -> str:
+    """The output float dtype over the written tensors and, for version 2, the verifier's head,
+    which is then added as the derived ``lm_head.weight`` (Medusa v2's head copy)."""
+    if vhead is None:
+        return decide_float_dtype(plan.moves, opts)
+    reader, vname, vinfo = vhead
+    out_code = decide_float_dtype(plan.moves, opts, also=(vinfo.dtype,), what="the heads and the verifier's lm_head")
+    plan.derived = [Derived(dst="lm_head.weight", shape=tuple(vinfo.shape), out_dtype=out_code,
+                            how=f"the verifier's {vname} ({verifier.name_or_path}): version 2 heads use the base model's head",
+                            compute=lambda get, reader=reader, vname=vname: reader.get(vname))]
+    return out_code
 
 
 @register
@@ -137,157 +352,35 @@ class MedusaConverter(Converter):
                 verifier, ``--speculative-tokens`` above K, mixed float dtypes without
                 ``--dtype``, or version-2 heads with no blocks at all.
         """
-        cfg = src.config
-        verifier = src.verifier.info
-        infos = src.reader.infos
-        notes = plan.notes
-        moves = plan.moves
-
-        version = cfg.get("version")
-        if version is not None and str(version) not in ("1", "2"):
-            raise ConversionError(f"unknown Medusa config version {version!r} (known: none/1, 2)", where="config.json")
-        v2 = str(version) == "2"
-        cfg_heads = _count(cfg, "medusa_num_heads", 1)
-        cfg_layers = _count(cfg, "medusa_num_layers", 0)
-        if v2 and cfg_layers == 0:
-            raise ConversionError(
-                "the config says version 2 with medusa_num_layers 0: such heads have no parameters at all, so every head "
-                "is the verifier's lm_head and proposes the next token, not the token i+2 ahead",
-                where="config.json",
-                hint="there is nothing to convert; these heads were not trained",
+        counts = _read_counts(src.config, plan.layout)
+        heads = _Heads.scan(plan, src)
+        heads.check_structure(counts["v2"])
+        heads.check_complete(plan, counts["v2"], src.config)
+        _check_counts(counts, heads.K, heads.L, plan.notes)
+        k = _speculative_tokens(opts, heads.K, plan)
+        H, V, vhead = self._widths(src, plan, counts["v2"])
+        if plan.layout == "medusa-1.0":
+            plan.notes.append(
+                "Medusa-2 full model: only the heads were extracted; Medusa-2 trains the base model with the heads, "
+                "so --verifier should be this checkpoint's own base weights (model.*, lm_head.weight)"
             )
+        out_code = _decide_dtype(plan, opts, vhead, src.verifier.info)
+        plan.config = build_config(src.verifier.info, hidden_size=H, vocab_size=V, heads=k, layers_per_head=heads.L, fc_bias=heads.has_bias,
+                                   original_lm_head=counts["v2"], dtype=DTYPE_NAMES[out_code])
 
-        full = plan.layout == "medusa-1.0"
-        vllm_names = plan.layout == "vllm"
-        if vllm_names:
-            # vLLM's MedusaConfig names: num_heads / num_hidden_layers (the research keys are read too)
-            cfg_heads = cfg_heads if cfg_heads is not None else _count(cfg, "num_heads", 1)
-            cfg_layers = cfg_layers if cfg_layers is not None else _count(cfg, "num_hidden_layers", 0)
-            tv = _count(cfg, "truncated_vocab_size", 1)
-            vocab = _count(cfg, "vocab_size", 1)
-            if tv is not None and vocab is not None and tv < vocab:
-                raise ConversionError(
-                    f"truncated_vocab_size {tv} < vocab_size {vocab}: the heads propose over a truncated vocabulary through a token_map, "
-                    "which vLLM's speculators loader has no field for", where="config.json", hint="specfmt converts Medusa heads over the full vocabulary")
-
-        # -- head structure ------------------------------------------------------------
-        blocks: dict[tuple[int, int], set[str]] = {}  # (i, j) -> {"weight", "bias"}
-        linears: dict[int, int] = {}  # i -> Sequential index of the per-head Linear
-        prefix = ""
-        for m in moves:
-            if m.dst is None:
-                continue
-            if b := _BLOCK.fullmatch(m.src) or _VLLM_BLOCK.fullmatch(m.src):
-                blocks.setdefault((int(b[1]), int(b[2])), set()).add(b[3])
-            elif h := _HEAD_LINEAR.fullmatch(m.src):
-                linears[int(h[1])] = int(h[2])
-            elif h := _VLLM_HEAD.fullmatch(m.src):
-                linears[int(h[1])] = -1  # after the head's blocks, whatever their number (set below)
-            prefix = "medusa_head." if m.src.startswith("medusa_head.") else prefix
-        for i in [i for i, j in linears.items() if j == -1]:
-            linears[i] = 1 + max((j for h, j in blocks if h == i), default=-1)
-        heads = sorted({i for i, _ in blocks} | set(linears))
-        if not heads:
-            raise ConversionError(
-                "no Medusa head tensors ({i}.{j}.linear.weight, {i}.{L}.weight, optionally prefixed medusa_head.) in the source",
-                where=str(src.folder),
-                hint="is this a Medusa checkpoint? tensors found: " + (short(sorted(infos)) or "none"),
-            )
-        K = heads[-1] + 1
-        if heads != list(range(K)):
-            gaps = sorted(set(range(K)) - set(heads))
-            raise ConversionError(
-                f"the Medusa heads are numbered {heads}: head(s) {gaps} are missing (heads must be 0..K-1, head i proposes token i+2)",
-                hint="the checkpoint is incomplete; download it again",
-            )
-
-        if v2:
-            if linears:
-                raise ConversionError(
-                    f"the config says version 2 (heads without their own lm_head), but the weights hold per-head Linears "
-                    f"({short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())], 3)})",
-                    where="config.json",
-                    hint="remove \"version\": \"2\" from config.json if these are version-1 heads",
-                )
-            L = max(j for _, j in blocks) + 1
-        else:
-            if not linears:
-                raise ConversionError(
-                    "the heads have residual blocks but no per-head Linear {i}.{L}.weight, and the config does not say "
-                    "\"version\": \"2\" (heads that use the base lm_head)",
-                    where="config.json",
-                    hint="add \"version\": \"2\" to config.json if the heads were trained with the Medusa-2 trainer",
-                )
-            depths = sorted(set(linears.values()))
-            if len(depths) > 1:
-                raise ConversionError(
-                    f"the per-head Linears sit at different depths {depths} ({short([f'{prefix}{i}.{j}.weight' for i, j in sorted(linears.items())])}); "
-                    "every head has the same number of residual blocks L, then its Linear at index L"
-                )
-            L = depths[0]
-            deep = sorted(f"{prefix}{i}.{j}.linear.weight" for i, j in blocks if j >= L)
-            if deep:
-                raise ConversionError(f"residual blocks at or after the per-head Linear (index {L}): {short(deep)}")
-
-        has_bias = any("bias" in parts for parts in blocks.values())
-        if vllm_names and L and not has_bias:
-            notes.append("the residual blocks hold no biases: medusa_fc_bias false, as vLLM ran them. Old vLLM conversions dropped the biases "
-                         "FasterDecoding's ResBlock trains; biases absent from the file cannot be recovered (convert the original heads to keep them)")
-        if vllm_names and "medusa_fc_bias" in cfg and cfg["medusa_fc_bias"] != has_bias:
-            notes.append(f"config medusa_fc_bias={cfg['medusa_fc_bias']} but the blocks {'hold' if has_bias else 'hold no'} biases; the tensors decide")
-        missing = []
-        for i in range(K):
-            for j in range(L):
-                parts = blocks.get((i, j), set())
-                missing += [f"{prefix}{i}.{j}.linear.{p}" for p in ("weight", "bias") if p not in parts and (p == "weight" or has_bias)]
-            if not v2 and i not in linears:
-                missing.append(f"{prefix}{i}.{L}.weight")
-        if missing:
-            raise ConversionError(
-                f"the source lacks tensors that its other heads have (K={K} heads, L={L} blocks{', with biases' if has_bias else ''}): {short(missing)}",
-                hint="the checkpoint is incomplete; download it again",
-            )
-
-        # -- config counts against the weights ----------------------------------------
-        if cfg_heads is None:
-            notes.append(f"medusa_num_heads not in the source config; the weights hold {K} heads")
-        elif cfg_heads < K:
-            notes.append(
-                f"config.json says medusa_num_heads={cfg_heads} but the weights hold {K} heads; all {K} converted "
-                "(the released v0.1 configs understate the heads; FasterDecoding's loader hard-codes 5)"
-            )
-        elif cfg_heads > K:
-            raise ConversionError(f"config.json says medusa_num_heads={cfg_heads} but the weights hold only {K} head(s)", where="config.json", hint="the checkpoint is incomplete; download it again")
-        if cfg_layers is not None and cfg_layers != L:
-            raise ConversionError(f"config.json says medusa_num_layers={cfg_layers} but the weights hold {L} residual block(s) per head", where="config.json")
-
-        # -- --speculative-tokens: vLLM builds one head per speculative token -----------
-        k = opts.speculative_tokens if opts.speculative_tokens is not None else K
-        if k > K:
-            raise ConversionError(f"--speculative-tokens {k} asks for more heads than the {K} the source holds", hint=f"use --speculative-tokens {K} or less (Medusa head i proposes token i+2)")
-        if k < 1:
-            raise ConversionError(f"--speculative-tokens must be at least 1, got {k}")
-        if k < K:
-            for m in moves:
-                if m.dst and int(m.dst.split(".")[1]) >= k:
-                    m.drop(f"head beyond --speculative-tokens {k} (vLLM builds one head per speculative token)")
-            notes.append(f"--speculative-tokens {k}: kept heads 0..{k - 1} of {K}")
-
-        # -- widths against the verifier -------------------------------------------------
-        written = [m for m in moves if m.dst]
+    def _widths(self, src: Source, plan: Plan, v2: bool) -> tuple[int, int, Any]:
+        """H from the written tensors, V from the per-head Linears (version 2: the verifier's head,
+        opened and returned as ``vhead``), both checked against the verifier and the config."""
+        verifier, cfg = src.verifier.info, src.config
+        written = [m for m in plan.moves if m.dst]
         H = next(m.info.shape[-1] for m in written if m.dst.endswith(".weight"))
         if H != verifier.hidden_size:
             raise ConversionError(
                 f"the Medusa heads take hidden states of width {H} but the verifier's hidden_size is {verifier.hidden_size}",
                 hint="is --verifier the model these heads were trained for?",
             )
-        derived: list[Derived] = []
-        vhead = None
-        if v2:
-            vhead = self._verifier_lm_head(src, H)
-            V = vhead[2].shape[0]
-        else:
-            V = next(m.info.shape[0] for m in written if m.dst.startswith("lm_heads."))
+        vhead = self._verifier_lm_head(src, H) if v2 else None
+        V = vhead[2].shape[0] if vhead is not None else next(m.info.shape[0] for m in written if m.dst.startswith("lm_heads."))
         if V != verifier.vocab_size:
             raise ConversionError(
                 f"the Medusa heads propose over {V} tokens but the verifier's vocab_size is {verifier.vocab_size}",
@@ -297,33 +390,8 @@ class MedusaConverter(Converter):
             if key in cfg and cfg[key] != val:
                 raise ConversionError(f"config.json says {key}={cfg[key]!r} but the tensors give {val}", where="config.json")
         if "hidden_size" not in cfg:
-            notes.append(f"hidden_size and vocab_size not in the source config; read from the tensors (H={H}, V={V}) and checked against the verifier")
-        if full:
-            notes.append(
-                "Medusa-2 full model: only the heads were extracted; Medusa-2 trains the base model with the heads, "
-                "so --verifier should be this checkpoint's own base weights (model.*, lm_head.weight)"
-            )
-
-        # -- dtype (over the tensors written, the verifier's head included) -------------
-        if vhead is not None:
-            out_code = decide_float_dtype(moves, opts, also=(vhead[2].dtype,), what="the heads and the verifier's lm_head")
-        else:
-            out_code = decide_float_dtype(moves, opts)
-        if vhead is not None:
-            reader, vname, vinfo = vhead
-            derived.append(
-                Derived(
-                    dst="lm_head.weight",
-                    shape=tuple(vinfo.shape),
-                    out_dtype=out_code,
-                    how=f"the verifier's {vname} ({verifier.name_or_path}): version 2 heads use the base model's head",
-                    compute=lambda get, reader=reader, vname=vname: reader.get(vname),
-                )
-            )
-
-        plan.config = build_config(verifier, hidden_size=H, vocab_size=V, heads=k, layers_per_head=L, fc_bias=has_bias, original_lm_head=v2,
-                                   dtype=DTYPE_NAMES[out_code])
-        plan.derived = derived
+            plan.notes.append(f"hidden_size and vocab_size not in the source config; read from the tensors (H={H}, V={V}) and checked against the verifier")
+        return H, V, vhead
 
     @staticmethod
     def _verifier_lm_head(src: Source, H: int):
@@ -336,23 +404,23 @@ class MedusaConverter(Converter):
         verifier = src.verifier.info
         names = ["lm_head.weight"] + (["model.embed_tokens.weight"] if verifier.tie_word_embeddings else [])
         try:
-            reader, vname = src.verifier.open_tensor(names)
+            vreader, vname = src.verifier.open_tensor(names)
         except InputError as e:
             raise ConversionError(
                 f"version 2 Medusa heads use the verifier's lm_head, which cannot be read: {e.message}",
                 where=e.where,
                 hint="--verifier must name the full verifier (folder or Hub id with its weights, not only config.json)",
             ) from None
-        vinfo = reader.infos[vname]
+        vinfo = vreader.infos[vname]
         if tuple(vinfo.shape) != (verifier.vocab_size, H):
             raise ConversionError(
                 f"the verifier's {vname} has shape {list(vinfo.shape)}, expected [vocab_size, H] = [{verifier.vocab_size}, {H}]",
-                where=str(reader.folder),
+                where=str(vreader.folder),
                 hint="is --verifier the model these heads were trained for?",
             )
         if vinfo.dtype not in SOURCE_FLOATS:
-            raise ConversionError(f"the verifier's {vname} has dtype {vinfo.dtype}; a quantized head cannot be copied exactly", where=str(reader.folder))
-        return reader, vname, vinfo
+            raise ConversionError(f"the verifier's {vname} has dtype {vinfo.dtype}; a quantized head cannot be copied exactly", where=str(vreader.folder))
+        return vreader, vname, vinfo
 
 
 __all__ = ["MedusaConverter"]

@@ -17,7 +17,7 @@ from typing import Any
 from specfmt.errors import ConversionError, VersionError
 from specfmt.format.versions import check_speculators_version
 
-from .base import REGISTRY, Case, Converter, Example, Layout, Options, Plan, RenamedReader, Source, register, restore_source_names
+from .base import REGISTRY, Case, Converter, Example, Layout, Options, Plan, Source, register
 
 
 def _speculators(seen) -> bool:
@@ -67,27 +67,8 @@ class SpeculatorsConverter(Converter):
                 or any refusal of the converter it is handed to.
         """
         cfg = src.config
-        if not isinstance(cfg.get("speculators_config"), dict):
-            raise ConversionError("config.json has no speculators_config object; this is not a speculators checkpoint", where="config.json", hint="pick the research format with --from, or --from auto")
         notes: list[str] = []
-        version = cfg.get("speculators_version")
-        if version is None:
-            notes.append("no speculators_version in the source; read as the oldest layout")
-        else:
-            status = check_speculators_version(version)
-            if status.status == "newer":
-                raise VersionError(status.message, where="config.json")
-        algo = cfg.get("speculators_model_type")
-        if algo is None:
-            algo = cfg["speculators_config"].get("algorithm")
-            notes.append(f"no speculators_model_type (model_type {cfg.get('model_type')!r}, the pre-release dialect); "
-                         f"algorithm {algo!r} read from speculators_config.algorithm")
-        proposal = _first_proposal(cfg)
-        if proposal.get("proposal_type") not in (None, "greedy"):
-            notes.append(f"proposal_type {proposal.get('proposal_type')!r}: vLLM proposes a chain of k tokens, written as greedy "
-                         "(a proposal method is an inference setting; the weights are the same)")
-        if not isinstance(cfg.get("transformer_layer_config"), dict):
-            raise ConversionError("transformer_layer_config must be an object", where="config.json")
+        version, algo = _read_dialect(cfg, notes)
         target = next((c for c in REGISTRY.values() if c.upgrades is not None and c.upgrades == algo), None)
         if target is None:
             known = ", ".join(c.upgrades for c in REGISTRY.values() if c.upgrades)
@@ -98,14 +79,42 @@ class SpeculatorsConverter(Converter):
             )
         k = opts.speculative_tokens or _speculative_tokens(cfg)
         opts = replace(opts, speculative_tokens=k)
-        research = target.from_speculators(src, cfg, notes)
-        plan = target.plan(research, opts)
-        if isinstance(research.reader, RenamedReader):
-            plan = restore_source_names(plan, research.reader.new_to_old)
+        plan = target.plan(target.from_speculators(src, cfg, notes), opts)
         plan.source_format = self.name
         plan.layout = f"speculators-{version or 'unversioned'}"
         plan.notes = notes + plan.notes
         return plan
+
+
+def _read_dialect(cfg: dict[str, Any], notes: list[str]) -> tuple[Any, Any]:
+    """``(speculators_version, algorithm)`` of a speculators config, with notes on what an older
+    dialect leaves implicit (no version, the pre-release ``speculators_config.algorithm``, a tree proposal).
+
+    Raises:
+        VersionError: ``speculators_version`` is newer than this specfmt or malformed.
+        ConversionError: no ``speculators_config`` object, or ``transformer_layer_config`` not an object.
+    """
+    if not isinstance(cfg.get("speculators_config"), dict):
+        raise ConversionError("config.json has no speculators_config object; this is not a speculators checkpoint", where="config.json", hint="pick the research format with --from, or --from auto")
+    version = cfg.get("speculators_version")
+    if version is None:
+        notes.append("no speculators_version in the source; read as the oldest layout")
+    else:
+        status = check_speculators_version(version)
+        if status.status == "newer":
+            raise VersionError(status.message, where="config.json")
+    algo = cfg.get("speculators_model_type")
+    if algo is None:
+        algo = cfg["speculators_config"].get("algorithm")
+        notes.append(f"no speculators_model_type (model_type {cfg.get('model_type')!r}, the pre-release dialect); "
+                     f"algorithm {algo!r} read from speculators_config.algorithm")
+    proposal = _first_proposal(cfg)
+    if proposal.get("proposal_type") not in (None, "greedy"):
+        notes.append(f"proposal_type {proposal.get('proposal_type')!r}: vLLM proposes a chain of k tokens, written as greedy "
+                     "(a proposal method is an inference setting; the weights are the same)")
+    if not isinstance(cfg.get("transformer_layer_config"), dict):
+        raise ConversionError("transformer_layer_config must be an object", where="config.json")
+    return version, algo
 
 
 def _first_proposal(cfg: dict[str, Any]) -> dict[str, Any]:
