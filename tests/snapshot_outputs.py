@@ -14,6 +14,8 @@ basetemp, which pytest derives from the test's name):
 * ``config.json`` parsed, with what legitimately differs between two runs taken out: the
   provenance timestamp (``specfmt.created``), the specfmt version, and the basetemp prefix
   of absolute paths;
+* the sha256 of ``config.json``'s text with the same values blanked (``config_sha256``): the parsed
+  config compares equal whatever its key order, the text does not;
 * the sha256 of every other file (``model.safetensors``, ``validation.json`` with its wall-time
   fields taken out, ...).
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -54,6 +57,15 @@ def _scrub(obj, base: str):
     return obj
 
 
+#: a volatile key's value in config.json's text (one line each: specfmt writes it with indent=2)
+_VOLATILE_TEXT = re.compile(r'("(?:' + "|".join(sorted(VOLATILE)) + r')": )("[^"]*"|[0-9.eE+-]+)')
+
+
+def _scrub_text(text: str, base: str) -> str:
+    """config.json's text with the volatile values blanked and the basetemp prefix replaced."""
+    return _VOLATILE_TEXT.sub(r"\1null", text).replace(base, "<basetemp>")
+
+
 def snapshot(base: Path) -> dict:
     """``{folder under base: {"config": scrubbed config, "files": {name: sha256}}}``."""
     real = str(base.resolve())
@@ -63,7 +75,8 @@ def snapshot(base: Path) -> dict:
         if any(part.startswith(".") for part in folder.relative_to(base).parts):
             continue  # temporary folders of interrupted writes
         try:
-            cfg = json.loads(cfg_path.read_text())
+            text = cfg_path.read_text()
+            cfg = json.loads(text)
         except (OSError, ValueError):
             continue
         if not isinstance(cfg, dict) or "specfmt" not in cfg:
@@ -79,7 +92,8 @@ def snapshot(base: Path) -> dict:
                 except ValueError:
                     pass
             files[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files}
+        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files,
+                                              "config_sha256": hashlib.sha256(_scrub_text(text, real).encode()).hexdigest()}
     return out
 
 
@@ -103,6 +117,9 @@ def compare(a_path: Path, b_path: Path) -> int:
             continue
         if a[folder]["config"] != b[folder]["config"]:
             print(f"{folder}/config.json differs")
+            bad += 1
+        elif a[folder].get("config_sha256", "") != b[folder].get("config_sha256", "") and "config_sha256" in a[folder] and "config_sha256" in b[folder]:
+            print(f"{folder}/config.json: same content, different text (key order or number format)")
             bad += 1
         fa, fb = a[folder]["files"], b[folder]["files"]
         for name in sorted(fa.keys() | fb.keys()):
