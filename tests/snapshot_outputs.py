@@ -5,6 +5,7 @@ Usage (from the repository root)::
     python3 tests/snapshot_outputs.py record before.json          # default: the conversion tests
     python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
     python3 tests/snapshot_outputs.py compare before.json after.json
+    python3 tests/snapshot_outputs.py corpus before.json tests/data/configs-v1-corpus.json
 
 ``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
 ``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
@@ -21,6 +22,10 @@ basetemp, which pytest derives from the test's name):
 
 ``compare`` prints every folder and file that differs, and exits 1 when anything does. It is a
 tool for the person refactoring, not a test: the two snapshots come from two trees.
+
+``corpus`` writes the distinct configs of a snapshot as a test corpus (``tests/test_config_types.py``
+validates them): the blanked provenance times and versions get fixed placeholders, the basetemp
+prefix becomes ``/basetemp``, so every config is whole again.
 """
 
 from __future__ import annotations
@@ -130,12 +135,44 @@ def compare(a_path: Path, b_path: Path) -> int:
     return 1 if bad else 0
 
 
+#: what a snapshot blanked, put back as fixed values (the provenance block requires them)
+PLACEHOLDERS = {"created": "2025-01-01T00:00:00Z", "specfmt_version": "0.1.0"}
+
+
+def _whole(cfg: dict) -> dict:
+    cfg = json.loads(json.dumps(cfg).replace("<basetemp>", "/basetemp"))
+    prov = cfg.get("specfmt")
+    if isinstance(prov, dict):
+        for block in [prov, *[u for u in prov.get("upgrades", []) if isinstance(u, dict)]]:
+            for key, val in PLACEHOLDERS.items():
+                block.setdefault(key, val)
+    return cfg
+
+
+def corpus(snap_path: Path, out: Path) -> int:
+    folders = json.loads(snap_path.read_text())["folders"]
+    seen, configs = set(), []
+    for folder in sorted(folders):
+        cfg = _whole(folders[folder]["config"])
+        key = json.dumps(cfg, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            configs.append(cfg)
+    how = (f"the distinct config.json files of the {len(folders)} folders the conversion tests wrote ({snap_path.name}, "
+           "tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders")
+    out.write_text(json.dumps({"how": how, "configs": configs}, indent=1, sort_keys=True) + "\n")
+    print(f"{len(configs)} distinct configs of {len(folders)} folders written to {out}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "record":
         rest = argv[2:]
         return record(Path(argv[1]), rest[1:] if rest[:1] == ["--"] else rest)
     if len(argv) == 3 and argv[0] == "compare":
         return compare(Path(argv[1]), Path(argv[2]))
+    if len(argv) == 3 and argv[0] == "corpus":
+        return corpus(Path(argv[1]), Path(argv[2]))
     print(__doc__)
     return 2
 

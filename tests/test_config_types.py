@@ -125,6 +125,15 @@ def test_every_config_the_tests_write_is_valid_under_v1_and_the_generated_schema
         assert schema_violations(cfg) == []  # and the typed rules hold
 
 
+def test_the_real_config_corpus_gets_the_same_answer_from_v1_and_the_generated_schema():
+    """The published configs of ``tests/data/real_configs`` (research ones, and speculators ones of
+    eagle3, peagle, dflash ...): the same violations, message for message."""
+    configs = [json.loads(p.read_text())["config"] for p in sorted((DATA / "real_configs").glob("*.json"))]
+    assert len(configs) >= 30
+    for cfg in configs:
+        assert violations(NEW, cfg) == [v for v in violations(FROZEN, cfg) if not widened(cfg, v)]
+
+
 def _edits(base: dict):
     from test_fuzz import edited
 

@@ -146,7 +146,7 @@ class ConfigModel(BaseModel):
         forbidden: keys the block must not have (:class:`Forbidden`).
     """
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True, protected_namespaces=())
 
     schema_name: ClassVar[str | None] = None
     schema_description: ClassVar[str] = ""
