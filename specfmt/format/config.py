@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from .model import AS_ENUM, ConfigModel, Def, Forbidden, NonNegativeInt, NonNegativeNumber, PositiveInt, PositiveNumber, Schema, Unchecked
+from .model import AS_ENUM, ConfigModel, Def, Forbidden, Integer, NonNegativeInt, NonNegativeNumber, PositiveInt, PositiveNumber, Schema, Unchecked
 from .provenance import Provenance
 from .versions import SPECULATORS_VERSION
 
@@ -46,7 +46,7 @@ class ProposalMethod(ConfigModel):
     schema_name: ClassVar[str] = "proposal_method"
 
     proposal_type: ProposalType
-    speculative_tokens: int = Field(ge=1, le=64, description="Number of speculative tokens vLLM drafts per step (num_speculative_tokens).")
+    speculative_tokens: Integer = Field(ge=1, le=64, description="Number of speculative tokens vLLM drafts per step (num_speculative_tokens).")
     verifier_accept_k: PositiveInt = None
     accept_tolerance: NonNegativeNumber = None
 

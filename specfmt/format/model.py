@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import annotated_types as at
-from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, model_validator
 from pydantic.fields import FieldInfo
 
 # --------------------------------------------------------------------------- field kinds
@@ -106,8 +106,16 @@ class Unchecked:
         return Annotated[Any, _Unchecked(tp)]
 
 
-PositiveInt = Annotated[int, at.Ge(1)]
-NonNegativeInt = Annotated[int, at.Ge(0)]
+def _whole(value: Any) -> Any:
+    """A float with no fraction as an int: JSON Schema counts ``1.0`` (and ``9.2e18``) as an integer,
+    pydantic's int refuses a float beyond 64 bits."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: a JSON integer (``3`` or ``3.0``)
+Integer = Annotated[int, BeforeValidator(_whole)]
+PositiveInt = Annotated[Integer, at.Ge(1)]
+NonNegativeInt = Annotated[Integer, at.Ge(0)]
 #: a JSON number > 0; an integer stays an integer (``rope_theta: 10000``), as in the file
 PositiveNumber = Annotated[Union[int, float], at.Gt(0)]  # noqa: UP007
 NonNegativeNumber = Annotated[Union[int, float], at.Ge(0)]  # noqa: UP007
@@ -466,7 +474,7 @@ def field_kinds(model: type[ConfigModel], *names: str, beyond: type[ConfigModel]
 
 
 __all__ = [
-    "AS_ENUM", "BOOL", "INDEXES", "NON_NEGATIVE_INT", "OBJECT", "POSITIVE_INT", "POSITIVE_REAL", "STRING", "STRINGS", "ConfigModel", "Def",
+    "AS_ENUM", "BOOL", "Integer", "INDEXES", "NON_NEGATIVE_INT", "OBJECT", "POSITIVE_INT", "POSITIVE_REAL", "STRING", "STRINGS", "ConfigModel", "Def",
     "Forbidden", "NonNegativeInt", "NonNegativeNumber", "Nullable", "PositiveInt", "PositiveNumber", "Schema", "SchemaBuilder",
     "Unchecked", "field_kinds", "kind_of", "model_node", "published_parent",
 ]
