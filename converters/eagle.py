@@ -259,12 +259,12 @@ class EagleConverter(Converter):
         layers = list(range(n_layers))
 
         tlc = decoder_config({**cfg, "model_type": "llama"}, H, nH, V, verifier, out_code, n_layers)
-        if "sliding_attention" in (tlc.get("layer_types") or []):
+        if "sliding_attention" in (tlc.layer_types or []):
             raise ConversionError("sliding-window layers in an EAGLE-1 draft: the EAGLE-1 reference (transformers' Llama layers) runs them with full attention",
                                   where="config.json", hint="specfmt converts EAGLE-1 drafts whose layers attend to the whole context")
         check_rotary_caches(src, tlc)
-        d = tlc["head_dim"]
-        widths = {"q": nH * d, "k": tlc["num_key_value_heads"] * d, "v": tlc["num_key_value_heads"] * d, "o": H}
+        d = tlc.head_dim
+        widths = {"q": nH * d, "k": tlc.num_key_value_heads * d, "v": tlc.num_key_value_heads * d, "o": H}
         qkv_bias = {n for n in infos if n.endswith("_proj.bias") and ".self_attn." in n}
         if any(n.endswith("o_proj.bias") for n in qkv_bias):
             raise ConversionError("the draft has an o_proj bias, which no EAGLE-1 reference layer has", hint="check --from")
@@ -300,7 +300,7 @@ class EagleConverter(Converter):
                     if name in qkv_bias and not (fold and i == 0):
                         continue  # an existing qkv bias, copied as is
                     derived.append(self._bias(name, i, p, widths[p], fold, name in qkv_bias, out_code))
-        tlc["attention_bias"] = attention_bias
+        tlc.attention_bias = attention_bias
 
         plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3)
         plan.derived = derived

@@ -6,6 +6,7 @@ Usage (from the repository root)::
     python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
     python3 tests/snapshot_outputs.py compare before.json after.json
     python3 tests/snapshot_outputs.py scan before.json /tmp/specfmt-snapshot-XXXX   # an earlier record's basetemp
+    python3 tests/snapshot_outputs.py corpus before.json tests/data/configs-v1-corpus.json
 
 ``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
 ``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
@@ -15,17 +16,24 @@ basetemp, which pytest derives from the test's name):
 * ``config.json`` parsed, with what legitimately differs between two runs taken out: the
   provenance timestamp (``specfmt.created``), the specfmt version, and the basetemp prefix
   of absolute paths;
+* the sha256 of ``config.json``'s text with the same values blanked (``config_sha256``): the parsed
+  config compares equal whatever its key order, the text does not;
 * the sha256 of every other file (``model.safetensors``, ``validation.json`` with its wall-time
   fields taken out, ...).
 
 ``compare`` prints every folder and file that differs, and exits 1 when anything does. It is a
 tool for the person refactoring, not a test: the two snapshots come from two trees.
+
+``corpus`` writes the distinct configs of a snapshot as a test corpus (``tests/test_config_types.py``
+validates them): the blanked provenance times and versions get fixed placeholders, the basetemp
+prefix becomes ``/basetemp``, so every config is whole again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -65,6 +73,15 @@ def _digest(path: Path) -> str:
     return h.hexdigest()
 
 
+#: a volatile key's value in config.json's text (one line each: specfmt writes it with indent=2)
+_VOLATILE_TEXT = re.compile(r'("(?:' + "|".join(sorted(VOLATILE)) + r')": )("[^"]*"|[0-9.eE+-]+)')
+
+
+def _scrub_text(text: str, base: str) -> str:
+    """config.json's text with the volatile values blanked and the basetemp prefix replaced."""
+    return _VOLATILE_TEXT.sub(r"\1null", text).replace(base, "<basetemp>")
+
+
 def snapshot(base: Path) -> dict:
     """``{folder under base: {"config": scrubbed config, "files": {name: sha256}}}``."""
     real = str(base.resolve())
@@ -74,7 +91,8 @@ def snapshot(base: Path) -> dict:
         if any(part.startswith(".") for part in folder.relative_to(base).parts):
             continue  # temporary folders of interrupted writes
         try:
-            cfg = json.loads(cfg_path.read_text())
+            text = cfg_path.read_text()
+            cfg = json.loads(text)
         except (OSError, ValueError):
             continue
         if not isinstance(cfg, dict) or "specfmt" not in cfg:
@@ -90,7 +108,8 @@ def snapshot(base: Path) -> dict:
                 except ValueError:
                     pass
             files[p.name] = _digest(p)
-        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files}
+        out[str(folder.relative_to(base))] = {"config": _scrub(cfg, real), "files": files,
+                                              "config_sha256": hashlib.sha256(_scrub_text(text, real).encode()).hexdigest()}
     return out
 
 
@@ -115,6 +134,9 @@ def compare(a_path: Path, b_path: Path) -> int:
         if a[folder]["config"] != b[folder]["config"]:
             print(f"{folder}/config.json differs")
             bad += 1
+        elif a[folder].get("config_sha256", "") != b[folder].get("config_sha256", "") and "config_sha256" in a[folder] and "config_sha256" in b[folder]:
+            print(f"{folder}/config.json: same content, different text (key order or number format)")
+            bad += 1
         fa, fb = a[folder]["files"], b[folder]["files"]
         for name in sorted(fa.keys() | fb.keys()):
             if fa.get(name) != fb.get(name):
@@ -122,6 +144,36 @@ def compare(a_path: Path, b_path: Path) -> int:
                 bad += 1
     print(f"{len(a)} folders before, {len(b)} after, {bad} difference(s)")
     return 1 if bad else 0
+
+
+#: what a snapshot blanked, put back as fixed values (the provenance block requires them)
+PLACEHOLDERS = {"created": "2025-01-01T00:00:00Z", "specfmt_version": "0.1.0"}
+
+
+def _whole(cfg: dict) -> dict:
+    cfg = json.loads(json.dumps(cfg).replace("<basetemp>", "/basetemp"))
+    prov = cfg.get("specfmt")
+    if isinstance(prov, dict):
+        for block in [prov, *[u for u in prov.get("upgrades", []) if isinstance(u, dict)]]:
+            for key, val in PLACEHOLDERS.items():
+                block.setdefault(key, val)
+    return cfg
+
+
+def corpus(snap_path: Path, out: Path) -> int:
+    folders = json.loads(snap_path.read_text())["folders"]
+    seen, configs = set(), []
+    for folder in sorted(folders):
+        cfg = _whole(folders[folder]["config"])
+        key = json.dumps(cfg, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            configs.append(cfg)
+    how = (f"the distinct config.json files of the {len(folders)} folders the conversion tests wrote ({snap_path.name}, "
+           "tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders")
+    out.write_text(json.dumps({"how": how, "configs": configs}, indent=1, sort_keys=True) + "\n")
+    print(f"{len(configs)} distinct configs of {len(folders)} folders written to {out}")
+    return 0
 
 
 def main(argv: list[str]) -> int:
@@ -133,6 +185,8 @@ def main(argv: list[str]) -> int:
         return record(Path(argv[1]), rest[1:] if rest[:1] == ["--"] else rest)
     if len(argv) == 3 and argv[0] == "compare":
         return compare(Path(argv[1]), Path(argv[2]))
+    if len(argv) == 3 and argv[0] == "corpus":
+        return corpus(Path(argv[1]), Path(argv[2]))
     print(__doc__)
     return 2
 
