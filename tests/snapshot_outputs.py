@@ -6,7 +6,7 @@ Usage (from the repository root)::
     python3 tests/snapshot_outputs.py record after.json -- tests/test_layouts.py -k safeailab
     python3 tests/snapshot_outputs.py compare before.json after.json
     python3 tests/snapshot_outputs.py scan before.json /tmp/specfmt-snapshot-XXXX   # an earlier record's basetemp
-    python3 tests/snapshot_outputs.py corpus before.json tests/data/configs-v1-corpus.json
+    python3 tests/snapshot_outputs.py corpus tests/data/configs-v1-corpus.json before.json /tmp/specfmt-snapshot-XXXX
 
 ``record`` runs pytest with a fresh ``--basetemp``, then walks it for every folder whose
 ``config.json`` carries specfmt's provenance block (converted drafts, trained drafts, upgrades,
@@ -24,9 +24,12 @@ basetemp, which pytest derives from the test's name):
 ``compare`` prints every folder and file that differs, and exits 1 when anything does. It is a
 tool for the person refactoring, not a test: the two snapshots come from two trees.
 
-``corpus`` writes the distinct configs of a snapshot as a test corpus (``tests/test_config_types.py``
+``corpus`` writes the distinct configs of snapshots as a test corpus (``tests/test_config_types.py``
 validates them): the blanked provenance times and versions get fixed placeholders, the basetemp
-prefix becomes ``/basetemp``, so every config is whole again.
+prefix becomes ``/basetemp``, so every config is whole again. Beside them it keeps the speculators
+configs without provenance (``inputs``): the repository's (``examples/``, ``tests/data/real_configs``)
+and those the tests wrote as inputs under the basetemps given. Only configs the v1 schema of before
+issue 24 (``tests/data/config-v1.as-of-issue-24.schema.json``) accepts are kept.
 """
 
 from __future__ import annotations
@@ -160,19 +163,67 @@ def _whole(cfg: dict) -> dict:
     return cfg
 
 
-def corpus(snap_path: Path, out: Path) -> int:
-    folders = json.loads(snap_path.read_text())["folders"]
-    seen, configs = set(), []
-    for folder in sorted(folders):
-        cfg = _whole(folders[folder]["config"])
-        key = json.dumps(cfg, sort_keys=True)
-        if key not in seen:
+FROZEN_V1 = REPO / "tests" / "data" / "config-v1.as-of-issue-24.schema.json"
+
+
+def _v1_accepts(cfg) -> bool:
+    """The v1 schema of before issue 24 (main's, frozen in tests/data) accepts ``cfg``."""
+    from jsonschema import Draft202012Validator
+
+    v = Draft202012Validator(json.loads(FROZEN_V1.read_text()), format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return not any(True for _ in v.iter_errors(cfg))
+
+
+def _inputs(basetemps: list[Path]) -> list[tuple[str, dict]]:
+    """``(where, config)`` of every speculators config.json without specfmt's provenance block: the
+    repository's (``examples/**``, ``tests/data/real_configs``) and those the tests wrote as inputs
+    under each basetemp (older speculators checkpoints, upgrade sources)."""
+    out = []
+    for p in sorted((REPO / "examples").rglob("config.json")):
+        out.append((str(p.relative_to(REPO)), json.loads(p.read_text())))
+    for p in sorted((REPO / "tests" / "data" / "real_configs").glob("*.json")):
+        out.append((str(p.relative_to(REPO)), json.loads(p.read_text())["config"]))
+    for base in basetemps:
+        real = str(base.resolve())
+        for p in sorted(base.rglob("config.json")):
+            try:
+                cfg = json.loads(p.read_text().replace(real, "/basetemp"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(cfg, dict) and "specfmt" not in cfg:
+                out.append(("<basetemp>/" + str(p.parent.relative_to(base)), cfg))
+    return [(w, c) for w, c in out if isinstance(c, dict) and "speculators_model_type" in c]
+
+
+def corpus(out: Path, snapshots: list[Path], basetemps: list[Path]) -> int:
+    """Write the corpus: the distinct configs specfmt wrote in the snapshots' folders, and the distinct
+    speculators configs of :func:`_inputs`, each kept when the frozen v1 schema accepts it."""
+    seen, configs, inputs, refused, folders = set(), [], [], 0, 0
+    written = []
+    for snap in snapshots:
+        snap_folders = json.loads(snap.read_text())["folders"]
+        folders += len(snap_folders)
+        written += [(f, _whole(snap_folders[f]["config"])) for f in sorted(snap_folders)]
+    for kind, items in (("written", written), ("input", _inputs(basetemps))):
+        for where, cfg in items:
+            key = json.dumps(cfg, sort_keys=True)
+            if key in seen:
+                continue
             seen.add(key)
-            configs.append(cfg)
-    how = (f"the distinct config.json files of the {len(folders)} folders the conversion tests wrote ({snap_path.name}, "
-           "tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders")
-    out.write_text(json.dumps({"how": how, "configs": configs}, indent=1, sort_keys=True) + "\n")
-    print(f"{len(configs)} distinct configs of {len(folders)} folders written to {out}")
+            if not _v1_accepts(cfg):
+                refused += 1
+            elif kind == "written":
+                configs.append(cfg)
+            else:
+                inputs.append({"where": where, "config": cfg})
+    how = (f"configs: the distinct config.json files specfmt wrote in the {folders} folders of {', '.join(s.name for s in snapshots)} "
+           "(tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders; inputs: the distinct "
+           "speculators config.json files of examples/, tests/data/real_configs and the tests' inputs; each kept when the v1 "
+           f"schema of before issue 24 ({FROZEN_V1.name}) accepts it ({refused} it refuses left out)")
+    lines = ",\n".join(json.dumps(c, sort_keys=True) for c in configs)
+    more = ",\n".join(json.dumps(c, sort_keys=True) for c in inputs)
+    out.write_text(f'{{"how": {json.dumps(how)},\n"configs": [\n{lines}\n],\n"inputs": [\n{more}\n]}}\n')
+    print(f"{len(configs)} written configs and {len(inputs)} input configs written to {out} ({refused} refused by v1 left out)")
     return 0
 
 
@@ -185,8 +236,9 @@ def main(argv: list[str]) -> int:
         return record(Path(argv[1]), rest[1:] if rest[:1] == ["--"] else rest)
     if len(argv) == 3 and argv[0] == "compare":
         return compare(Path(argv[1]), Path(argv[2]))
-    if len(argv) == 3 and argv[0] == "corpus":
-        return corpus(Path(argv[1]), Path(argv[2]))
+    if len(argv) >= 3 and argv[0] == "corpus":  # OUT SNAPSHOT.json... [BASETEMP...]
+        paths = [Path(a) for a in argv[2:]]
+        return corpus(Path(argv[1]), [p for p in paths if p.is_file()], [p for p in paths if p.is_dir()])
     print(__doc__)
     return 2
 

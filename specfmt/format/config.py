@@ -217,8 +217,10 @@ class SpeculatorConfig(ConfigModel):
         layer = tlc.dump() if isinstance(tlc, ConfigModel) else tlc
         out = []
         for key, val in layer.items():
-            if key != "architectures" and self.has(key) and self.value(key) != val:
-                out.append((f"$.transformer_layer_config.{key}", f"{val!r} differs from the top-level {key}={self.value(key)!r} that vLLM reads"))
+            top = self.value(key) if self.has(key) else None
+            top = top.dump() if isinstance(top, ConfigModel) else top  # a typed block (rope_parameters) as the file holds it
+            if key != "architectures" and self.has(key) and top != val:
+                out.append((f"$.transformer_layer_config.{key}", f"{val!r} differs from the top-level {key}={top!r} that vLLM reads"))
         return out
 
 
