@@ -618,9 +618,10 @@ def check_rotary_caches(src: Source, tlc: DecoderConfig) -> None:
     d = tlc.head_dim
     theta = tlc.rope_theta
     want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    rope = tlc.rope_parameters.dump() if tlc.rope_parameters is not None else {}  # the typed block, as the file holds it
     for name in caches:
         got = src.reader.get(name).to(torch.float64)
-        if tlc.rope_parameters.get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
+        if rope.get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
                 hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",

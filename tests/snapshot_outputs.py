@@ -28,8 +28,11 @@ tool for the person refactoring, not a test: the two snapshots come from two tre
 validates them): the blanked provenance times and versions get fixed placeholders, the basetemp
 prefix becomes ``/basetemp``, so every config is whole again. Beside them it keeps the speculators
 configs without provenance (``inputs``): the repository's (``examples/``, ``tests/data/real_configs``)
-and those the tests wrote as inputs under the basetemps given. Only configs the v1 schema of before
-issue 24 (``tests/data/config-v1.as-of-issue-24.schema.json``) accepts are kept.
+and those the tests wrote as inputs under the basetemps given. Only configs that validate before
+issue 24 are kept: the frozen v1 schema (``tests/data/config-v1.as-of-issue-24.schema.json``) and
+the rules of the specfmt imported accept them; so run it with main's tree on ``PYTHONPATH``::
+
+    git archive MAIN | tar -x -C /tmp/main && PYTHONPATH=/tmp/main python3 tests/snapshot_outputs.py corpus ...
 """
 
 from __future__ import annotations
@@ -166,12 +169,16 @@ def _whole(cfg: dict) -> dict:
 FROZEN_V1 = REPO / "tests" / "data" / "config-v1.as-of-issue-24.schema.json"
 
 
-def _v1_accepts(cfg) -> bool:
-    """The v1 schema of before issue 24 (main's, frozen in tests/data) accepts ``cfg``."""
+def _validates(cfg) -> bool:
+    """``cfg`` validates: the frozen v1 schema of before issue 24 accepts it, and so does the
+    ``schema_violations`` of the specfmt imported (run with main's tree first on ``PYTHONPATH`` to
+    record what main accepts: schema and rules)."""
     from jsonschema import Draft202012Validator
 
+    from specfmt.algorithms import schema_violations
+
     v = Draft202012Validator(json.loads(FROZEN_V1.read_text()), format_checker=Draft202012Validator.FORMAT_CHECKER)
-    return not any(True for _ in v.iter_errors(cfg))
+    return not any(True for _ in v.iter_errors(cfg)) and schema_violations(cfg) == []
 
 
 def _inputs(basetemps: list[Path]) -> list[tuple[str, dict]]:
@@ -210,7 +217,7 @@ def corpus(out: Path, snapshots: list[Path], basetemps: list[Path]) -> int:
             if key in seen:
                 continue
             seen.add(key)
-            if not _v1_accepts(cfg):
+            if not _validates(cfg):
                 refused += 1
             elif kind == "written":
                 configs.append(cfg)
@@ -218,8 +225,8 @@ def corpus(out: Path, snapshots: list[Path], basetemps: list[Path]) -> int:
                 inputs.append({"where": where, "config": cfg})
     how = (f"configs: the distinct config.json files specfmt wrote in the {folders} folders of {', '.join(s.name for s in snapshots)} "
            "(tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders; inputs: the distinct "
-           "speculators config.json files of examples/, tests/data/real_configs and the tests' inputs; each kept when the v1 "
-           f"schema of before issue 24 ({FROZEN_V1.name}) accepts it ({refused} it refuses left out)")
+           "speculators config.json files of examples/, tests/data/real_configs and the tests' inputs; each kept when it validates "
+           f"before issue 24: {FROZEN_V1.name} and main's schema_violations (its rules) accept it ({refused} refused left out)")
     lines = ",\n".join(json.dumps(c, sort_keys=True) for c in configs)
     more = ",\n".join(json.dumps(c, sort_keys=True) for c in inputs)
     out.write_text(f'{{"how": {json.dumps(how)},\n"configs": [\n{lines}\n],\n"inputs": [\n{more}\n]}}\n')
