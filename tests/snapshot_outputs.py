@@ -26,11 +26,12 @@ tool for the person refactoring, not a test: the two snapshots come from two tre
 
 ``corpus`` writes the distinct configs of snapshots as a test corpus (``tests/test_config_types.py``
 validates them): the blanked provenance times and versions get fixed placeholders, the basetemp
-prefix becomes ``/basetemp``, so every config is whole again. Beside them it keeps the speculators
+prefix becomes ``/basetemp`` (``<repo>``: ``/repo``), so every config is whole again. Beside them it keeps the speculators
 configs without provenance (``inputs``): the repository's (``examples/``, ``tests/data/real_configs``)
-and those the tests wrote as inputs under the basetemps given. Only configs that validate before
-issue 24 are kept: the frozen v1 schema (``tests/data/config-v1.as-of-issue-24.schema.json``) and
-the rules of the specfmt imported accept them; so run it with main's tree on ``PYTHONPATH``::
+and those the tests wrote as inputs under the basetemps given. Each config goes with the answer of
+the specfmt imported (``specfmt.algorithms.schema_violations``: the v1 schema, then the rules):
+``configs`` and ``inputs`` validate, ``refused`` holds the rest with their violations (``on_main``).
+Record main's answer: run it with main's tree first on ``PYTHONPATH``::
 
     git archive MAIN | tar -x -C /tmp/main && PYTHONPATH=/tmp/main python3 tests/snapshot_outputs.py corpus ...
 """
@@ -157,7 +158,7 @@ PLACEHOLDERS = {"created": "2025-01-01T00:00:00Z", "specfmt_version": "0.1.0"}
 
 
 def _whole(cfg: dict) -> dict:
-    cfg = json.loads(json.dumps(cfg).replace("<basetemp>", "/basetemp"))
+    cfg = json.loads(json.dumps(cfg).replace("<basetemp>", "/basetemp").replace("<repo>", "/repo").replace(json.dumps(str(REPO))[1:-1], "/repo"))
     prov = cfg.get("specfmt")
     if isinstance(prov, dict):
         for block in [prov, *[u for u in prov.get("upgrades", []) if isinstance(u, dict)]]:
@@ -166,19 +167,12 @@ def _whole(cfg: dict) -> dict:
     return cfg
 
 
-FROZEN_V1 = REPO / "tests" / "data" / "config-v1.as-of-issue-24.schema.json"
-
-
-def _validates(cfg) -> bool:
-    """``cfg`` validates: the frozen v1 schema of before issue 24 accepts it, and so does the
-    ``schema_violations`` of the specfmt imported (run with main's tree first on ``PYTHONPATH`` to
-    record what main accepts: schema and rules)."""
-    from jsonschema import Draft202012Validator
-
+def _answer(cfg) -> list[list[str]]:
+    """What validating ``cfg`` reports with the specfmt imported (run with main's tree first on
+    ``PYTHONPATH`` to record main's answer): the schema's violations, else the rules'; sorted."""
     from specfmt.algorithms import schema_violations
 
-    v = Draft202012Validator(json.loads(FROZEN_V1.read_text()), format_checker=Draft202012Validator.FORMAT_CHECKER)
-    return not any(True for _ in v.iter_errors(cfg)) and schema_violations(cfg) == []
+    return sorted({tuple(v) for v in schema_violations(cfg)})
 
 
 def _inputs(basetemps: list[Path]) -> list[tuple[str, dict]]:
@@ -194,7 +188,7 @@ def _inputs(basetemps: list[Path]) -> list[tuple[str, dict]]:
         real = str(base.resolve())
         for p in sorted(base.rglob("config.json")):
             try:
-                cfg = json.loads(p.read_text().replace(real, "/basetemp"))
+                cfg = json.loads(p.read_text().replace(real, "/basetemp").replace(str(REPO), "/repo"))
             except (OSError, ValueError):
                 continue
             if isinstance(cfg, dict) and "specfmt" not in cfg:
@@ -203,34 +197,34 @@ def _inputs(basetemps: list[Path]) -> list[tuple[str, dict]]:
 
 
 def corpus(out: Path, snapshots: list[Path], basetemps: list[Path]) -> int:
-    """Write the corpus: the distinct configs specfmt wrote in the snapshots' folders, and the distinct
-    speculators configs of :func:`_inputs`, each kept when the frozen v1 schema accepts it."""
-    seen, configs, inputs, refused, folders = set(), [], [], 0, 0
-    written = []
+    """Write the corpus: the distinct configs specfmt wrote in the snapshots' folders and the distinct
+    speculators configs of :func:`_inputs`, with the answer of the specfmt imported (:func:`_answer`):
+    ``configs`` (written, valid), ``inputs`` (not written by specfmt, valid), ``refused`` (the rest,
+    each with ``where`` and ``on_main``, its violations)."""
+    seen, folders, written = set(), 0, []
+    kept: dict[str, list] = {"configs": [], "inputs": [], "refused": []}
     for snap in snapshots:
         snap_folders = json.loads(snap.read_text())["folders"]
         folders += len(snap_folders)
-        written += [(f, _whole(snap_folders[f]["config"])) for f in sorted(snap_folders)]
-    for kind, items in (("written", written), ("input", _inputs(basetemps))):
+        written += [(f"{snap.name}:{f}", _whole(snap_folders[f]["config"])) for f in sorted(snap_folders)]
+    for kind, items in (("configs", written), ("inputs", _inputs(basetemps))):
         for where, cfg in items:
             key = json.dumps(cfg, sort_keys=True)
             if key in seen:
                 continue
             seen.add(key)
-            if not _validates(cfg):
-                refused += 1
-            elif kind == "written":
-                configs.append(cfg)
+            answer = _answer(cfg)
+            if answer:
+                kept["refused"].append({"where": where, "config": cfg, "on_main": answer})
             else:
-                inputs.append({"where": where, "config": cfg})
+                kept[kind].append(cfg if kind == "configs" else {"where": where, "config": cfg})
     how = (f"configs: the distinct config.json files specfmt wrote in the {folders} folders of {', '.join(s.name for s in snapshots)} "
-           "(tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders; inputs: the distinct "
-           "speculators config.json files of examples/, tests/data/real_configs and the tests' inputs; each kept when it validates "
-           f"before issue 24: {FROZEN_V1.name} and main's schema_violations (its rules) accept it ({refused} refused left out)")
-    lines = ",\n".join(json.dumps(c, sort_keys=True) for c in configs)
-    more = ",\n".join(json.dumps(c, sort_keys=True) for c in inputs)
-    out.write_text(f'{{"how": {json.dumps(how)},\n"configs": [\n{lines}\n],\n"inputs": [\n{more}\n]}}\n')
-    print(f"{len(configs)} written configs and {len(inputs)} input configs written to {out} ({refused} refused by v1 left out)")
+           "(tests/snapshot_outputs.py record), provenance times and versions replaced by placeholders, that validate before issue 24; "
+           "inputs: the distinct speculators config.json files of examples/, tests/data/real_configs and the tests' inputs that do; "
+           "refused: the rest, with what validation reported on main (schema_violations: the v1 schema, then the rules)")
+    parts = [f'"{k}": [\n' + ",\n".join(json.dumps(c) for c in v) + "\n]" for k, v in kept.items()]
+    out.write_text(f'{{"how": {json.dumps(how)},\n' + ",\n".join(parts) + "}\n")
+    print(f"{out}: " + ", ".join(f"{len(v)} {k}" for k, v in kept.items()))
     return 0
 
 

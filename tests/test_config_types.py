@@ -107,9 +107,15 @@ def corpus() -> list[dict]:
 
 
 def inputs() -> list[dict]:
-    """``{"where", "config"}``: the speculators configs without provenance that validated before issue 24
-    (``examples/``, ``tests/data/real_configs``, the tests' inputs: older speculators checkpoints)."""
+    """``{"where", "config"}``: the speculators configs specfmt did not write (``examples/``,
+    ``tests/data/real_configs``, the tests' inputs) that validated before issue 24."""
     return json.loads(CORPUS.read_text())["inputs"]
+
+
+def refused() -> list[dict]:
+    """``{"where", "config", "on_main"}``: the corpus's configs that did not validate before issue 24
+    (older speculators checkpoints, broken and fuzzed files), with what validation reported then."""
+    return json.loads(CORPUS.read_text())["refused"]
 
 
 def test_the_corpus_holds_every_kind_of_output():
@@ -121,8 +127,9 @@ def test_the_corpus_holds_every_kind_of_output():
     assert len(layouts) >= 15, sorted(layouts)
     assert any(c["specfmt"].get("train") for c in configs) and any(c["specfmt"].get("upgrades") for c in configs)
     assert any(c["transformer_layer_config"].get("model_type") == "qwen3" for c in configs if c["speculators_model_type"] == "eagle3")
-    wheres = [i["where"] for i in inputs()]
+    wheres = [i["where"] for i in inputs() + refused()]
     assert any(w.startswith("tests/data/real_configs/") for w in wheres) and any(w.startswith("<basetemp>/") for w in wheres), wheres
+    assert any(w.startswith("examples/") for w in wheres), wheres
 
 
 def _validates_now(cfg: dict) -> None:
@@ -143,11 +150,20 @@ def test_every_config_the_tests_write_is_valid_under_v1_and_the_generated_schema
 
 
 def test_every_config_that_validated_before_issue_24_still_validates():
-    """The inputs of the corpus: configs specfmt did not write (speculators' own, older speculators
-    versions, the repository's examples) that main's schema and rules accepted."""
-    assert len(inputs()) >= 5
+    """The inputs of the corpus: configs specfmt did not write that main's schema and rules accepted."""
     for item in inputs():
         _validates_now(item["config"])
+
+
+def test_every_config_refused_before_issue_24_gets_the_same_answer():
+    """What `specfmt validate` reported on main (the v1 schema, then the rules), message for message,
+    but for the one widening (:func:`widened`)."""
+    from specfmt.algorithms import schema_violations
+
+    assert len(refused()) >= 20
+    for item in refused():
+        cfg = item["config"]
+        assert sorted(set(schema_violations(cfg))) == [tuple(v) for v in item["on_main"] if not widened(cfg, tuple(v))], item["where"]
 
 
 def test_the_real_config_corpus_gets_the_same_answer_from_v1_and_the_generated_schema():
@@ -160,9 +176,9 @@ def test_the_real_config_corpus_gets_the_same_answer_from_v1_and_the_generated_s
 
 
 def _edits(base: dict):
-    from test_fuzz import edited
+    from fuzz_targets import edited_config
 
-    return edited(base)
+    return edited_config(base)
 
 
 FUZZ = settings(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck), database=None, max_examples=400)
