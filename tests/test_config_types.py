@@ -2,9 +2,12 @@
 the published JSON Schema, the builders' output and the converters' field tables all come from it.
 
 * the committed ``schemas/config-v1.schema.json`` is what the classes generate, byte for byte;
-* v1 stays v1: every config the schema of before this issue accepted is still accepted
-  (``tests/data/config-v1.as-of-issue-24.schema.json`` is that schema, frozen), over a corpus of
-  every config the tests write (``tests/data/configs-v1-corpus.json``) and fuzzed edits of it;
+* v1 stays v1: every config that validated before this issue (main's schema, frozen as
+  ``tests/data/config-v1.as-of-issue-24.schema.json``, then main's rules) still validates with the
+  generated schema and the typed classes, and every config refused then gets the same answer, over a
+  corpus (``tests/data/configs-v1-corpus.json``: every config the tests write, the speculators configs
+  of ``examples/``, ``tests/data/real_configs`` and the tests' inputs, with main's answer; written by
+  ``tests/snapshot_outputs.py corpus``) and fuzzed edits of it;
 * a variant of an algorithm is a subclass (a P-EAGLE-like config adds one field and its name);
 * builders write the file's keys in the file's order; the converters' field tables are derived.
 """
