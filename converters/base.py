@@ -43,6 +43,9 @@ from specfmt.checkpoint.dtypes import DTYPE_CODES, DTYPE_NAMES, SOURCE_FLOATS, S
 from specfmt.checkpoint.reader import CheckpointReader, TensorInfo
 from specfmt.checkpoint.stream import OutTensor, Refusals, TensorStream
 from specfmt.errors import ConversionError, InputError
+from specfmt.format.config import DecoderConfig
+from specfmt.format.model import (BOOL, INDEXES, NON_NEGATIVE_INT, OBJECT, POSITIVE_INT, POSITIVE_REAL, STRING, STRINGS,  # noqa: F401  (the converters' words)
+                                  field_kinds)
 from specfmt.sources.resolve import Resolved
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -521,21 +524,13 @@ def read_fields(readings: tuple[FieldReading, ...], cfg: dict[str, Any], ctx: An
 
 # --------------------------------------------------------------------------- config fields
 
-#: field kinds: what :func:`check_source_types` requires of a value (null counts as absent)
-POSITIVE_INT, NON_NEGATIVE_INT, POSITIVE_REAL, BOOL, STRING, OBJECT, STRINGS, INDEXES = (
-    "a positive integer", "a non-negative integer", "a positive number", "true or false", "a string", "an object",
-    "a list of strings", "a list of non-negative integers")
+# field kinds (what :func:`check_source_types` requires of a value; null counts as absent) and the
+# tables of them come from the typed configs (:func:`specfmt.format.model.field_kinds`): a research
+# config's decoder fields have the types the draft's decoder config gives them
 
-#: the decoder fields of a Llama-style research config (every converter reads some of them)
-DECODER_FIELDS: dict[str, str] = {
-    "hidden_size": POSITIVE_INT, "intermediate_size": POSITIVE_INT, "num_attention_heads": POSITIVE_INT,
-    "num_key_value_heads": POSITIVE_INT, "num_hidden_layers": POSITIVE_INT, "vocab_size": POSITIVE_INT, "head_dim": POSITIVE_INT,
-    "max_position_embeddings": POSITIVE_INT, "rms_norm_eps": POSITIVE_REAL, "rope_theta": POSITIVE_REAL,
-    "tie_word_embeddings": BOOL, "attention_bias": BOOL, "mlp_bias": BOOL, "model_type": STRING, "hidden_act": STRING,
-    "torch_dtype": STRING, "dtype": STRING, "rope_scaling": OBJECT, "rope_parameters": OBJECT, "text_config": OBJECT,
-    "architectures": STRINGS, "layer_types": STRINGS, "sliding_window": POSITIVE_INT, "use_sliding_window": BOOL,
-    "max_window_layers": NON_NEGATIVE_INT,
-}
+#: the decoder fields of a Llama-style research config (every converter reads some of them): those of
+#: :class:`~specfmt.format.config.DecoderConfig`, and a multimodal verifier's nested ``text_config``
+DECODER_FIELDS: dict[str, str] = {**field_kinds(DecoderConfig), "text_config": OBJECT}
 
 
 def _fits(kind: str, val: Any) -> bool:
@@ -793,7 +788,7 @@ def decoder_layer_count(indices: set[int], cfg: dict[str, Any]) -> int:
     return n
 
 
-def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
+def check_rotary_caches(src: Source, tlc: DecoderConfig) -> None:
     """A saved ``rotary_emb.inv_freq`` is dropped only if it equals what the written
     ``rope_theta`` gives (``1 / theta**(arange(0, d, 2) / d)``), so the drop is exact.
 
@@ -805,12 +800,13 @@ def check_rotary_caches(src: Source, tlc: dict[str, Any]) -> None:
         return  # the usual case: nothing to read, and torch stays unimported
     import torch
 
-    d = tlc["head_dim"]
-    theta = tlc["rope_theta"]
+    d = tlc.head_dim
+    theta = tlc.rope_theta
     want = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    rope = tlc.rope_parameters.dump() if tlc.rope_parameters is not None else {}  # the typed block, as the file holds it
     for name in caches:
         got = src.get(name).to(torch.float64)
-        if tlc["rope_parameters"].get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
+        if rope.get("rope_type", "default") != "default" or got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3):
             raise ConversionError(
                 f"{name} does not match rope_theta={theta} (head_dim {d}) from the draft config",
                 hint="the draft was trained with other rope settings; fix rope_theta in the source config.json",

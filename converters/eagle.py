@@ -39,6 +39,7 @@ from typing import Any
 from specfmt.algorithms.eagle import build_config
 from specfmt.algorithms.layers import decoder_config
 from specfmt.errors import ConversionError
+from specfmt.format.config import DecoderConfig
 
 from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, NameMap, Options, Plan,
                    Refusal, Rule, Seen, Source, TensorMove, check_rotary_caches, check_source_types, check_vocab, decide_float_dtype,
@@ -97,7 +98,7 @@ _LAYER0_REFUSALS = (
 )
 #: refusals that are conditions on the decoder config built for the draft
 _DECODER_REFUSALS = (
-    Refusal(lambda tlc: "sliding_attention" in (tlc.get("layer_types") or []),
+    Refusal(lambda tlc: "sliding_attention" in (tlc.layer_types or []),
             "sliding-window layers in an EAGLE-1 draft: the EAGLE-1 reference (transformers' Llama layers) runs them with full attention",
             hint="specfmt converts EAGLE-1 drafts whose layers attend to the whole context"),
 )
@@ -323,17 +324,17 @@ class EagleConverter(Converter):
         check_rotary_caches(src, tlc)
         qkv_bias = _attention_biases(cfg, names, n_layers)
         fold = _fc_bias(src, plan, names)
-        tlc["attention_bias"] = self._biases(plan, tlc, n_layers, qkv_bias, fold, out_code)
+        tlc.attention_bias = self._biases(plan, tlc, n_layers, qkv_bias, fold, out_code)
         plan.config = build_config(verifier, tlc, speculative_tokens=opts.speculative_tokens or 3)
         if "embed_tokens.weight" in names:
             plan.notes.append("embed_tokens.weight kept: the reference uses the draft's own copy; vLLM shares the verifier's embedding instead only when the two are equal")
 
-    def _biases(self, plan: Plan, tlc: dict[str, Any], n_layers: int, qkv_bias: set[str], fold: bool, out_code: str) -> bool:
+    def _biases(self, plan: Plan, tlc: "DecoderConfig", n_layers: int, qkv_bias: set[str], fold: bool, out_code: str) -> bool:
         """The attention biases written (vLLM's ``attention_bias`` applies to every layer): layer 0's
         folded from ``fc.bias``, the source's own q/k/v biases copied, zeros elsewhere. Returns
         whether there are any."""
-        H, d, kv = tlc["hidden_size"], tlc["head_dim"], tlc["num_key_value_heads"]
-        widths = {"q": tlc["num_attention_heads"] * d, "k": kv * d, "v": kv * d, "o": H}
+        H, d, kv = tlc.hidden_size, tlc.head_dim, tlc.num_key_value_heads
+        widths = {"q": tlc.num_attention_heads * d, "k": kv * d, "v": kv * d, "o": H}
         if fold:
             for m in plan.moves:
                 if m.dst in qkv_bias and m.dst.startswith("layers.0."):

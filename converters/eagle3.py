@@ -15,10 +15,12 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from specfmt.algorithms.eagle3 import build_config, default_taps
+from specfmt.algorithms.eagle3 import Eagle3Config, build_config, default_taps
 from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
-from specfmt.errors import ConversionError
+from specfmt.errors import ConversionError, InputError
+from specfmt.format.config import SpeculatorConfig
+from specfmt.format.model import field_kinds
 
 from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, Options, Plan, Refusal, Rule, Seen, Source,
                    check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, read_fields, refuse, register)
@@ -184,9 +186,8 @@ class Eagle3Converter(Converter):
         Rule(r"target_model\..+", None, "frozen copy of the verifier saved with the training state; vLLM loads the verifier itself"),
         Rule(r"verifier_(lm_head|norm)\.weight", None, "frozen verifier head used only in training"),
     )
-    fields = {**DECODER_FIELDS, "draft_vocab_size": POSITIVE_INT, "target_hidden_size": POSITIVE_INT, "norm_before_residual": BOOL,
-              "norm_before_fc": BOOL, "fc_norm": BOOL, "norm_output": BOOL, "use_aux_hidden_state": BOOL, "eagle_config": OBJECT,
-              "eagle_aux_hidden_state_layer_ids": INDEXES}
+    #: the decoder's fields, EAGLE-3's own (typed in :class:`~specfmt.algorithms.eagle3.Eagle3Config`), and the research-only flags
+    fields = {**DECODER_FIELDS, **field_kinds(Eagle3Config, beyond=SpeculatorConfig), "use_aux_hidden_state": BOOL, "eagle_config": OBJECT}
     nested_fields = ("eagle_config",)
     layouts = (
         Layout("specforge", lambda s: _eagle3(s) and "eagle_config" in s.config, "config has a nested eagle_config (SpecForge / ModelOpt export)",

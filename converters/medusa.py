@@ -28,9 +28,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from specfmt.algorithms.medusa import build_config
+from specfmt.algorithms.medusa import MedusaConfig, build_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
+from specfmt.format.model import field_kinds
 
 from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source,
                    decide_float_dtype, refuse, register, short)
@@ -291,8 +292,10 @@ class MedusaConverter(Converter):
         Rule(r"model\..+", None, _BASE_REASON),
         Rule(r"lm_head\.weight", None, "the base model's next-token head (Medusa-2 full checkpoint); the verifier (--verifier) applies its own"),
     )
-    fields = {**DECODER_FIELDS, "medusa_num_heads": POSITIVE_INT, "medusa_num_layers": NON_NEGATIVE_INT, "base_model_name_or_path": STRING,
-              "num_heads": POSITIVE_INT, "truncated_vocab_size": POSITIVE_INT, "medusa_fc_bias": BOOL}
+    #: the decoder's fields, vLLM's Medusa fields as :class:`~specfmt.algorithms.medusa.MedusaConfig` types them (``num_hidden_layers``
+    #: is L, the residual blocks per head: 0 is valid), and the research names of K and L
+    fields = {**DECODER_FIELDS, **field_kinds(MedusaConfig, "num_heads", "num_hidden_layers", "truncated_vocab_size", "medusa_fc_bias"),
+              "medusa_num_heads": POSITIVE_INT, "medusa_num_layers": NON_NEGATIVE_INT, "base_model_name_or_path": STRING}
     layouts = (
         Layout("vllm", lambda s: s.has(_VLLM_BLOCK.pattern) or s.has(_VLLM_HEAD.pattern),
                "vLLM Medusa names blocks.{i}.layers.{j}.weight / lm_heads.{i}.weight (converted for vLLM's MedusaModel)",

@@ -102,17 +102,10 @@ def schema_findings(config: Any) -> list[Finding]:
 
 
 def _semantic_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """Cross-field rules of the format (only run once the schema holds): the proposal block's own
-    consistency, then the algorithm's rules (:meth:`specfmt.algorithms.base.Algorithm.config_violations`)."""
-    out = []
-    algo = cfg["speculators_model_type"]
-    sc = cfg["speculators_config"]
-    if sc["algorithm"] != algo:
-        out.append(("$.speculators_config.algorithm", f"{sc['algorithm']!r} differs from speculators_model_type {algo!r}"))
-    kinds = [m["proposal_type"] for m in sc["proposal_methods"]]
-    if sc["default_proposal_method"] not in kinds:
-        out.append(("$.speculators_config.default_proposal_method", f"{sc['default_proposal_method']!r} is not one of the proposal_methods {kinds}"))
-    return out + get(algo).config_violations(cfg)
+    """Cross-field rules of the format (only run once the schema holds): the typed config's
+    (:meth:`specfmt.format.config.SpeculatorConfig.violations`: the proposal block's own consistency,
+    a native config's agreement, then the algorithm's own rules)."""
+    return get(cfg["speculators_model_type"]).config_violations(cfg)
 
 
 def validate_config(config: Any, where: str) -> None:

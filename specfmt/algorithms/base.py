@@ -4,9 +4,10 @@ An algorithm (EAGLE-3, EAGLE-1/2, Medusa) is one module of this package, holding
 only it knows; the shared code looks it up by ``speculators_model_type`` and never branches
 on the name. The contract, :class:`Algorithm`:
 
-* **format**: its config builder (:meth:`Algorithm.new_config`, and the builders its
-  converters call), its cross-field rules (:meth:`~Algorithm.config_violations`) and its
-  tensor table (:meth:`~Algorithm.expected_tensors`), shapes in H, H_t, V, Vd, K notation;
+* **format**: its typed config (:attr:`Algorithm.config`, a
+  :class:`~specfmt.format.config.SpeculatorConfig` subclass: fields, the builders its converters
+  call, cross-field rules, its schema branch), a new draft's config (:meth:`Algorithm.new_config`)
+  and its tensor table (:meth:`~Algorithm.expected_tensors`), shapes in H, H_t, V, Vd, K notation;
 * **validation**: its static checks (:meth:`~Algorithm.vocab_map_check`,
   :meth:`~Algorithm.verifier_problems`, :meth:`~Algorithm.tensor_problems`), its reference
   module and proposer (:meth:`~Algorithm.module`, :meth:`~Algorithm.proposer`) and the
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar
 from packaging.specifiers import SpecifierSet
 
 from ..errors import Finding, InputError
+from ..format.config import SpeculatorConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -87,12 +89,15 @@ class Algorithm:
     """Base class of an algorithm; subclasses live one per module and register an instance.
 
     Attributes:
-        name: ``speculators_model_type``.
+        config: the typed config class (:class:`~specfmt.format.config.SpeculatorConfig`).
+        name: ``speculators_model_type`` (``config.name``).
         title: the name people use (``EAGLE-3``).
         vllm_method: vLLM's speculative method for it (what ``vllm serve OUT`` attaches).
         train_summary: one line for ``specfmt train NAME --help``; empty when it cannot be trained.
     """
 
+    #: the typed config (fields, defaults, cross-field rules, the schema branch); ``name`` is its name
+    config: ClassVar[type[SpeculatorConfig]]
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
     vllm_method: ClassVar[str] = ""
@@ -117,8 +122,9 @@ class Algorithm:
     # -- format ------------------------------------------------------------------------------
 
     def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-        """Cross-field rules of a schema-valid config: ``[(json_path, message)]``, empty when it holds."""
-        return []
+        """Cross-field rules of a schema-valid config: ``[(json_path, message)]``, empty when it holds
+        (the typed config's :meth:`~specfmt.format.config.SpeculatorConfig.violations`)."""
+        return self.config.of(cfg).violations()
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, "TensorSpec"]:
         """The tensors (names, shapes, kinds) a schema-valid config implies."""
@@ -288,17 +294,6 @@ class Algorithm:
         """Rows of the model card's table that describe this draft's shape."""
         tlc = cfg["transformer_layer_config"]
         return [("decoder layers", f"{tlc['num_hidden_layers']} (hidden size {tlc['hidden_size']}, {tlc['num_attention_heads']} attention heads)")]
-
-
-def native_config_violations(cfg: dict[str, Any]) -> list[tuple[str, str]]:
-    """For drafts vLLM reads through a native config at the top level of config.json (EAGLE-1,
-    Medusa: vLLM 0.32's speculators loader has no such algorithm): ``transformer_layer_config``
-    must say the same as that top-level config."""
-    out = []
-    for key, val in cfg["transformer_layer_config"].items():
-        if key in cfg and key not in ("architectures",) and cfg[key] != val:
-            out.append((f"$.transformer_layer_config.{key}", f"{val!r} differs from the top-level {key}={cfg[key]!r} that vLLM reads"))
-    return out
 
 
 REGISTRY: dict[str, Algorithm] = {}

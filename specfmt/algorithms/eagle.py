@@ -20,15 +20,17 @@ The reference forward pass, built on transformers' Llama layers::
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
+
+from pydantic import Field
 
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import InputError
-from ..format.config import speculators_block
+from ..format.config import DecoderConfig, SpeculatorConfig, register_config
+from ..format.model import ConfigModel, Forbidden, PositiveInt, PositiveNumber
 from ..format.tensors import TensorSpec
-from ..format.versions import SPECULATORS_VERSION
 from . import layers
-from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
+from .base import Algorithm, NewDraft, Proposer, Variant, register
 from .reference import ChainDrafter
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -38,18 +40,59 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..sources.verifier import Verifier, VerifierInfo
 
 
-def build_config(verifier: "VerifierInfo", tlc: dict[str, Any], *, speculative_tokens: int) -> dict[str, Any]:
-    """An eagle config.json (without provenance): vLLM's native ``EagleLlamaForCausalLM`` draft
-    config at the top level, next to the speculators block."""
-    native = {key: val for key, val in tlc.items() if key != "architectures"}
-    return {
-        "architectures": ["EagleLlamaForCausalLM"],
-        **native,
-        "speculators_model_type": "eagle",
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": speculators_block("eagle", speculative_tokens, verifier),
-        "transformer_layer_config": tlc,
-    }
+class EagleLayerConfig(DecoderConfig):
+    """An EAGLE-1 draft's decoder config: Llama layers (vLLM's ``EagleLlamaForCausalLM``)."""
+
+    model_type: Literal["llama"]
+
+
+@register_config
+class EagleConfig(SpeculatorConfig, EagleLayerConfig):
+    """An eagle ``config.json``: vLLM's native ``EagleLlamaForCausalLM`` draft config (a ``LlamaConfig``) at
+    the top level, which is what vLLM 0.32 reads, next to the speculators block; ``transformer_layer_config``
+    repeats it (:meth:`~specfmt.format.config.SpeculatorConfig.native_violations`). vLLM builds a
+    ``LlamaConfig`` from the top level, so the fields the decoder config may leave out are required here."""
+
+    name: ClassVar[str] = "eagle"
+    architecture: ClassVar[str] = "EagleLlamaForCausalLM"
+    pin_architecture: ClassVar[bool] = True
+    native: ClassVar[bool] = True
+    schema_description: ClassVar[str] = (
+        "EAGLE-1/2 and HASS (Li et al. 2024, arXiv:2401.15077; SafeAILab/EAGLE eagle/model/cnets1.py; HArmonizedSS/HASS). Served by vLLM's "
+        "EagleLlamaForCausalLM (vllm/model_executor/models/llama_eagle.py) with method eagle: fc [H, 2H] without bias, layer 0 without "
+        "input_layernorm, the verifier's lm_head, no final norm. A source fc.bias is folded exactly into the layer-0 attention biases "
+        "(attention_bias: true).")
+    forbidden: ClassVar[Forbidden | None] = Forbidden(
+        ("bias", "qkv_bias", "eagle_fc_bias"),
+        "'bias' means q/k/v/o attention bias to vLLM's Llama layer (vLLM PR #9580), qkv_bias overrides it, eagle_fc_bias is vLLM V0 only; "
+        "write attention_bias instead.")
+
+    model_type: Literal["llama"] = Field(description="vLLM builds the draft config from the top-level fields (LlamaConfig).")
+    transformer_layer_config: EagleLayerConfig
+    head_dim: PositiveInt
+    rms_norm_eps: PositiveNumber
+    hidden_act: str
+    max_position_embeddings: PositiveInt
+    rope_theta: PositiveNumber
+    attention_bias: bool = Field(description="q/k/v and o_proj biases in every layer (vLLM LlamaDecoderLayer).")
+    mlp_bias: bool
+
+    @classmethod
+    def build(cls, verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, speculative_tokens: int) -> EagleConfig:
+        """A new config (without provenance): ``architectures``, the decoder config's fields at the top
+        level in its order, the speculators block, and the decoder config itself.
+
+        Raises:
+            pydantic.ValidationError: a value of the wrong type (a specfmt bug).
+        """
+        layer = tlc.dump() if isinstance(tlc, ConfigModel) else dict(tlc)
+        native = {key: val for key, val in layer.items() if key != "architectures"}
+        return cls(architectures=[cls.architecture], **native, **cls.head(verifier, speculative_tokens), transformer_layer_config=layer)
+
+
+def build_config(verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, speculative_tokens: int) -> dict[str, Any]:
+    """An eagle config.json (without provenance): :meth:`EagleConfig.build`, dumped."""
+    return EagleConfig.build(verifier, tlc, speculative_tokens=speculative_tokens).dump()
 
 
 def _llama_config(cfg: dict[str, Any], attention_bias: bool):
@@ -310,14 +353,12 @@ def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor
 
 @register
 class Eagle(Algorithm):
-    name = "eagle"
+    config = EagleConfig
+    name = EagleConfig.name
     title = "EAGLE-1/2"
     vllm_method = "eagle"
     train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
     interop_note = "speculators 0.9 cannot load this draft: it has no EAGLE-1/2 class (its `eagle` model and converter were removed in speculators #332 and #672)."
-
-    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-        return native_config_violations(cfg)
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         """EAGLE-1/2 and HASS (``docs/design/research-formats.md`` §2.3/§2.5; vLLM ``llama_eagle.py``):
@@ -334,11 +375,12 @@ class Eagle(Algorithm):
 
         No ``norm.weight`` and no ``lm_head.weight``: the draft uses the verifier's head.
         """
-        H = cfg["hidden_size"]
+        c = EagleConfig.of(cfg)
+        H = c.hidden_size
         specs: dict[str, TensorSpec] = {"fc.weight": TensorSpec((H, 2 * H))}
-        for i in range(cfg["num_hidden_layers"]):
-            specs.update(layers.layer_specs(f"layers.{i}", cfg, H, input_norm=i > 0))
-        specs["embed_tokens.weight"] = TensorSpec((cfg["vocab_size"], H), required=False)
+        for i in range(c.num_hidden_layers):
+            specs.update(layers.layer_specs(f"layers.{i}", c, H, input_norm=i > 0))
+        specs["embed_tokens.weight"] = TensorSpec((c.vocab_size, H), required=False)
         return specs
 
     def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:

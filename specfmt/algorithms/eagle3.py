@@ -13,14 +13,16 @@ Sources: SafeAILab/EAGLE ``eagle/traineagle3/cnets.py``; vLLM ``llama_eagle3.py`
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
+
+from pydantic import Field
 
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import Finding, InputError
-from ..format.config import speculators_block
+from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_config, speculators_block
 from ..format.draft import Draft
+from ..format.model import ConfigModel, Forbidden, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
-from ..format.versions import SPECULATORS_VERSION
 from . import layers
 from .base import Algorithm, NewDraft, Proposer, Variant, register
 from .reference import ChainDrafter
@@ -51,31 +53,121 @@ def default_taps(num_layers: int) -> list[int]:
     return taps
 
 
-def build_config(verifier: "VerifierInfo", tlc: dict[str, Any], *, speculative_tokens: int, draft_vocab_size: int, taps: list[int],
-                 norm_before_residual: bool = False, target_hidden_size: int | None = None, norm_before_fc: bool = False,
-                 fc_norm: bool = False, norm_output: bool = False, dtype: str) -> dict[str, Any]:
-    """An eagle3 config.json (without provenance), as converters and the trainer write it.
+class Eagle3LayerConfig(DecoderConfig):
+    """An EAGLE-3 draft's decoder config: a layer family vLLM has an EAGLE-3 model for, and the number of
+    taps ``fc`` reads."""
 
-    ``transformer_layer_config.num_aux_hidden_states`` is set to the number of taps: vLLM
-    sizes ``fc`` from it, else assumes 3 (``llama_eagle3.py``, vLLM 0.32).
+    model_type: Literal[tuple(layers.FAMILIES)]  # type: ignore[valid-type]  (llama, qwen3)
+    num_aux_hidden_states: PositiveInt = Field(None, description="EAGLE-3: number of tap layers; vLLM sizes fc from it (default 3).")
+
+
+@register_config
+class Eagle3Config(SpeculatorConfig):
+    """An EAGLE-3 ``config.json`` (speculators ``Eagle3SpeculatorConfig``; vLLM ``algos.update_eagle3``).
+
+    Notation: H ``transformer_layer_config.hidden_size``, V its ``vocab_size`` (the verifier's),
+    Vd ``draft_vocab_size``, H_t ``target_hidden_size`` or H, n_aux the number of taps.
     """
-    tlc["num_aux_hidden_states"] = len(taps)
-    return {
-        "architectures": ["Eagle3DraftModel"],
-        "speculators_model_type": "eagle3",
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": speculators_block("eagle3", speculative_tokens, verifier),
-        "transformer_layer_config": tlc,
-        "draft_vocab_size": draft_vocab_size,
-        "norm_before_residual": norm_before_residual,
-        "target_hidden_size": target_hidden_size,
-        "eagle_aux_hidden_state_layer_ids": taps,
-        "norm_before_fc": norm_before_fc,
-        "fc_norm": fc_norm,
-        "norm_output": norm_output,
-        "tie_word_embeddings": False,
-        "dtype": dtype,
-    }
+
+    name: ClassVar[str] = "eagle3"
+    architecture: ClassVar[str] = "Eagle3DraftModel"
+    schema_description: ClassVar[str] = (
+        "EAGLE-3 (Li et al. 2025, arXiv:2503.01840; SafeAILab/EAGLE eagle/model/cnets.py). Fields read by vLLM's algos.update_eagle3.")
+    forbidden: ClassVar[Forbidden | None] = Forbidden(
+        ("model_type",), "vLLM routes to the speculators loader only without a top-level model_type.")
+
+    transformer_layer_config: Eagle3LayerConfig
+    draft_vocab_size: PositiveInt = Field(description="Vd: rows of lm_head.")
+    norm_before_residual: bool = Field(description=(
+        "false: the residual is taken before hidden_norm (EAGLE-3 reference). vLLM assumes true when the key is missing, so it is always written."))
+    target_hidden_size: Nullable[PositiveInt] = Field(description="H_t, the verifier's hidden size, when it differs from the draft's H; else null.")
+    eagle_aux_hidden_state_layer_ids: Annotated[list[LayerId], Schema({"uniqueItems": True})] = Field(min_length=1, description=(
+        "Tap layers: id j is the residual stream entering verifier layer j (HF hidden_states[j]). Ascending, distinct."))
+    norm_before_fc: bool = Field(False, description="One RMSNorm over the concatenated n_aux·H_t taps before fc (input_norm.weight; gpt-oss style).")
+    fc_norm: bool = Field(False, description="One RMSNorm per tap before fc (fc_norm.{k}.weight); not together with norm_before_fc.")
+    norm_output: bool = Field(False, description="EAGLE-3.1: the normed output is fed back to the next drafting step instead of the pre-norm one.")
+
+    @property
+    def hidden_size(self) -> int:
+        """H."""
+        return self.transformer_layer_config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the verifier's vocabulary."""
+        return self.transformer_layer_config.vocab_size
+
+    @property
+    def verifier_hidden_size(self) -> int:
+        """H_t: ``target_hidden_size``, else H."""
+        return self.target_hidden_size or self.hidden_size
+
+    @property
+    def taps(self) -> list[int]:
+        return list(self.eagle_aux_hidden_state_layer_ids)
+
+    @classmethod
+    def build(cls, verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, speculative_tokens: int, draft_vocab_size: int,
+              taps: list[int], norm_before_residual: bool = False, target_hidden_size: int | None = None, norm_before_fc: bool = False,
+              fc_norm: bool = False, norm_output: bool = False, dtype: str, **more: Any) -> Eagle3Config:
+        """A new config (without provenance), as converters and the trainer write it; ``more``: a
+        variant's own fields, written after EAGLE-3's.
+
+        ``transformer_layer_config.num_aux_hidden_states`` is set to the number of taps: vLLM
+        sizes ``fc`` from it, else assumes 3 (``llama_eagle3.py``, vLLM 0.32).
+
+        Raises:
+            pydantic.ValidationError: a value of the wrong type (a specfmt bug).
+        """
+        layer = {**(tlc.dump() if isinstance(tlc, ConfigModel) else tlc), "num_aux_hidden_states": len(taps)}
+        return cls(architectures=[cls.architecture], **cls.head(verifier, speculative_tokens), transformer_layer_config=layer,
+                   draft_vocab_size=draft_vocab_size, norm_before_residual=norm_before_residual, target_hidden_size=target_hidden_size,
+                   eagle_aux_hidden_state_layer_ids=list(taps), norm_before_fc=norm_before_fc, fc_norm=fc_norm, norm_output=norm_output,
+                   **more, tie_word_embeddings=False, dtype=dtype)
+
+    def violations(self) -> list[tuple[str, str]]:
+        """Beyond the shared rules: Vd <= V; taps ascending; ``num_aux_hidden_states`` = the number of
+        taps (when missing, vLLM assumes 3); not both ``fc_norm`` and ``norm_before_fc``."""
+        out = super().violations()
+        tlc, ids = self.transformer_layer_config, self.eagle_aux_hidden_state_layer_ids
+        if self.draft_vocab_size > tlc.vocab_size:
+            out.append(("$.draft_vocab_size", f"{self.draft_vocab_size} is larger than the verifier vocabulary transformer_layer_config.vocab_size={tlc.vocab_size}"))
+        if list(ids) != sorted(ids):
+            out.append(("$.eagle_aux_hidden_state_layer_ids", f"{ids} is not ascending; vLLM concatenates the taps in ascending layer order"))
+        n_aux = tlc.num_aux_hidden_states
+        if n_aux is not None and n_aux != len(ids):
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"{n_aux} differs from the {len(ids)} tap layers"))
+        if n_aux is None and len(ids) != 3:
+            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"missing with {len(ids)} tap layers; vLLM then sizes fc for 3"))
+        if self.norm_before_fc and self.fc_norm:
+            out.append(("$.fc_norm", "fc_norm and norm_before_fc cannot both be true"))
+        return out + self.window_violations()
+
+    def window_violations(self) -> list[tuple[str, str]]:
+        """``layer_types``, when given, names ``full_attention`` or ``sliding_attention`` for each of the
+        draft's layers, and sliding layers come with ``sliding_window`` (a positive int, in tokens): the
+        rule the converters apply (:func:`specfmt.algorithms.layers.window_fields`), for a config read
+        as it is."""
+        tlc = self.transformer_layer_config
+        types, n = tlc.layer_types, tlc.num_hidden_layers
+        if types is None:
+            return []
+        if not (isinstance(types, list) and len(types) == n and all(t in ("full_attention", "sliding_attention") for t in types)):
+            return [("$.transformer_layer_config.layer_types", f"must name full_attention or sliding_attention for each of the {n} layer(s)")]
+        if "sliding_attention" in types and not (type(tlc.sliding_window) is int and tlc.sliding_window > 0):
+            return [("$.transformer_layer_config.sliding_window", f"{tlc.sliding_window!r}, but layer_types has sliding layers; "
+                     "give the window in tokens")]
+        return []
+
+
+def build_config(verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, speculative_tokens: int, draft_vocab_size: int,
+                 taps: list[int], norm_before_residual: bool = False, target_hidden_size: int | None = None, norm_before_fc: bool = False,
+                 fc_norm: bool = False, norm_output: bool = False, dtype: str) -> dict[str, Any]:
+    """An eagle3 config.json (without provenance), as converters and the trainer write it
+    (:meth:`Eagle3Config.build`, dumped)."""
+    return Eagle3Config.build(verifier, tlc, speculative_tokens=speculative_tokens, draft_vocab_size=draft_vocab_size, taps=taps,
+                              norm_before_residual=norm_before_residual, target_hidden_size=target_hidden_size, norm_before_fc=norm_before_fc,
+                              fc_norm=fc_norm, norm_output=norm_output, dtype=dtype).dump()
 
 
 def vocab_map_problems(d2t, t2d, vocab_size: int, draft_vocab_size: int) -> list[str]:
@@ -435,7 +527,8 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
 
 @register
 class Eagle3(Algorithm):
-    name = "eagle3"
+    config = Eagle3Config
+    name = Eagle3Config.name
     title = "EAGLE-3"
     vllm_method = "eagle3"
     train_summary = "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier."
@@ -447,31 +540,6 @@ class Eagle3(Algorithm):
     fillable = frozenset({"d2t", "t2d"})
 
     # -- format ------------------------------------------------------------------------------
-
-    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-        out = []
-        tlc = cfg["transformer_layer_config"]
-        if cfg["draft_vocab_size"] > tlc["vocab_size"]:
-            out.append(("$.draft_vocab_size", f"{cfg['draft_vocab_size']} is larger than the verifier vocabulary transformer_layer_config.vocab_size={tlc['vocab_size']}"))
-        ids = cfg["eagle_aux_hidden_state_layer_ids"]
-        if list(ids) != sorted(ids):
-            out.append(("$.eagle_aux_hidden_state_layer_ids", f"{ids} is not ascending; vLLM concatenates the taps in ascending layer order"))
-        n_aux = tlc.get("num_aux_hidden_states")
-        if n_aux is not None and n_aux != len(ids):
-            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"{n_aux} differs from the {len(ids)} tap layers"))
-        if n_aux is None and len(ids) != 3:
-            out.append(("$.transformer_layer_config.num_aux_hidden_states", f"missing with {len(ids)} tap layers; vLLM then sizes fc for 3"))
-        if cfg.get("norm_before_fc") and cfg.get("fc_norm"):
-            out.append(("$.fc_norm", "fc_norm and norm_before_fc cannot both be true"))
-        types = tlc.get("layer_types")  # the rule the converters apply (layers.window_fields), for a config read as it is
-        if types is not None:
-            n = tlc["num_hidden_layers"]
-            if not (isinstance(types, list) and len(types) == n and all(t in ("full_attention", "sliding_attention") for t in types)):
-                out.append(("$.transformer_layer_config.layer_types", f"must name full_attention or sliding_attention for each of the {n} layer(s)"))
-            elif "sliding_attention" in types and not (type(tlc.get("sliding_window")) is int and tlc["sliding_window"] > 0):
-                out.append(("$.transformer_layer_config.sliding_window", f"{tlc.get('sliding_window')!r}, but layer_types has sliding layers; "
-                            "give the window in tokens"))
-        return out
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         """EAGLE-3 (tensor table: ``docs/design/research-formats.md`` §4.3; vLLM ``llama_eagle3.py``):
@@ -492,14 +560,11 @@ class Eagle3(Algorithm):
         ``fc_norm.{k}.weight``         [H_t]                  ``fc_norm``
         ============================== ====================== =====================================
         """
-        tlc = cfg["transformer_layer_config"]
-        H = tlc["hidden_size"]
-        V = tlc["vocab_size"]
-        Vd = cfg["draft_vocab_size"]
-        Ht = cfg.get("target_hidden_size") or H
-        n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
+        c = Eagle3Config.of(cfg)
+        tlc = c.transformer_layer_config
+        H, V, Vd, Ht, n_aux = c.hidden_size, c.vocab_size, c.draft_vocab_size, c.verifier_hidden_size, len(c.taps)
         specs: dict[str, TensorSpec] = {"fc.weight": TensorSpec((H, n_aux * Ht))}
-        for i in range(tlc["num_hidden_layers"]):
+        for i in range(tlc.num_hidden_layers):
             specs.update(layers.layer_specs(f"layers.{i}", tlc, 2 * H if i == 0 else H, hidden_norm=i == 0))
         specs["norm.weight"] = TensorSpec((H,))
         specs["lm_head.weight"] = TensorSpec((Vd, H))
@@ -510,9 +575,9 @@ class Eagle3(Algorithm):
         specs["embed_tokens.weight"] = TensorSpec(
             (V, H), required=Ht != H, why="H_t != H: the verifier's embedding has the wrong width for the draft"
         )
-        if cfg.get("norm_before_fc"):
+        if c.norm_before_fc:
             specs["input_norm.weight"] = TensorSpec((n_aux * Ht,))
-        if cfg.get("fc_norm"):
+        if c.fc_norm:
             for k in range(n_aux):
                 specs[f"fc_norm.{k}.weight"] = TensorSpec((Ht,))
         return specs
@@ -532,7 +597,7 @@ class Eagle3(Algorithm):
                             dtype=shape.dtype)
 
     def verifier_hidden_size(self, cfg: dict[str, Any]) -> int:
-        return cfg.get("target_hidden_size") or cfg["transformer_layer_config"]["hidden_size"]
+        return Eagle3Config.of(cfg).verifier_hidden_size
 
     # -- static validation ---------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checkpoint.dtypes import DTYPE_NAMES
 from ..errors import InputError
+from ..format.config import DecoderConfig
 from ..format.tensors import TensorSpec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,7 +78,7 @@ def head_dim(tlc: dict[str, Any]) -> int:
     return tlc.get("head_dim") or tlc["hidden_size"] // tlc["num_attention_heads"]
 
 
-def layer_specs(prefix: str, tlc: dict[str, Any], in_width: int, *, input_norm: bool = True, hidden_norm: bool = False) -> dict[str, TensorSpec]:
+def layer_specs(prefix: str, tlc: DecoderConfig, in_width: int, *, input_norm: bool = True, hidden_norm: bool = False) -> dict[str, TensorSpec]:
     """The tensors of one decoder layer named ``prefix`` (e.g. ``layers.0``).
 
     ============================================= ============== =====================================
@@ -96,11 +97,11 @@ def layer_specs(prefix: str, tlc: dict[str, Any], in_width: int, *, input_norm: 
     ``self_attn.{q,k}_norm.weight``               [d]            Qwen3 family
     ============================================= ============== =====================================
     """
-    H = tlc["hidden_size"]
-    I = tlc["intermediate_size"]  # noqa: E741
-    nH = tlc["num_attention_heads"]
-    nKV = tlc["num_key_value_heads"]
-    d = head_dim(tlc)
+    H = tlc.hidden_size
+    I = tlc.intermediate_size  # noqa: E741
+    nH = tlc.num_attention_heads
+    nKV = tlc.num_key_value_heads
+    d = tlc.head_width
     specs = {
         f"{prefix}.self_attn.q_proj.weight": TensorSpec((nH * d, in_width)),
         f"{prefix}.self_attn.k_proj.weight": TensorSpec((nKV * d, in_width)),
@@ -115,15 +116,15 @@ def layer_specs(prefix: str, tlc: dict[str, Any], in_width: int, *, input_norm: 
         specs[f"{prefix}.input_layernorm.weight"] = TensorSpec((H,))
     if hidden_norm:
         specs[f"{prefix}.hidden_norm.weight"] = TensorSpec((H,))
-    if tlc.get("attention_bias"):
+    if tlc.attention_bias:
         for p, n in (("q", nH), ("k", nKV), ("v", nKV)):
             specs[f"{prefix}.self_attn.{p}_proj.bias"] = TensorSpec((n * d,))
         specs[f"{prefix}.self_attn.o_proj.bias"] = TensorSpec((H,))
-    if tlc.get("mlp_bias"):
+    if tlc.mlp_bias:
         specs[f"{prefix}.mlp.gate_proj.bias"] = TensorSpec((I,))
         specs[f"{prefix}.mlp.up_proj.bias"] = TensorSpec((I,))
         specs[f"{prefix}.mlp.down_proj.bias"] = TensorSpec((H,))
-    if family_of(tlc).qk_norm:
+    if FAMILIES.get(tlc.model_type, FAMILIES["llama"]).qk_norm:
         specs[f"{prefix}.self_attn.q_norm.weight"] = TensorSpec((d,))
         specs[f"{prefix}.self_attn.k_norm.weight"] = TensorSpec((d,))
     return specs
@@ -143,7 +144,7 @@ def positive_int(cfg: dict[str, Any], key: str, default: int | None = None) -> i
     return val
 
 
-def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "VerifierInfo", out_code: str, n_layers: int) -> dict[str, Any]:
+def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "VerifierInfo", out_code: str, n_layers: int) -> DecoderConfig:
     """A draft decoder's config (``transformer_layer_config``) from the source's own fields.
 
     The family is ``cfg["model_type"]`` (llama when absent). Rope comes from the draft's
@@ -159,6 +160,10 @@ def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "Veri
         verifier: the verifier's fields (its context length).
         out_code: the safetensors dtype code written (``dtype``).
         n_layers: decoder layers.
+
+    Returns:
+        The typed config; :meth:`~specfmt.format.model.ConfigModel.dump` writes its keys in the
+        order above (family, sizes, rope, biases, dtype, then any rope scaling and window fields).
 
     Raises:
         ConversionError: a required field is missing or not a positive integer.
@@ -199,7 +204,7 @@ def decoder_config(cfg: dict[str, Any], H: int, nH: int, V: int, verifier: "Veri
     if isinstance(scaling, dict):
         tlc["rope_scaling"] = scaling
     _carry_windows(cfg, tlc, n_layers)
-    return tlc
+    return DecoderConfig.of(tlc)
 
 
 #: sliding-window fields a draft's layers may carry (speculators' trainer writes them; vLLM reads ``layer_types`` and ``sliding_window``)

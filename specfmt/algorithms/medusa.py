@@ -15,16 +15,17 @@ holding "num" with "heads"/"layers" would be renamed onto ``num_heads`` /
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from packaging.specifiers import SpecifierSet
+from pydantic import Field
 
 from ..errors import InputError
-from ..format.config import speculative_tokens, speculators_block
+from ..format.config import SpeculatorConfig, register_config
+from ..format.model import ConfigModel, NonNegativeInt, PositiveInt, Unchecked
 from ..format.tensors import TensorSpec
-from ..format.versions import SPECULATORS_VERSION
 from . import layers
-from .base import Algorithm, NewDraft, Proposer, Variant, native_config_violations, register
+from .base import Algorithm, NewDraft, Proposer, Variant, register
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -33,31 +34,79 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..sources.verifier import Verifier, VerifierInfo
 
 
+class MedusaHeads(ConfigModel):
+    """The Medusa head structure: vLLM's native ``MedusaConfig`` fields (``configs/medusa.py``)."""
+
+    schema_name: ClassVar[str] = "medusa_heads"
+    schema_description: ClassVar[str] = "The Medusa head structure, repeated from the top level (vLLM requires a transformer_layer_config key)."
+
+    model_type: Literal["medusa"]
+    hidden_size: PositiveInt = Field(description="H, the verifier's hidden size (vLLM's default 4096 is wrong for most verifiers).")
+    vocab_size: PositiveInt = Field(description="V, the verifier's vocabulary.")
+    num_heads: PositiveInt = Field(description="K heads; head i proposes the token i+2 positions ahead.")
+    num_hidden_layers: NonNegativeInt = Field(description="residual blocks per head (L).")
+    medusa_fc_bias: Unchecked[bool] = None
+    original_lm_head: Unchecked[bool] = None
+
+
+@register_config
+class MedusaConfig(SpeculatorConfig, MedusaHeads):
+    """A medusa ``config.json``: vLLM's native Medusa config at the top level, which is what vLLM 0.32
+    reads (``num_heads`` = k, one head per speculative token), the speculators block beside it, and
+    ``transformer_layer_config`` repeating the head structure."""
+
+    name: ClassVar[str] = "medusa"
+    architecture: ClassVar[str] = "MedusaModel"
+    pin_architecture: ClassVar[bool] = True
+    native: ClassVar[bool] = True
+    schema_description: ClassVar[str] = (
+        "Medusa heads (Cai et al. 2024, arXiv:2401.10774; FasterDecoding/Medusa medusa/model/medusa_model.py). Served by vLLM's Medusa model "
+        "(vllm/model_executor/models/medusa.py) with method medusa: head i is num_hidden_layers residual blocks x + SiLU(W x + b) and an "
+        "lm_head [V, H]; vLLM builds speculative_tokens heads.")
+
+    transformer_layer_config: MedusaHeads
+    medusa_fc_bias: bool = Field(description="the residual blocks' Linear has a bias (vLLM default false drops it silently).")
+    original_lm_head: bool = Field(description="true: one lm_head.weight shared by all heads (Medusa-2 'version 2' heads).")
+    truncated_vocab_size: PositiveInt = Field(description="equal to vocab_size: specfmt writes no token_map.")
+
+    @classmethod
+    def build(cls, verifier: "VerifierInfo", *, hidden_size: int, vocab_size: int, heads: int, layers_per_head: int, fc_bias: bool,
+              original_lm_head: bool, dtype: str, speculative_tokens: int | None = None) -> MedusaConfig:
+        """A new config (without provenance): the head structure at the top level, ``truncated_vocab_size``
+        (= V: no token_map), the speculators block (k = ``speculative_tokens``, else one per head), the
+        head structure again as ``transformer_layer_config``, and ``medusa_fc_bias`` set whenever the
+        blocks have biases (vLLM's default false drops them).
+
+        Raises:
+            pydantic.ValidationError: a value of the wrong type (a specfmt bug).
+        """
+        heads_cfg = MedusaHeads(model_type="medusa", hidden_size=hidden_size, vocab_size=vocab_size, num_heads=heads,
+                                num_hidden_layers=layers_per_head, medusa_fc_bias=fc_bias, original_lm_head=original_lm_head)
+        return cls(architectures=[cls.architecture], **heads_cfg.dump(), truncated_vocab_size=vocab_size,
+                   **cls.head(verifier, heads if speculative_tokens is None else speculative_tokens), transformer_layer_config=heads_cfg,
+                   tie_word_embeddings=False, dtype=dtype)
+
+    def violations(self) -> list[tuple[str, str]]:
+        """Beyond the shared rules: k = K (vLLM builds one head per speculative token), no truncated
+        vocabulary, and no other key vLLM's ``MedusaConfig.from_pretrained`` would rename onto
+        ``num_heads`` / ``num_hidden_layers`` (any key holding "num" and "heads"/"layers", vLLM 0.32)."""
+        out = super().violations()
+        k = self.speculative_tokens
+        if k != self.num_heads:
+            out.append(("$.speculators_config.proposal_methods[0].speculative_tokens", f"{k} differs from num_heads={self.num_heads}; vLLM builds one head per speculative token"))
+        if self.truncated_vocab_size != self.vocab_size:
+            out.append(("$.truncated_vocab_size", f"{self.truncated_vocab_size} differs from vocab_size={self.vocab_size}; specfmt writes no token_map"))
+        for key in self.keys():
+            if "num" in key and ("heads" in key or "layers" in key) and key not in ("num_heads", "num_hidden_layers"):
+                out.append((f"$.{key}", "vLLM's MedusaConfig renames this key onto num_heads/num_hidden_layers; remove it"))
+        return out
+
+
 def build_config(verifier: "VerifierInfo", *, hidden_size: int, vocab_size: int, heads: int, layers_per_head: int, fc_bias: bool,
                  original_lm_head: bool, dtype: str) -> dict[str, Any]:
-    """A medusa config.json (without provenance): vLLM's native Medusa config at the top level
-    (``num_heads`` = k, one head per speculative token), the speculators block beside it, and
-    ``medusa_fc_bias`` set whenever the blocks have biases (vLLM's default false drops them)."""
-    native = {
-        "model_type": "medusa",
-        "hidden_size": hidden_size,
-        "vocab_size": vocab_size,
-        "num_heads": heads,
-        "num_hidden_layers": layers_per_head,
-        "medusa_fc_bias": fc_bias,
-        "original_lm_head": original_lm_head,
-    }
-    return {
-        "architectures": ["MedusaModel"],
-        **native,
-        "truncated_vocab_size": vocab_size,
-        "speculators_model_type": "medusa",
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": speculators_block("medusa", heads, verifier),
-        "transformer_layer_config": dict(native),
-        "tie_word_embeddings": False,
-        "dtype": dtype,
-    }
+    """A medusa config.json (without provenance): :meth:`MedusaConfig.build`, dumped."""
+    return MedusaConfig.build(verifier, hidden_size=hidden_size, vocab_size=vocab_size, heads=heads, layers_per_head=layers_per_head,
+                              fc_bias=fc_bias, original_lm_head=original_lm_head, dtype=dtype).dump()
 
 
 def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> "Proposer":
@@ -222,7 +271,8 @@ def add_heads(draft: "Draft", verifier: "Verifier", heads: int | None = None) ->
 
 @register
 class Medusa(Algorithm):
-    name = "medusa"
+    config = MedusaConfig
+    name = MedusaConfig.name
     title = "Medusa"
     vllm_method = "medusa"
     train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
@@ -239,19 +289,6 @@ class Medusa(Algorithm):
                 "pin it (pip install 'vllm<0.33'), or train an EAGLE-3 draft for the same verifier with `specfmt train eagle3`, "
                 "which every vLLM release serves")
 
-    def config_violations(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-        out = native_config_violations(cfg)
-        k = speculative_tokens(cfg)
-        if k != cfg["num_heads"]:
-            out.append(("$.speculators_config.proposal_methods[0].speculative_tokens", f"{k} differs from num_heads={cfg['num_heads']}; vLLM builds one head per speculative token"))
-        if cfg["truncated_vocab_size"] != cfg["vocab_size"]:
-            out.append(("$.truncated_vocab_size", f"{cfg['truncated_vocab_size']} differs from vocab_size={cfg['vocab_size']}; specfmt writes no token_map"))
-        for key in cfg:
-            # MedusaConfig.from_pretrained renames any key holding "num" and "heads"/"layers" (vLLM 0.32)
-            if "num" in key and ("heads" in key or "layers" in key) and key not in ("num_heads", "num_hidden_layers"):
-                out.append((f"$.{key}", "vLLM's MedusaConfig renames this key onto num_heads/num_hidden_layers; remove it"))
-        return out
-
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         """Medusa (``docs/design/research-formats.md`` §5.4; vLLM ``medusa.py``), K heads of L blocks:
 
@@ -264,16 +301,17 @@ class Medusa(Algorithm):
         ``lm_head.weight``               [V, H]    ``original_lm_head`` (one head shared by all)
         ================================ ========= ==========================================
         """
-        H, V, K, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_heads"], cfg["num_hidden_layers"]
+        c = MedusaConfig.of(cfg)
+        H, V, K, L = c.hidden_size, c.vocab_size, c.num_heads, c.num_hidden_layers
         specs: dict[str, TensorSpec] = {}
         for i in range(K):
             for j in range(L):
                 specs[f"blocks.{i}.layers.{j}.weight"] = TensorSpec((H, H))
-                if cfg["medusa_fc_bias"]:
+                if c.medusa_fc_bias:
                     specs[f"blocks.{i}.layers.{j}.bias"] = TensorSpec((H,))
-            if not cfg["original_lm_head"]:
+            if not c.original_lm_head:
                 specs[f"lm_heads.{i}.weight"] = TensorSpec((V, H))
-        if cfg["original_lm_head"]:
+        if c.original_lm_head:
             specs["lm_head.weight"] = TensorSpec((V, H), why="original_lm_head: the one head all Medusa heads share")
         return specs
 
@@ -285,10 +323,8 @@ class Medusa(Algorithm):
         if k > shape.heads:
             raise InputError(f"--speculative-tokens {k} is more than the {shape.heads} Medusa heads")
         info = verifier.info
-        cfg = build_config(info, hidden_size=info.hidden_size, vocab_size=info.vocab_size, heads=shape.heads, layers_per_head=shape.head_layers,
-                           fc_bias=True, original_lm_head=False, dtype=shape.dtype)
-        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = k
-        return cfg
+        return MedusaConfig.build(info, hidden_size=info.hidden_size, vocab_size=info.vocab_size, heads=shape.heads, layers_per_head=shape.head_layers,
+                                  fc_bias=True, original_lm_head=False, dtype=shape.dtype, speculative_tokens=k).dump()
 
     def speculative_token_limit(self, cfg: dict[str, Any]) -> tuple[int, str] | None:
         return cfg["num_heads"], "heads"

@@ -4,9 +4,67 @@ to every source tensor (vLLM ignores the block; ``specfmt push`` turns it into t
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import Field
 
 from .. import FORMAT_VERSION, __version__
+from .model import ConfigModel, Def, Nullable, Schema
+
+#: a sha256 digest, lowercase hex
+Sha256 = Annotated[str, Schema({"pattern": "^[0-9a-f]{64}$"}), Def("sha256")]
+#: an ISO 8601 UTC time (:func:`utc_now`)
+DateTime = Annotated[str, Schema({"format": "date-time"})]
+
+
+class ProvenanceSource(ConfigModel):
+    """``specfmt.source``: what was read."""
+
+    schema_name: ClassVar[str] = "provenance_source"
+
+    format: str
+    layout: str
+    name_or_path: str = None
+    revision: Nullable[str] = None
+    files: dict[str, Sha256] = Field(description="sha256 of every source file read, by file name.")
+
+
+class ProvenanceTensors(ConfigModel):
+    """``specfmt.tensors``: what happened to every source tensor."""
+
+    schema_name: ClassVar[str] = "provenance_tensors"
+
+    renamed: dict[str, str] = None
+    kept: list[str] = None
+    dropped: dict[str, str] = None
+    folded: dict[str, str] = Field(None, description="source tensors whose values were moved exactly into other output tensors, with how")
+    derived: dict[str, str] = Field(None, description="output tensors computed (not copied) from source or verifier tensors, with how")
+
+
+class Upgrade(ConfigModel):
+    """One entry of ``specfmt.upgrades`` (:func:`carry_provenance`)."""
+
+    specfmt_version: str
+    created: DateTime
+    source: ProvenanceSource
+    tensors: ProvenanceTensors = None
+    changes: list[str] = Field(description="what the upgrade changed in config.json, one JSON path per line (specfmt upgrade prints them)")
+
+
+class Provenance(ConfigModel):
+    """The ``specfmt`` block. Unknown keys are allowed (``specfmt train`` adds ``train``)."""
+
+    schema_name: ClassVar[str] = "provenance"
+    schema_description: ClassVar[str] = "Where the checkpoint came from. vLLM ignores this block."
+
+    format_version: Literal[1]
+    specfmt_version: str
+    created: DateTime
+    source: ProvenanceSource
+    tensors: ProvenanceTensors = Field(None, description="What happened to every source tensor.")
+    upgrades: list[Upgrade] = Field(None, description=(
+        "Later rewrites by specfmt upgrade (convert --from speculators) that changed something, oldest first; source, tensors, created "
+        "and specfmt_version above keep describing the first conversion. An upgrade that changes nothing leaves the block as it was."))
 
 
 def utc_now() -> str:
@@ -37,19 +95,13 @@ def provenance_block(
         derived: output tensors computed rather than copied, with how.
         created: ISO 8601 UTC time.
     """
-    return {
-        "format_version": FORMAT_VERSION,
-        "specfmt_version": __version__,
-        "created": created,
-        "source": {
-            "format": source_format,
-            "layout": layout,
-            "name_or_path": name_or_path,
-            "revision": revision,
-            "files": dict(sorted(files.items())),
-        },
-        "tensors": {"renamed": renamed, "kept": kept, "dropped": dropped, "folded": dict(folded or {}), "derived": dict(derived or {})},
-    }
+    return Provenance(
+        format_version=FORMAT_VERSION,
+        specfmt_version=__version__,
+        created=created,
+        source=ProvenanceSource(format=source_format, layout=layout, name_or_path=name_or_path, revision=revision, files=dict(sorted(files.items()))),
+        tensors=ProvenanceTensors(renamed=renamed, kept=kept, dropped=dropped, folded=dict(folded or {}), derived=dict(derived or {})),
+    ).dump()
 
 
 def provenance_violations(block: Any) -> list[tuple[str, str]]:

@@ -1,9 +1,11 @@
-"""The v1 JSON Schema.
+"""The v1 JSON Schema, read back to validate.
 
-The schema (``schemas/config-v1.schema.json``, draft 2020-12, shipped as ``specfmt.schemas``)
-has one branch per algorithm; the rules that compare fields with each other live with each
-algorithm (:meth:`specfmt.algorithms.base.Algorithm.config_violations`) and run, once the
-schema holds, in :func:`specfmt.algorithms.schema_violations`.
+The schema (``schemas/config-v1.schema.json``, draft 2020-12, shipped as ``specfmt.schemas``) is
+generated from the typed configs (:mod:`specfmt.format.schema_gen`) and committed. Validation
+reads the committed file with jsonschema (:func:`json_schema_violations`); the rules that compare
+fields with each other live with each config class
+(:meth:`~specfmt.format.config.SpeculatorConfig.violations`) and run, once the schema holds, in
+:func:`specfmt.algorithms.schema_violations`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from typing import Any
 
 from ..errors import Finding
 from . import SCHEMA_FILE
-
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict[str, Any]:
