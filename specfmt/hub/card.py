@@ -94,7 +94,7 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
     rows = [("algorithm", f"{name} (`speculators_model_type: {algo}`)"),
             ("verifier", f"{_place(verifier)} ({', '.join(spec['verifier'].get('architectures') or [])})"),
             ("speculative tokens", f"{k} per step ({spec['proposal_methods'][0]['proposal_type']} proposals)")]
-    rows += algorithm.card_rows(cfg) if algorithm else []
+    rows += algorithm.card.card_rows(cfg) if algorithm and algorithm.card else []  # the algorithm's card part, when it has one
     rows += [("parameters", f"{_count(n_params)} ({dtypes})"),
              ("weights", ", ".join(f"`{name}` ({_size(size)})" for name, size in weights))]
     lines = [f"# {repo_id.split('/')[1]}", "",

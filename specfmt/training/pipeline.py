@@ -142,6 +142,22 @@ def state_dir(out: str | Path) -> Path:
     return p.parent / f"{p.name}.train-state"
 
 
+#: the options the provenance block records besides the shared ones, with their values for an algorithm without
+#: them: format v1 records ``ttt_steps`` and ``noise`` for every draft (read by no one; kept so that a draft's
+#: ``config.json`` is byte-identical to what specfmt wrote before each algorithm declared its own options)
+_RECORDED_OPTIONS: dict[str, Any] = {"ttt_steps": 3, "noise": 0.0}
+
+
+def _options_record(opts: "TrainOptions", options: AlgorithmOptions) -> dict[str, Any]:
+    """``specfmt.train.options`` of a trained draft's provenance: the shared options in their order, with
+    :data:`_RECORDED_OPTIONS` after ``warmup`` (the algorithm's own value of each when it declares one)."""
+    shared = vars(opts)
+    keys = list(shared)
+    at = keys.index("warmup") + 1
+    extra = {k: getattr(options, k, default) for k, default in _RECORDED_OPTIONS.items()}
+    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}}
+
+
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -472,7 +488,7 @@ def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], optio
         "filled": result.filled,
         "trained": result.trained,
         "steps": stats.steps + stats.resumed_from if stats else 0,
-        "options": {**vars(opts), **options.given()} if training else None,
+        "options": _options_record(opts, options) if training else None,
         "data": docs.files if docs else {},
         "tokens": stats.tokens if stats else 0,
         "seconds": round(stats.seconds, 1) if stats else 0,
