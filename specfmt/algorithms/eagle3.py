@@ -254,7 +254,7 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         ttt_steps: drafting steps to unroll (the k the draft will serve with).
         normaliser: ``counts -> divisors`` ([ttt_steps] float64, this batch's counted positions per step -> what
             each step's sum is divided by), so that several processes average to the mean over all their
-            positions (:meth:`specfmt.algorithms.base.Algorithm.loss`); None: the counts (at least 1).
+            positions (:meth:`specfmt.algorithms.base.Training.loss`); None: the counts (at least 1).
 
     Returns:
         ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of

@@ -4,7 +4,7 @@ what the draft is, how to serve it, how well it was measured to do and where it 
 Published speculators are hard to use when their Hub page is blank and the verifier is buried
 in config.json (speculators issue #1055). Built with huggingface_hub's ``ModelCard`` /
 ``ModelCardData``; what differs per algorithm comes from the algorithm
-(:meth:`specfmt.algorithms.base.Algorithm.card_rows`).
+(:meth:`specfmt.algorithms.base.Card.card_rows`).
 """
 
 from __future__ import annotations
