@@ -34,6 +34,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 WORLD = REPO / "examples" / "world"
 CASES = ["eagle3", "eagle", "medusa", "eagle3-cache-build", "eagle3-cache-read"]
+#: each algorithm's own options in the benchmark (``specfmt train ALGO --draft-vocab 1024`` / ``--heads 3``)
+OPTIONS = {"eagle3": {"draft_vocab": 1024}, "medusa": {"heads": 3}}
 
 
 def train_files() -> list[str]:
@@ -55,7 +57,7 @@ def child(case: str, steps: int, batch: int, seq_len: int, warmup: int, device: 
     stamps: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         req = TrainRequest(out=str(Path(tmp) / "out"), verifier=str(WORLD / "verifier"), algorithm=algo, data=train_files(),
-                           draft_vocab=1024 if algo == "eagle3" else None, heads=3 if algo == "medusa" else None, device=device,
+                           options=OPTIONS.get(algo), device=device,
                            cache=cache if "cache" in case else None, validate=False)
         t0 = time.perf_counter()
         res = train_draft(req, TrainOptions(steps=steps, batch_size=batch, seq_len=seq_len, lr=3e-3, save_every=0),

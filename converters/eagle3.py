@@ -18,11 +18,11 @@ from typing import Any
 from specfmt.algorithms.eagle3 import Eagle3Config, build_config, default_taps
 from specfmt.algorithms.layers import FAMILIES, decoder_config
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
-from specfmt.errors import ConversionError, InputError
+from specfmt.errors import ConversionError
 from specfmt.format.config import SpeculatorConfig
 from specfmt.format.model import field_kinds
 
-from .base import (BOOL, DECODER_FIELDS, INDEXES, KEEP, OBJECT, POSITIVE_INT, Case, Converter, Derived, Example, FieldReading, Layout, Options, Plan, Refusal, Rule, Seen, Source,
+from .base import (BOOL, DECODER_FIELDS, KEEP, OBJECT, Case, Converter, Derived, Example, FieldReading, Layout, Options, Plan, Refusal, Rule, Seen, Source,
                    check_rotary_caches, check_vocab, decide_float_dtype, decoder_layer_count, positive_int, read_fields, refuse, register)
 from .taps import SPECULATORS_TAPS as _SPECULATORS_TAPS
 from .taps import TAP_READINGS, describe_taps, read_taps  # noqa: F401  (TAP_READINGS, read_taps: the names this module gave them)

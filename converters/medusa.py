@@ -33,7 +33,7 @@ from specfmt.checkpoint.dtypes import DTYPE_NAMES, SOURCE_FLOATS
 from specfmt.errors import ConversionError, InputError
 from specfmt.format.model import field_kinds
 
-from .base import (BOOL, DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source,
+from .base import (DECODER_FIELDS, KEEP, NON_NEGATIVE_INT, POSITIVE_INT, STRING, Case, Converter, Derived, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source,
                    decide_float_dtype, refuse, register, short)
 
 #: optional prefix: the ModuleList attribute name when the whole model was saved

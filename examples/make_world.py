@@ -343,10 +343,10 @@ def train_draft(algorithm: str, out: Path, verifier_dir: Path, data: list[Path],
     from specfmt.training.loop import TrainOptions
     from specfmt.training.pipeline import TrainRequest, train_draft as run
 
-    opts = TrainOptions(steps=steps, batch_size=DRAFT_BATCH, seq_len=DRAFT_SEQ, lr=DRAFT_LR, seed=SEED + 3,
-                        save_every=0, ttt_steps=3, noise=kw.pop("noise", 0.0))
+    opts = TrainOptions(steps=steps, batch_size=DRAFT_BATCH, seq_len=DRAFT_SEQ, lr=DRAFT_LR, seed=SEED + 3, save_every=0)
+    # kw: the algorithm's own options (EAGLE-3 draft_vocab, EAGLE-1 noise, ...; ttt_steps keeps its default 3)
     req = TrainRequest(out=str(out), verifier=str(verifier_dir), algorithm=algorithm, data=[str(d) for d in data],
-                       device="cpu", validate=False, force=True, **kw)
+                       device="cpu", validate=False, force=True, options=kw)
 
     def log(step: int, loss: float, acc: list[float]) -> None:
         if (step + 1) % 100 == 0 or step == 0:

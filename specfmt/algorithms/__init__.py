@@ -4,8 +4,13 @@
 * :mod:`~specfmt.algorithms.eagle`: EAGLE-1/2 and HASS;
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
-* :mod:`~specfmt.algorithms.base`: the contract (:class:`~specfmt.algorithms.base.Algorithm`);
+* :mod:`~specfmt.algorithms.base`: the contract, split by concern (:class:`~specfmt.algorithms.base.Algorithm`
+  and the optional :class:`~specfmt.algorithms.base.Reference`, :class:`~specfmt.algorithms.base.Training`,
+  :class:`~specfmt.algorithms.base.Card`);
 * :mod:`~specfmt.algorithms.reference`: the base the reference proposers share;
+* :mod:`~specfmt.algorithms.nn_layers`, :mod:`~specfmt.algorithms.eagle3_nn`, :mod:`~specfmt.algorithms.eagle_nn`,
+  :mod:`~specfmt.algorithms.medusa_nn`: the drafts as ``torch.nn.Module`` classes (these modules import
+  torch; the others import it only where a draft runs);
 * :mod:`~specfmt.algorithms.inventory`: tensors against the table their config implies.
 
 A config is checked against the schema and its algorithm's rules here (:func:`schema_violations`,
@@ -21,7 +26,7 @@ from typing import Any
 from ..errors import ConfigSchemaError, Finding, InputError
 from ..format.schema import json_schema_findings
 from . import eagle3, eagle, medusa  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
-from .base import REGISTRY, Algorithm, NewDraft, Variant
+from .base import REGISTRY, Algorithm, AlgorithmOptions, Variant
 
 
 def get(name: str) -> Algorithm:
@@ -58,10 +63,19 @@ def names() -> list[str]:
 
 
 def trainable() -> list[Algorithm]:
-    """The algorithms ``specfmt train`` can train."""
-    return [a for a in REGISTRY.values() if a.train_summary]
+    """The algorithms ``specfmt train`` can train (those with a training part), in registration order."""
+    return [a for a in REGISTRY.values() if a.training is not None]
 
 
+def causes() -> dict[str, str]:
+    """Every misreading cause the registered algorithms declare (:attr:`~specfmt.algorithms.base.Reference.causes`),
+    with its one-line explanation, in registration order (a cause two algorithms share is listed once)."""
+    out: dict[str, str] = {}
+    for algo in REGISTRY.values():
+        if algo.reference is not None:
+            for cause, why in algo.reference.causes.items():
+                out.setdefault(cause, why)
+    return out
 
 
 def expected_tensors(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -127,4 +141,5 @@ def validate_config(config: Any, where: str) -> None:
         )
 
 
-__all__ = ["Algorithm", "NewDraft", "Variant", "expected_tensors", "find", "get", "names", "of", "schema_violations", "trainable", "validate_config"]
+__all__ = ["Algorithm", "AlgorithmOptions", "Variant", "causes", "expected_tensors", "find", "get", "names", "of", "schema_violations", "trainable",
+           "validate_config"]

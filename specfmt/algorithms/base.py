@@ -1,28 +1,35 @@
-"""What every algorithm module provides, and the registry that finds one by name.
+"""What every algorithm module provides, split by concern, and the registry that finds one by name.
 
 An algorithm (EAGLE-3, EAGLE-1/2, Medusa) is one module of this package, holding all that
 only it knows; the shared code looks it up by ``speculators_model_type`` and never branches
-on the name. The contract, :class:`Algorithm`:
+on the name. Its class composes the parts it has:
 
-* **format**: its typed config (:attr:`Algorithm.config`, a
-  :class:`~specfmt.format.config.SpeculatorConfig` subclass: fields, the builders its converters
-  call, cross-field rules, its schema branch), a new draft's config (:meth:`Algorithm.new_config`)
-  and its tensor table (:meth:`~Algorithm.expected_tensors`), shapes in H, H_t, V, Vd, K notation;
-* **validation**: its static checks (:meth:`~Algorithm.vocab_map_check`,
-  :meth:`~Algorithm.verifier_problems`, :meth:`~Algorithm.tensor_problems`), its reference
-  module and proposer (:meth:`~Algorithm.module`, :meth:`~Algorithm.proposer`) and the
-  plausible misreadings of a checkpoint (:meth:`~Algorithm.readings`);
-* **training**: its objective (:meth:`~Algorithm.loss`), a new draft's initialisation and the
-  fill-ins (:meth:`~Algorithm.new_draft`, ``fill_*``);
-* **publishing**: its model-card rows (:meth:`~Algorithm.card_rows`).
+* :class:`Algorithm`, required: what it is (names, how vLLM serves it) and its **format**: its
+  typed config (:attr:`Algorithm.config`, a :class:`~specfmt.format.config.SpeculatorConfig`
+  subclass: fields, the builders its converters call, cross-field rules, its schema branch), its
+  tensor table
+  (:meth:`~Algorithm.expected_tensors`, shapes in H, H_t, V, Vd, K notation) and the static checks
+  built on them (:meth:`~Algorithm.vocab_map_check`, :meth:`~Algorithm.verifier_problems`,
+  :meth:`~Algorithm.tensor_problems`);
+* :class:`Reference`: its reference module and proposer (:meth:`~Reference.module`,
+  :meth:`~Reference.proposer`), the plausible misreadings of a checkpoint (:meth:`~Reference.readings`)
+  and the causes they stand for (:attr:`~Reference.causes`);
+* :class:`Training`: its own ``specfmt train`` options (:attr:`~Training.train_options`, an
+  :class:`AlgorithmOptions` subclass), its objective (:meth:`~Training.loss`), a new draft's config
+  and initialisation (:meth:`~Training.new_config`, :meth:`~Training.new_draft`) and the fill-ins;
+* :class:`Card`: its rows of the model card (:meth:`~Card.card_rows`).
+
+Each part but the first is optional: shared code asks ``algo.training is None`` (or ``.reference``,
+``.card``) before using one. A variant is a subclass that states what differs, e.g.
+``class PEagle(Eagle3)`` with its own name, draft module class and options.
 
 A draft-layer family (llama, qwen3) is a parameter of an algorithm (:mod:`.layers`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
 
 from packaging.specifiers import SpecifierSet
 
@@ -43,8 +50,8 @@ class Variant:
     """One reading of a checkpoint: the config as written, or a plausible misreading of it.
 
     Attributes:
-        cause: None for the checkpoint as written; else the cause this misreading stands for
-            (``tap ids``, ``norm order``, ``vocab mapping``, ``q/k norms``).
+        cause: None for the checkpoint as written; else the cause this misreading stands for, one
+            of its algorithm's :attr:`Reference.causes` (``tap ids``, ``norm order``, ...).
         label: one line for the report (``taps + 1: [3, 5, 6]``).
         cfg: the config of this reading.
         extra: what else the algorithm's proposer needs to read it this way (e.g. how ``d2t`` maps,
@@ -61,39 +68,81 @@ class Variant:
 Proposer = Callable[[list[int], Any, int], list[int]]
 
 
+# --------------------------------------------------------------------------- options
+
+
+def option(default: Any, flag: str, help: str, *, new_only: bool = False, at_least: int | None = None) -> Any:
+    """A field of an :class:`AlgorithmOptions` subclass that ``specfmt train ALGORITHM`` offers as ``flag``.
+
+    Args:
+        default: the value when the option is not given.
+        flag: the command-line option (``--ttt-steps``); its type is the field's (``list[int]``: a
+            comma-separated list, ``bool``: a flag).
+        help: one line for ``--help``.
+        new_only: the option shapes a new draft; with ``--init`` (a draft that has its shape) it is refused.
+        at_least: the smallest value accepted (:meth:`AlgorithmOptions.problems`).
+    """
+    return field(default=default, metadata={"flag": flag, "help": help, "new_only": new_only, "at_least": at_least})
+
+
 @dataclass
-class NewDraft:
-    """The shape of a draft trained from scratch (``specfmt train ALGORITHM`` options).
+class AlgorithmOptions:
+    """An algorithm's own ``specfmt train`` options, as one typed object its training part receives.
+
+    Subclass it per algorithm and declare each option with :func:`option`; a variant's options subclass
+    its base algorithm's (``class PEagleOptions(Eagle3Options)``). The two fields here are no option of
+    an algorithm: they come from the shared ``--speculative-tokens`` and ``--dtype`` and shape every new
+    draft.
 
     Attributes:
-        draft_vocab: EAGLE-3 draft vocabulary Vd (None: the verifier's V).
-        taps: EAGLE-3 tap layer ids (None: the reference default).
-        layers: EAGLE decoder layers.
-        heads / head_layers: Medusa heads K and residual blocks per head L.
-        speculative_tokens: k (None: the algorithm's default).
-        dtype: the floating dtype the tensors will be saved in.
-        draft_layer: the decoder-layer family (``llama``, ``qwen3``).
+        speculative_tokens: k written into a new draft's config (None: the algorithm's default).
+        dtype: the floating dtype a new draft's tensors are saved in.
     """
 
-    draft_vocab: int | None = None
-    taps: list[int] | None = None
-    layers: int = 1
-    heads: int = 3
-    head_layers: int = 1
     speculative_tokens: int | None = None
     dtype: str = "float32"
-    draft_layer: str = "llama"
+
+    @classmethod
+    def declared(cls) -> list[Field]:
+        """The fields declared with :func:`option`, in declaration order (base class first)."""
+        return [f for f in fields(cls) if "flag" in f.metadata]
+
+    def given(self) -> dict[str, Any]:
+        """The declared options, by field name (what the provenance block and a resumed run record)."""
+        return {f.name: getattr(self, f.name) for f in self.declared()}
+
+    def problems(self, *, init: bool) -> list[str]:
+        """Values out of range, and options that shape a new draft given with ``--init``: one line each."""
+        out = [f"{f.metadata['flag']} must be at least {f.metadata['at_least']}" for f in self.declared()
+               if f.metadata["at_least"] is not None and getattr(self, f.name) is not None and getattr(self, f.name) < f.metadata["at_least"]]
+        shaping = [f.metadata["flag"] for f in self.declared() if f.metadata["new_only"] and getattr(self, f.name) != _default(f)]
+        if init and shaping:
+            out.append(f"{_series(shaping)} shape{'s' if len(shaping) == 1 else ''} a new draft; an --init draft keeps its own")
+        return out
+
+
+def _default(f: Field) -> Any:
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
+
+
+def _series(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+# --------------------------------------------------------------------------- the parts
 
 
 class Algorithm:
-    """Base class of an algorithm; subclasses live one per module and register an instance.
+    """Base class of an algorithm: what it is, and its format (the one part every algorithm has).
+
+    Subclasses live one per module, add the optional parts they have (:class:`Reference`,
+    :class:`Training`, :class:`Card`) and register an instance (:func:`register`).
 
     Attributes:
         config: the typed config class (:class:`~specfmt.format.config.SpeculatorConfig`).
         name: ``speculators_model_type`` (``config.name``).
         title: the name people use (``EAGLE-3``).
         vllm_method: vLLM's speculative method for it (what ``vllm serve OUT`` attaches).
-        train_summary: one line for ``specfmt train NAME --help``; empty when it cannot be trained.
     """
 
     #: the typed config (fields, defaults, cross-field rules, the schema branch); ``name`` is its name
@@ -101,19 +150,33 @@ class Algorithm:
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
     vllm_method: ClassVar[str] = ""
-    train_summary: ClassVar[str] = ""
     #: small integer tensors the writer keeps in memory to check them together (e.g. a vocabulary map)
     map_tensors: ClassVar[tuple[str, ...]] = ()
     #: vLLM parameter names that are not the file's names, e.g. ``draft_id_to_target_id`` -> ``d2t``
     vllm_aliases: ClassVar[dict[str, str]] = {}
     #: file tensors vLLM keeps no copy of, and why (``validate --run``'s ``vllm_weights`` check does not look for them)
     vllm_not_held: ClassVar[dict[str, str]] = {}
-    #: tensors a research checkpoint may lack because ``specfmt train fill`` computes them
-    fillable: ClassVar[frozenset[str]] = frozenset()
     #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
     vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()
     #: what other tools make of the output (the model card and ``docs/serving.md`` say it)
     interop_note: ClassVar[str] = ""
+
+    # -- the optional parts ----------------------------------------------------------------------
+
+    @property
+    def reference(self) -> "Reference | None":
+        """This algorithm's reference part (module, proposer, readings), or None when it has none."""
+        return self if isinstance(self, Reference) else None
+
+    @property
+    def training(self) -> "Training | None":
+        """This algorithm's training part, or None when ``specfmt train`` cannot train it."""
+        return self if isinstance(self, Training) else None
+
+    @property
+    def card(self) -> "Card | None":
+        """This algorithm's model-card part, or None when the card has no rows of its own."""
+        return self if isinstance(self, Card) else None
 
     def serving_note(self) -> str:
         """What to tell a user whose vLLM cannot serve this algorithm (empty when every release can)."""
@@ -129,17 +192,6 @@ class Algorithm:
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, "TensorSpec"]:
         """The tensors (names, shapes, kinds) a schema-valid config implies."""
         raise NotImplementedError
-
-    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
-        """The config of a new draft for ``verifier``, its decoder shaped like one verifier layer.
-
-        Raises:
-            InputError: an option does not fit the verifier or the algorithm.
-        """
-        raise InputError(f"{self.title} drafts cannot be built from scratch by this specfmt")
-
-    def default_speculative_tokens(self, shape: NewDraft) -> int:
-        return shape.speculative_tokens or 3
 
     def speculative_token_limit(self, cfg: dict[str, Any]) -> tuple[int, str] | None:
         """The most speculative tokens this draft can propose per step, with what limits it
@@ -165,7 +217,20 @@ class Algorithm:
         """Problems of the :attr:`map_tensors` written (numpy arrays or CPU tensors, by name)."""
         return []
 
-    # -- reference run ---------------------------------------------------------------------------
+
+class Reference:
+    """The reference part: the draft as a module, run as vLLM runs it, and its plausible misreadings.
+
+    Attributes:
+        causes: every cause this algorithm's :meth:`readings` name (:attr:`Variant.cause`), with its
+            one-line explanation: what ``validate --run`` says when a misreading beats the checkpoint.
+    """
+
+    causes: ClassVar[dict[str, str]] = {}
+
+    def module_class(self) -> type:
+        """The draft's ``torch.nn.Module`` class (imported on first use: importing specfmt never imports torch)."""
+        raise NotImplementedError
 
     def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None) -> Any:
         """The draft as a ``torch.nn.Module`` whose state-dict names are the specfmt tensor names
@@ -190,27 +255,126 @@ class Algorithm:
         """
         raise NotImplementedError
 
-    # -- training --------------------------------------------------------------------------------
+    def explain(self, cause: str) -> str:
+        """The one-line explanation of a cause of this algorithm's :meth:`readings`.
+
+        Raises:
+            KeyError: a cause the algorithm did not declare in :attr:`causes` (a bug of the algorithm module).
+        """
+        return self.causes[cause]
+
+
+class Training:
+    """The training part: ``specfmt train``'s options, objective, new drafts and fill-ins.
+
+    Attributes:
+        train_summary: one line for ``specfmt train NAME --help``.
+        train_options: the algorithm's own options (an :class:`AlgorithmOptions` subclass); the
+            command ``specfmt train NAME`` offers exactly its declared options beside the shared ones.
+        fillable: tensors a research checkpoint may lack because ``specfmt train fill`` computes them.
+    """
+
+    train_summary: ClassVar[str] = ""
+    train_options: ClassVar[type[AlgorithmOptions]] = AlgorithmOptions
+    fillable: ClassVar[frozenset[str]] = frozenset()
+    name: ClassVar[str]
+    title: ClassVar[str]
+
+    # -- options -----------------------------------------------------------------------------
+
+    def parse_options(self, given: "AlgorithmOptions | Mapping[str, Any] | None", *, init: bool) -> AlgorithmOptions:
+        """This algorithm's options from what a request gives, checked (:meth:`check_options`).
+
+        Args:
+            given: this algorithm's options object, or option values by field name (``{"heads": 5}``;
+                a value None of an option the algorithm lacks counts as not given), or None for the defaults.
+            init: the draft is read from ``--init`` (new-draft options are refused).
+
+        Raises:
+            InputError: an option another algorithm (or none) has, options of another algorithm's
+                type, or a value :meth:`check_options` refuses.
+        """
+        cls = self.train_options
+        if isinstance(given, AlgorithmOptions):
+            if type(given) is not cls:
+                raise InputError(f"{type(given).__name__} are not the options of {self.title} drafts ({cls.__name__})")
+            opts = given
+        else:
+            own = {f.name for f in cls.declared()}
+            values = {k: v for k, v in (given or {}).items() if k in own or v is not None}  # None: not given
+            for key in values:
+                if key not in own:
+                    raise InputError(_foreign(key, self.name))
+            opts = cls(**values)
+        self.check_options(opts, init=init)
+        return opts
+
+    def check_options(self, options: AlgorithmOptions, *, init: bool) -> None:
+        """Refuse values of the algorithm's options that cannot work, before anything is read.
+
+        Raises:
+            InputError: naming the option (:meth:`AlgorithmOptions.problems`, or the algorithm's own rules).
+        """
+        problems = options.problems(init=init)
+        if problems:
+            raise InputError(problems[0])
+
+    def new_shape(self, options: AlgorithmOptions) -> AlgorithmOptions:
+        """The options a new draft is built from, with the algorithm's defaults filled in."""
+        return options
+
+    def check_draft(self, draft: "Draft", options: AlgorithmOptions, init: str) -> None:
+        """Hold an ``--init`` draft (named ``init``) to what the options say it must be.
+
+        Raises:
+            InputError: the draft is not what an option names.
+        """
+        return None
+
+    # -- a new draft -------------------------------------------------------------------------
+
+    def new_config(self, verifier: "Verifier", shape: AlgorithmOptions) -> dict[str, Any]:
+        """The config of a new draft for ``verifier``, its decoder shaped like one verifier layer.
+
+        Raises:
+            InputError: an option does not fit the verifier or the algorithm.
+        """
+        raise InputError(f"{self.title} drafts cannot be built from scratch by this specfmt")
+
+    def default_speculative_tokens(self, shape: AlgorithmOptions) -> int:
+        return shape.speculative_tokens or 3
+
+    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None) -> tuple[dict[str, "torch.Tensor"], dict[str, str]]:
+        """The tensors of a new draft, initialised as the reference trainers do, and ``{tensor: how}``
+        for those filled from the verifier or the data.
+
+        Raises:
+            InputError: the initialisation needs data (``docs``) that was not given.
+        """
+        raise NotImplementedError
+
+    # -- the objective -----------------------------------------------------------------------
 
     def feature_taps(self, cfg: dict[str, Any]) -> list[int]:
         """Verifier layers whose input states the draft reads (EAGLE-3 taps); empty: the last hidden state only."""
         return []
 
-    def train_positions(self, module: Any, ttt_steps: int) -> int:
+    def train_positions(self, module: Any, options: AlgorithmOptions) -> int:
         """How many draft positions the training figures report per step."""
         return 1
 
-    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: AlgorithmOptions,
              generator: Any, subset: list[int] | None, normaliser: Any = None) -> tuple[Any, list[int], list[int]]:
         """The training loss of one batch: ``(loss, correct per position, counted per position)``.
 
         Args:
-            module: the draft (:meth:`module`, train mode).
+            module: the draft (:meth:`Reference.module`, train mode).
             embed: [V, H] the frozen embedding the draft reads; head: the verifier's ``lm_head``.
             ids: [B, T] token ids; aux: [B, T, n_aux·H_t] tap states or None; last: [B, T, H_t]
                 the verifier's last hidden state (after its final norm).
-            ttt_steps, noise, generator: options of the objectives that use them.
-            subset: the parts to train (Medusa heads), None for all.
+            options: the algorithm's own options (:attr:`train_options`).
+            generator: the step's random generator (seeded per step), for objectives that draw noise.
+            subset: the parts to train (:meth:`heads_trained`), None for all.
             normaliser: for an objective that averages over a number of counted positions that differs
                 between processes (EAGLE-3's positions masked by the draft vocabulary), ``counts -> divisors``:
                 given this process's counts per loss term (float64 tensor), what to divide its sums by so
@@ -221,32 +385,11 @@ class Algorithm:
         """
         raise NotImplementedError
 
-    def check_new_draft(self, shape: NewDraft, *, init: bool) -> None:
-        """Refuse options that do not shape this algorithm's drafts.
+    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, options: AlgorithmOptions) -> list[int] | None:
+        """Freeze what is not trained; the subset :meth:`loss` trains (None: everything)."""
+        return None
 
-        Raises:
-            InputError: naming the option.
-        """
-        if shape.draft_vocab is not None or shape.taps is not None:
-            raise InputError("--draft-vocab and --aux-layers apply to new EAGLE-3 drafts")
-
-    def check_new_heads(self, heads: int | None) -> None:
-        """Refuse ``--heads`` for a new draft of an algorithm without heads.
-
-        Raises:
-            InputError: ``heads`` given.
-        """
-        if heads is not None:
-            raise InputError("--heads applies to Medusa drafts")
-
-    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None) -> tuple[dict[str, "torch.Tensor"], dict[str, str]]:
-        """The tensors of a new draft, initialised as the reference trainers do, and ``{tensor: how}``
-        for those filled from the verifier or the data.
-
-        Raises:
-            InputError: the initialisation needs data (``docs``) that was not given.
-        """
-        raise NotImplementedError
+    # -- fill-ins ----------------------------------------------------------------------------
 
     def fill_vocab(self, draft: "Draft", *, wanted: bool | None, docs: list[list[int]] | None) -> dict[str, str]:
         """Build a draft vocabulary map from ``docs`` when asked (``wanted``) or needed (None).
@@ -274,29 +417,42 @@ class Algorithm:
         """
         raise InputError(f"a {self.title} draft reads no token embedding of its own")
 
-    def fill_heads(self, draft: "Draft", verifier: "Verifier", *, heads: int | None, lm_heads: bool, fill_only: bool) -> dict[str, str]:
-        """Per-head output heads and new heads (``--lm-heads``, ``--heads K``).
+    def fill_heads(self, draft: "Draft", verifier: "Verifier", options: AlgorithmOptions, *, lm_heads: bool, fill_only: bool) -> dict[str, str]:
+        """Per-head output heads (``--lm-heads``) and new heads.
 
         Raises:
             InputError: the draft has no heads to fill.
         """
-        if heads is not None or lm_heads:
-            raise InputError(f"--heads / --lm-heads apply to Medusa drafts, not {self.name}")
+        if lm_heads:
+            raise InputError(f"--lm-heads applies to Medusa drafts, not {self.name}")
         return {}
 
-    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, train_all: bool) -> list[int] | None:
-        """Freeze what is not trained; the subset :meth:`loss` trains (None: everything)."""
-        return None
 
-    # -- publishing ------------------------------------------------------------------------------
+class Card:
+    """The model-card part: the rows of the card's table that describe a draft's shape."""
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
-        """Rows of the model card's table that describe this draft's shape."""
+        """Rows of the model card's table that describe this draft's shape (default: its decoder layers)."""
         tlc = cfg["transformer_layer_config"]
         return [("decoder layers", f"{tlc['num_hidden_layers']} (hidden size {tlc['hidden_size']}, {tlc['num_attention_heads']} attention heads)")]
 
 
 REGISTRY: dict[str, Algorithm] = {}
+
+
+def _foreign(key: str, algorithm: str) -> str:
+    """One line for an option ``key`` (a field name) that ``algorithm``'s options do not have: which
+    algorithms have it."""
+    owners = [t for t in (a.training for a in REGISTRY.values()) if t is not None and any(f.name == key for f in t.train_options.declared())]
+    if not owners:
+        return f"no training option {key!r} for {algorithm} drafts"
+    flag = next(f.metadata["flag"] for f in owners[0].train_options.declared() if f.name == key)
+    return f"{flag} applies to {_series([a.title for a in owners])} drafts, not {algorithm}"
+
+
+def owners_of(flag: str) -> list[Algorithm]:
+    """The trainable algorithms whose own options include ``flag`` (``--ttt-steps`` -> EAGLE-3)."""
+    return [a for a in REGISTRY.values() if a.training is not None and any(f.metadata["flag"] == flag for f in a.training.train_options.declared())]
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

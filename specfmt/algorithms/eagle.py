@@ -9,7 +9,8 @@ tree search, HASS only the training; the weights are the same. Sources: SafeAILa
 (``EagleLlamaForCausalLM``, method ``eagle``). vLLM 0.32's speculators reader has no ``eagle``
 algorithm, so the config also carries vLLM's native Llama draft config at the top level.
 
-The reference forward pass, built on transformers' Llama layers::
+The reference forward pass (:class:`~specfmt.algorithms.eagle_nn.Eagle1Draft`, the one the
+proposer, the trainer and the converters' checks share)::
 
     x = fc(cat([embed(ids), h_verifier], -1))        # fc.bias when present
     x = layer_0(x)                                   # Llama layer, input norm = Identity
@@ -19,7 +20,7 @@ The reference forward pass, built on transformers' Llama layers::
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 from pydantic import Field
@@ -27,11 +28,11 @@ from pydantic import Field
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import InputError
 from ..format.config import DecoderConfig, SpeculatorConfig, register_config
-from ..format.model import ConfigModel, Forbidden, PositiveInt, PositiveNumber
+from ..format.model import ConfigModel, Forbidden, PositiveInt, PositiveNumber, Unchecked
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, NewDraft, Proposer, Variant, register
-from .reference import ChainDrafter
+from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Training, Variant, option, register
+from .reference import DecoderChain
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -69,6 +70,8 @@ class EagleConfig(SpeculatorConfig, EagleLayerConfig):
 
     model_type: Literal["llama"] = Field(description="vLLM builds the draft config from the top-level fields (LlamaConfig).")
     transformer_layer_config: EagleLayerConfig
+    #: unchecked at the top level, as config v1 had it (a null there validated); transformer_layer_config's is typed
+    rope_parameters: Unchecked[Any] = None
     head_dim: PositiveInt
     rms_norm_eps: PositiveNumber
     hidden_act: str
@@ -95,38 +98,49 @@ def build_config(verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], 
     return EagleConfig.build(verifier, tlc, speculative_tokens=speculative_tokens).dump()
 
 
-def _llama_config(cfg: dict[str, Any], attention_bias: bool):
-    from transformers import LlamaConfig
-
-    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-            "head_dim", "hidden_act", "rms_norm_eps", "max_position_embeddings", "mlp_bias")
-    kwargs = {k: cfg[k] for k in keys if k in cfg}
-    theta = cfg.get("rope_theta", 10000.0)
-    c = LlamaConfig(**kwargs, attention_bias=attention_bias, rope_parameters={"rope_type": "default", "rope_theta": float(theta)})
-    c._attn_implementation = "sdpa"
-    return c
-
-
-def eagle1_forward(
-    tensors: dict[str, "torch.Tensor"],
-    cfg: dict[str, Any],
-    embeds: "torch.Tensor",
-    verifier_hidden: "torch.Tensor",
-    *,
-    start: int = 0,
-    cache: Any = None,
-) -> "torch.Tensor":
-    """Run an EAGLE-1 draft over one sequence, or over its positions after a KV cache.
+def reference_module(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], *, dtype: Any = None, device: Any = None, share: bool = False):
+    """The draft (:class:`~specfmt.algorithms.eagle_nn.Eagle1Draft`) holding ``tensors`` as a research
+    checkpoint or the format has them: ``fc.bias`` is kept (a biased ``fc``), q/k/v biases without an
+    ``o_proj`` bias (EAGLE-Qwen2's ``qkv_bias``) get a zero ``o_proj`` bias, the layer count is the
+    tensors' and ``rotary_emb`` buffers are dropped.
 
     Args:
-        tensors: the draft's tensors, in the research layout (``fc.bias`` allowed) or the
-            specfmt one (attention biases); names ``fc.*`` and ``layers.{i}.*``.
+        tensors: names ``fc.*``, ``layers.{i}.*`` and optionally ``embed_tokens.weight`` (kept aside
+            as the attribute ``embed_tokens``).
         cfg: the decoder's Llama fields (``hidden_size``, heads, ``rope_theta`` ...).
+        dtype, device: where the module's weights go (None: float32 on the CPU; ``share`` keeps the
+            tensors' own).
+        share: the module's parameters are ``tensors`` themselves (:func:`specfmt.algorithms.layers.load_state`).
+
+    Raises:
+        KeyError / RuntimeError: a tensor the layers need is missing or misshaped.
+    """
+    import torch
+
+    from .eagle_nn import Eagle1Draft
+
+    attention_bias = any(n.endswith("_proj.bias") and ".self_attn." in n for n in tensors)
+    n_layers = 1 + max(int(n.split(".")[1]) for n in tensors if n.startswith("layers."))
+    module = Eagle1Draft({**cfg, "attention_bias": attention_bias, "num_hidden_layers": n_layers}, fc_bias="fc.bias" in tensors)
+    module = module.to(device, dtype) if (dtype is not None or device is not None) and not share else module
+    state = {n: t for n, t in tensors.items() if "rotary_emb" not in n}
+    if attention_bias:
+        for i, layer in enumerate(module.layers):
+            like = state[f"layers.{i}.self_attn.q_proj.weight"]
+            for p in ("q", "k", "v", "o"):
+                out = getattr(layer.self_attn, f"{p}_proj").out_features
+                state.setdefault(f"layers.{i}.self_attn.{p}_proj.bias", torch.zeros(out, dtype=like.dtype, device=like.device))
+    return layers.load_state(module, state, share=share)
+
+
+def eagle1_forward(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], embeds: "torch.Tensor", verifier_hidden: "torch.Tensor") -> "torch.Tensor":
+    """Run an EAGLE-1 draft over one sequence: :class:`~specfmt.algorithms.eagle_nn.Eagle1Draft`'s forward
+    pass on tensors in the research layout or the format's (:func:`reference_module`).
+
+    Args:
+        tensors / cfg: the draft, as for :func:`reference_module`.
         embeds: [T, H] token embeddings of the input ids (already shifted as EAGLE does).
         verifier_hidden: [T, H] the verifier's last hidden state (after its final norm).
-        start: the position of the first row (the positions before it are in ``cache``).
-        cache: a transformers ``DynamicCache`` holding positions ``[0, start)``, which this pass
-            extends by its T positions; None for none (``start`` must then be 0).
 
     Returns:
         [T, H] the draft's output features, in the dtype and on the device of ``embeds``.
@@ -137,59 +151,10 @@ def eagle1_forward(
     import torch
 
     dev, dt = embeds.device, embeds.dtype
-    layers, rope = _layers(tensors, cfg, dt, dev)
-    x = torch.cat([embeds, verifier_hidden.to(dev, dt)], dim=-1) @ tensors["fc.weight"].to(dev, dt).T
-    if "fc.bias" in tensors:
-        x = x + tensors["fc.bias"].to(dev, dt)
-    x = x.unsqueeze(0)
-    T = x.shape[1]
-    positions = torch.arange(start, start + T, device=dev).unsqueeze(0)
-    # after a cache the mask is causal by position ([1, 1, T, start + T]; True = attend): sdpa's
-    # is_causal would align the queries with the first keys
-    mask = (torch.arange(start + T, device=dev)[None, :] <= positions[0][:, None])[None, None] if start else None
-    cos_sin = rope(x, positions)
+    module = reference_module(tensors, cfg, dtype=dt, device=dev).eval()
     with torch.no_grad():
-        for layer in layers:
-            out = layer(x, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=cache is not None,
-                        position_embeddings=cos_sin)
-            x = out[0] if isinstance(out, tuple) else out
-    return x.squeeze(0)
-
-
-def _layers(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], dtype: Any, device: Any = None) -> tuple[list[Any], Any]:
-    """The draft's transformers Llama layers with ``tensors`` loaded (layer 0's input norm an
-    Identity), and the rotary embedding, in ``dtype`` on ``device``; built once per draft, dtype and device."""
-    key = (id(tensors), str(dtype), str(device))
-    hit = _BUILT.get(key)
-    if hit is not None and hit[0] is tensors:
-        return hit[1], hit[2]
-    import torch
-    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-
-    # q/k/v biases without an o_proj bias (EAGLE-Qwen2's qkv_bias) are a Llama layer with a zero o_proj bias
-    attention_bias = any(n.endswith("_proj.bias") and ".self_attn." in n for n in tensors)
-    config = _llama_config(cfg, attention_bias)
-    n_layers = 1 + max(int(n.split(".")[1]) for n in tensors if n.startswith("layers."))
-    layers = []
-    for i in range(n_layers):
-        layer = LlamaDecoderLayer(config, layer_idx=i).to(dtype)
-        if i == 0:
-            layer.input_layernorm = torch.nn.Identity()
-        prefix = f"layers.{i}."
-        state = {n[len(prefix):]: t.to(dtype) for n, t in tensors.items() if n.startswith(prefix) and "rotary_emb" not in n}
-        if attention_bias:
-            for p, mod in (("q", layer.self_attn.q_proj), ("k", layer.self_attn.k_proj), ("v", layer.self_attn.v_proj), ("o", layer.self_attn.o_proj)):
-                state.setdefault(f"self_attn.{p}_proj.bias", torch.zeros(mod.out_features, dtype=dtype))
-        layer.load_state_dict(state, strict=True)
-        layers.append(layer.to(device).eval())
-    rope = LlamaRotaryEmbedding(config).to(device, dtype)
-    _BUILT.clear()  # one draft at a time: a proposer's chain reuses it, the next draft replaces it
-    _BUILT[key] = (tensors, layers, rope)
-    return layers, rope
-
-
-#: the layers :func:`_layers` built last, by (id of the tensors, dtype)
-_BUILT: dict[tuple[int, str], tuple[Any, list[Any], Any]] = {}
+        x, _ = module(embeds[None], verifier_hidden.to(dev, dt)[None], torch.arange(embeds.shape[0], device=dev))
+    return x[0]
 
 
 def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_head: "torch.Tensor", embed: "torch.Tensor") -> "Proposer":
@@ -200,108 +165,40 @@ def eagle1_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], lm_
     hidden state of the next position. Logits are ``lm_head(feature)`` with the verifier's
     head and no norm.
 
-    The draft keeps a KV cache (transformers ``DynamicCache``) of the verified positions between
-    calls on one sequence (:class:`~specfmt.algorithms.reference.DraftCache`): a call runs the
-    positions verified since the last one, then one position per further drafted token.
+    The draft keeps a KV cache of each sequence's verified positions between calls
+    (:class:`~specfmt.algorithms.reference.DraftCache`) and runs several sequences in one pass
+    (:class:`~specfmt.algorithms.reference.DecoderChain`), as vLLM does; it runs where the
+    verifier's states are, in their dtype.
 
     Args:
-        tensors / cfg: the draft, as for :func:`eagle1_forward`.
+        tensors / cfg: the draft, as for :func:`reference_module` (the module shares the tensors).
         lm_head: [V, H] the verifier's head.
         embed: [V, H] the embedding the draft uses (its own copy, else the verifier's).
     """
-    return _Eagle1Chain(tensors, cfg, lm_head, embed)
+    return _Eagle1Chain(reference_module(tensors, cfg, share=True).eval(), embed, lm_head)
 
 
-class _Eagle1Chain(ChainDrafter):
-    """See :func:`eagle1_proposer`; the sequences of a round run one after another (transformers' layers)."""
+class _Eagle1Chain(DecoderChain):
+    """See :func:`eagle1_proposer`."""
 
-    def __init__(self, tensors, cfg, lm_head, embed):
-        super().__init__()
-        self.tensors, self.cfg, self.lm_head, self.embed = tensors, cfg, lm_head, embed
+    def __init__(self, draft, embed, lm_head):
+        super().__init__(draft, embed)
+        self.lm_head = lm_head
 
-    def propose_many(self, requests, k: int) -> list[list[int]]:
-        return [self._propose(tokens, states, k, cache) for (tokens, states), cache in zip(requests, self.caches(requests))]
+    def read(self, draft, states, start: int, end: int):
+        """The verifier's last hidden state (after its final norm): [end - start, H]."""
+        return states.hidden[-1][start:end]
 
-    def _propose(self, tokens: list[int], states, k: int, cache) -> list[int]:
-        import torch
-        from transformers import DynamicCache
-
-        feats = states.hidden[-1]  # the draft runs where the verifier's states are, in their dtype
-        dev, dtype = feats.device, feats.dtype
-        head = self.lm_head.to(dev, dtype)
-        n = len(tokens) - 1
-        c = cache.reusable(tokens, states)
-        kv = cache.state if c else DynamicCache()
-        _keep_first(kv, c)
-
-        def run(ids: list[int], hidden, start: int):
-            e = self.embed[torch.tensor(ids, device=self.embed.device)].to(dev, dtype)
-            return eagle1_forward(self.tensors, self.cfg, e, hidden, start=start, cache=kv)
-
-        f = run(tokens[c + 1:], feats[c:n], c)
-        out: list[int] = []
-        for i in range(k):
-            d = int((f[-1] @ head.T).argmax())
-            out.append(d)
-            if i + 1 < k:
-                f = run([d], f[-1:], n + i)
-        _keep_first(kv, n)  # the drafted positions are never kept
-        cache.keep(tokens, kv)
-        return out
-
-
-def _keep_first(kv: Any, n: int) -> None:
-    """Cut a transformers ``DynamicCache`` to its first ``n`` positions (``crop`` with a negative
-    count: what transformers 4.56 and 5.x both read as "remove that many")."""
-    extra = kv.get_seq_length() - n
-    if extra > 0:
-        kv.crop(-extra)
-
-
-@lru_cache(maxsize=1)
-def _module_class():
-    """The EAGLE-1 draft ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
-    import torch
-    from torch import nn
-
-    b = layers.blocks()
-    Layer, Decoder = b.Layer, b.Decoder
-
-    class Eagle1Draft(Decoder):
-        """See :func:`draft_module`."""
-
-        def __init__(self, cfg: dict[str, Any]):
-            super().__init__()
-            self.cfg = cfg
-            H = cfg["hidden_size"]
-            self.fc = nn.Linear(2 * H, H, bias=False)
-            self.layers = nn.ModuleList([Layer(cfg, False, input_norm=i > 0) for i in range(cfg["num_hidden_layers"])])
-            layers.set_windows(self.layers, cfg)
-            self.embed_tokens = None
-            self._init_rope(cfg)
-
-        def forward(self, embeds, hidden, positions, past=None, mask=None):
-            """[B, T, H] embeddings and verifier (or fed-back) features -> ``(features [B, T, H], kv)``."""
-            if mask is None and not past:
-                T = embeds.shape[1]
-                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
-            past = past or [[] for _ in self.layers]
-            x = self.fc(torch.cat([embeds, hidden], dim=-1))
-            kv = []
-            for i, layer in enumerate(self.layers):
-                a, new = self._attend(layer.self_attn, layer.input_layernorm(x), positions, past[i], mask)
-                kv.append(new)
-                x = x + a
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
-            return x, kv
-
-    return Eagle1Draft
+    def step(self, draft, embeds, hidden, positions, rows):
+        features, kv = draft(embeds, hidden, positions, rows=rows)
+        head = self.lm_head.to(features.device, features.dtype)
+        return [int((f @ head.T).argmax()) for f in features[0]], features, kv
 
 
 def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
     """The EAGLE-1/2 (and HASS) draft as a trainable ``torch.nn.Module`` with specfmt tensor names.
 
-    The forward pass of :func:`eagle1_forward` (``cnets1.py``; vLLM ``llama_eagle.py``) over a
+    :class:`~specfmt.algorithms.eagle_nn.Eagle1Draft` (``cnets1.py``; vLLM ``llama_eagle.py``) over a
     batch: ``x = fc(cat([embed, h], -1))``, then Llama layers, layer 0 without its input norm.
     ``forward(embeds [B, T, H], hidden [B, T, H], positions [T], past=None, mask=None)``
     returns ``(features [B, T, H], kv)``; logits are the verifier's ``lm_head(features)``.
@@ -314,7 +211,9 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
     Raises:
         KeyError / RuntimeError: ``tensors`` do not fit the config.
     """
-    return layers.load_state(_module_class()(cfg), tensors)
+    from .eagle_nn import Eagle1Draft
+
+    return layers.load_state(Eagle1Draft(cfg), tensors)
 
 
 def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor", last: "torch.Tensor", noise: float = 0.0,
@@ -351,13 +250,22 @@ def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor
     return loss, [correct], [p.shape[0] * p.shape[1]]
 
 
+@dataclass
+class EagleOptions(AlgorithmOptions):
+    """``specfmt train eagle``'s own options: the input-feature noise and a new draft's depth."""
+
+    noise: float = option(0.0, "--noise", "Uniform noise half-width on the input features (EAGLE's augmentation).")
+    layers: int = option(1, "--layers", "New draft: decoder layers.", new_only=True)
+
+
 @register
-class Eagle(Algorithm):
+class Eagle(Algorithm, Reference, Training, Card):
     config = EagleConfig
     name = EagleConfig.name
     title = "EAGLE-1/2"
     vllm_method = "eagle"
     train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
+    train_options = EagleOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no EAGLE-1/2 class (its `eagle` model and converter were removed in speculators #332 and #672)."
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
@@ -383,24 +291,29 @@ class Eagle(Algorithm):
         specs["embed_tokens.weight"] = TensorSpec((c.vocab_size, H), required=False)
         return specs
 
-    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+    def new_config(self, verifier: "Verifier", shape: EagleOptions) -> dict[str, Any]:
         info = verifier.info
         tlc = layers.decoder_config(layers.verifier_decoder_fields(verifier.text_config), info.hidden_size,
                                     verifier.text_config["num_attention_heads"], info.vocab_size, info, DTYPE_CODES[shape.dtype], shape.layers)
         return build_config(info, tlc, speculative_tokens=self.default_speculative_tokens(shape))
 
+    def module_class(self) -> type:
+        from .eagle_nn import Eagle1Draft
+
+        return Eagle1Draft
+
     def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
-        return draft_module(cfg, tensors)
+        return layers.load_state(self.module_class()(cfg), tensors)
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
         return eagle1_proposer(tensors, reading.cfg, lm_head, tensors.get("embed_tokens.weight", embed))
 
-    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None, normaliser: Any = None):
-        return eagle1_loss(module, embed, head, ids, last, noise, generator)
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: EagleOptions, generator: Any,
+             subset: list[int] | None, normaliser: Any = None):
+        return eagle1_loss(module, embed, head, ids, last, options.noise, generator)
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
-        tensors = {n: t.detach().clone() for n, t in draft_module(cfg).state_dict().items()}
+        tensors = {n: t.detach().clone() for n, t in self.module(cfg).state_dict().items()}
         tensors["embed_tokens.weight"] = verifier.embedding().float()
         return tensors, {"embed_tokens.weight": "the verifier's input embedding, copied (EAGLE-1 shares and freezes it)"}
 

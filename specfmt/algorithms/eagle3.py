@@ -12,20 +12,20 @@ Sources: SafeAILab/EAGLE ``eagle/traineagle3/cnets.py``; vLLM ``llama_eagle3.py`
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import Finding, InputError
-from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_config, speculators_block
+from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_config
 from ..format.draft import Draft
 from ..format.model import ConfigModel, Forbidden, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, NewDraft, Proposer, Variant, register
-from .reference import ChainDrafter
+from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Training, Variant, option, register
+from .reference import DecoderChain
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -245,112 +245,6 @@ def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple
     return d2t, t2d, sum(c for _, c in top) / max(1, sum(counts.values()))
 
 
-@lru_cache(maxsize=1)
-def _module_class():
-    """The EAGLE-3 draft ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
-    import torch
-    from torch import nn
-
-    b = layers.blocks()
-    RMSNorm, Layer, Decoder = b.RMSNorm, b.Layer, b.Decoder
-
-    class Eagle3Draft(Decoder):
-        """See :func:`draft_module`."""
-
-        def __init__(self, cfg: dict[str, Any]):
-            super().__init__()
-            tlc = cfg["transformer_layer_config"]
-            self.cfg = cfg
-            H = tlc["hidden_size"]
-            Ht = cfg.get("target_hidden_size") or H
-            n_aux = len(cfg["eagle_aux_hidden_state_layer_ids"])
-            eps = tlc.get("rms_norm_eps", 1e-6)  # transformers LlamaConfig default, which vLLM reads too; the schema does not require it
-            self.eps = eps
-            self.taps = list(cfg["eagle_aux_hidden_state_layer_ids"])
-            self.norm_before_residual = bool(cfg.get("norm_before_residual"))
-            self.norm_output = bool(cfg.get("norm_output"))
-            if cfg.get("norm_before_fc"):
-                self.input_norm = RMSNorm(n_aux * Ht, eps)
-            if cfg.get("fc_norm"):
-                self.fc_norm = nn.ModuleList([RMSNorm(Ht, eps) for _ in range(n_aux)])
-            self.fc = nn.Linear(n_aux * Ht, H, bias=False)
-            self.layers = nn.ModuleList([Layer(tlc, i == 0) for i in range(tlc["num_hidden_layers"])])
-            layers.set_windows(self.layers, tlc)
-            self.norm = RMSNorm(H, eps)
-            V, Vd = tlc["vocab_size"], cfg["draft_vocab_size"]
-            self.lm_head = nn.Linear(H, Vd, bias=False)
-            if Vd != V:
-                self.register_buffer("d2t", torch.zeros(Vd, dtype=torch.long))
-                self.register_buffer("t2d", torch.zeros(V, dtype=torch.bool))
-            self.embed_tokens = None
-            self._init_rope(tlc)
-
-        # -- pieces ---------------------------------------------------------
-        def combine(self, aux: "torch.Tensor") -> "torch.Tensor":
-            """[..., n_aux·H_t] verifier tap states -> [..., H] (``combine_hidden_states``)."""
-            if hasattr(self, "input_norm"):
-                aux = self.input_norm(aux)
-            if hasattr(self, "fc_norm"):
-                chunks = aux.chunk(len(self.fc_norm), dim=-1)
-                aux = torch.cat([n(c) for n, c in zip(self.fc_norm, chunks)], dim=-1)
-            return self.fc(aux)
-
-        def target_ids(self) -> "torch.Tensor":
-            """[Vd] verifier id of each draft id: ``i + d2t[i]`` (EAGLE-3 ``cnets.py``; vLLM ``compute_logits``)."""
-            base = torch.arange(self.lm_head.out_features, device=self.lm_head.weight.device)
-            return base + self.d2t if hasattr(self, "d2t") else base
-
-        def forward(self, embeds, hidden, positions, past=None, mask=None, rows=None):
-            """One draft pass.
-
-            Args:
-                embeds: [B, T, H] token embeddings (of the token after each position).
-                hidden: [B, T, H] per position: ``combine(taps)`` for verified positions, the
-                    draft's own fed-back state for drafted ones.
-                positions: [T] rotary positions.
-                past: per layer, a list of (k, v) [B, n_kv, T', hd] from earlier passes that
-                    these queries may also attend to (training-time test); None for none.
-                mask: [T, T'+T] boolean attention mask (True = attend); None = causal.
-                rows: several sequences laid one after another (B = 1, :class:`~specfmt.algorithms.layers.Rows`),
-                    each with its own KV cache, instead of ``past`` and ``mask``; the logits and
-                    feedback then come for each row's last position only ([1, rows, .]).
-
-            Returns:
-                ``(logits [B, T, Vd], feedback [B, T, H], kv)``: draft-vocabulary logits, the
-                state fed back for the next drafted position (the pre-norm output, or the
-                normed one with ``norm_output``), and this pass's (k, v) per layer.
-            """
-            if mask is None and not past and rows is None:
-                T = embeds.shape[1]
-                mask = torch.ones(T, T, dtype=torch.bool, device=embeds.device).tril()
-            past = past or [[] for _ in self.layers]
-            kv = []
-            x = hidden
-            for i, layer in enumerate(self.layers):
-                if layer.first:
-                    e = layer.input_layernorm(embeds)
-                    if self.norm_before_residual:
-                        x = layer.hidden_norm(x)
-                        residual = x
-                    else:
-                        residual = x
-                        x = layer.hidden_norm(x)
-                    x = torch.cat([e, x], dim=-1)
-                else:
-                    residual = x
-                    x = layer.input_layernorm(x)
-                a, new = self._attend(layer.self_attn, x, positions, past[i], mask, rows, i)
-                kv.append(new)
-                x = residual + a
-                x = x + layer.mlp(layer.post_attention_layernorm(x))
-            if rows is not None:
-                x = x[:, rows.ends()]
-            normed = self.norm(x)
-            return self.lm_head(normed), (normed if self.norm_output else x), kv
-
-    return Eagle3Draft
-
-
 def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None, share: bool = False):
     """The EAGLE-3 draft as a ``torch.nn.Module``, with its state-dict names the specfmt tensor names.
 
@@ -375,7 +269,9 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
         KeyError / RuntimeError: ``tensors`` lack a tensor the config implies or have a
             different shape (``load_state_dict(strict=True)``).
     """
-    return layers.load_state(_module_class()(cfg), tensors, share=share)
+    from .eagle3_nn import Eagle3Draft
+
+    return layers.load_state(Eagle3Draft(cfg), tensors, share=share)
 
 
 def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Tensor | None" = None) -> "Proposer":
@@ -388,7 +284,7 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
 
     The draft keeps a KV cache of each sequence's verified positions between calls
     (:class:`~specfmt.algorithms.reference.DraftCache`) and runs several sequences in one pass
-    (:class:`~specfmt.algorithms.reference.ChainDrafter`, :class:`~specfmt.algorithms.layers.Rows`):
+    (:class:`~specfmt.algorithms.reference.DecoderChain`, :class:`~specfmt.algorithms.layers.Rows`):
     a call runs the positions verified since the last one, then one position per further drafted
     token, as vLLM does.
 
@@ -403,59 +299,25 @@ def eagle3_proposer(draft, embed: "torch.Tensor", dtype=None, targets: "torch.Te
     return _Eagle3Chain(draft, embed, dtype, draft.target_ids() if targets is None else targets)
 
 
-class _Eagle3Chain(ChainDrafter):
+class _Eagle3Chain(DecoderChain):
     """See :func:`eagle3_proposer`."""
 
     def __init__(self, draft, embed, dtype, targets):
-        super().__init__()
-        self.draft, self.embed, self.dtype, self.targets = draft, embed, dtype, targets
+        super().__init__(draft, embed, dtype)
+        self.targets = targets
 
-    def propose_many(self, requests, k: int) -> list[list[int]]:
+    def read(self, draft, states, start: int, end: int):
+        """The tap states ``hidden[l]`` for each tap id l, concatenated: [end - start, n_aux·H_t]."""
         import torch
 
-        first = requests[0][1].hidden[0]
-        dt = self.dtype or first.dtype
-        dev = first.device  # the draft runs where the verifier's states are (a GPU on --device cuda)
-        d = self.draft.to(dev, dt)
+        return torch.cat([states.hidden[j][start:end] for j in draft.taps], dim=-1)
 
-        def run(ids: list[int], hidden, positions: list[int], rows: layers.Rows):
-            e = self.embed[torch.tensor(ids, device=self.embed.device)].to(dev, dt)[None]
-            return d(e, hidden, torch.tensor(positions, device=dev), rows=rows)
+    def first_hidden(self, draft, features):
+        return draft.combine(features)
 
-        caches = self.caches(requests)
-        rows = layers.Rows([], [], [])
-        ids, aux, positions = [], [], []
-        with torch.no_grad():
-            for (tokens, states), cache in zip(requests, caches):
-                n = len(tokens) - 1
-                c = cache.reusable(tokens, states)
-                rows.lengths.append(n - c)
-                rows.past.append([[(K[:, :, :c], V[:, :, :c])] for K, V in cache.state] if c else [])
-                rows.key_positions.append(torch.arange(n, device=dev))
-                ids += tokens[c + 1:]
-                positions += range(c, n)
-                aux.append(torch.cat([states.hidden[j][c:n] for j in d.taps], dim=-1))
-            logits, feedback, kv = run(ids, d.combine(torch.cat(aux).to(dt))[None], positions, rows)
-            for r, ((tokens, _), cache) in enumerate(zip(requests, caches)):
-                new = [layer_kv[r] for layer_kv in kv]
-                kept = [(torch.cat([b[0][0], k_[0]], 2), torch.cat([b[0][1], k_[1]], 2)) for b, k_ in zip(rows.past[r], new)] if rows.past[r] else new
-                cache.keep(tokens, kept)
-                rows.past[r] = [[pair] for pair in kept]  # the drafted positions' (k, v) are added per layer, never kept
-            out: list[list[int]] = [[] for _ in requests]
-            for i in range(k):
-                drafted = [int(self.targets[int(x)]) for x in logits[0].argmax(-1)]
-                for o, t in zip(out, drafted):
-                    o.append(t)
-                if i + 1 == k:
-                    break
-                rows.lengths = [1] * len(requests)
-                positions = [len(tokens) - 1 + i for tokens, _ in requests]
-                rows.key_positions = [torch.arange(p + 1, device=dev) for p in positions]
-                logits, feedback, kv = run(drafted, feedback, positions, rows)
-                for r, blocks in enumerate(rows.past):
-                    for layer_blocks, layer_kv in zip(blocks, kv):
-                        layer_blocks.append(layer_kv[r])
-        return out
+    def step(self, draft, embeds, hidden, positions, rows):
+        logits, feedback, kv = draft(embeds, hidden, positions, rows=rows)
+        return [int(self.targets[int(x)]) for x in logits[0].argmax(-1)], feedback, kv
 
 
 def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
@@ -484,7 +346,7 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         ttt_steps: drafting steps to unroll (the k the draft will serve with).
         normaliser: ``counts -> divisors`` ([ttt_steps] float64, this batch's counted positions per step -> what
             each step's sum is divided by), so that several processes average to the mean over all their
-            positions (:meth:`specfmt.algorithms.base.Algorithm.loss`); None: the counts (at least 1).
+            positions (:meth:`specfmt.algorithms.base.Training.loss`); None: the counts (at least 1).
 
     Returns:
         ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
@@ -525,19 +387,43 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
     return loss, correct, counted
 
 
+@dataclass
+class Eagle3Options(AlgorithmOptions):
+    """``specfmt train eagle3``'s own options: the training-time test's unroll and a new draft's shape."""
+
+    ttt_steps: int = option(3, "--ttt-steps", "Drafting steps unrolled in training-time test.", at_least=1)
+    draft_vocab: int | None = option(None, "--draft-vocab", "New draft: draft vocabulary size Vd, the most frequent tokens of --data "
+                                     "(default: the verifier's V).", new_only=True)
+    taps: list[int] | None = option(None, "--aux-layers", "New draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3).", new_only=True)
+    layers: int = option(1, "--layers", "New draft: decoder layers.", new_only=True)
+    draft_layer: str | None = option(None, "--draft-layer", "New draft: its decoder-layer family, llama (default) or qwen3 (q/k RMSNorm "
+                                     "per head; speculators' default). With --init: the family the draft must have.")
+
+
+#: the misreadings of an EAGLE-3 checkpoint (:meth:`Eagle3.readings`) and what each says
+CAUSES = {
+    "tap ids": "eagle_aux_hidden_state_layer_ids name other verifier layers than the draft was trained on",
+    "norm order": "norm_before_residual / norm_output do not match the forward pass the draft was trained with",
+    "vocab mapping": "d2t is read the wrong way (offsets vs absolute ids, or the sign)",
+    "q/k norms": "the Qwen3 draft layers' q/k norms are not applied (read as Llama layers: transformer_layer_config.model_type)",
+}
+
+
 @register
-class Eagle3(Algorithm):
+class Eagle3(Algorithm, Reference, Training, Card):
     config = Eagle3Config
     name = Eagle3Config.name
     title = "EAGLE-3"
     vllm_method = "eagle3"
     train_summary = "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier."
+    train_options = Eagle3Options
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`), with every tensor as in the file, to train it further."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     vllm_not_held = {"t2d": "vLLM maps draft ids to the verifier's with d2t alone; its EAGLE-3 loader skips t2d "
                             "(llama_eagle3.py load_weights), which only training uses"}
     fillable = frozenset({"d2t", "t2d"})
+    causes = CAUSES
 
     # -- format ------------------------------------------------------------------------------
 
@@ -582,7 +468,7 @@ class Eagle3(Algorithm):
                 specs[f"fc_norm.{k}.weight"] = TensorSpec((Ht,))
         return specs
 
-    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+    def new_config(self, verifier: "Verifier", shape: Eagle3Options) -> dict[str, Any]:
         info = verifier.info
         N, V = info.num_hidden_layers, info.vocab_size
         tlc = layers.decoder_config(layers.verifier_decoder_fields(verifier.text_config, shape.draft_layer), info.hidden_size,
@@ -622,8 +508,14 @@ class Eagle3(Algorithm):
 
     # -- reference run ---------------------------------------------------------------------------
 
-    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
-        return draft_module(cfg, tensors)
+    def module_class(self) -> type:
+        from .eagle3_nn import Eagle3Draft
+
+        return Eagle3Draft
+
+    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None, share: bool = False):
+        """The draft as :func:`draft_module` builds it, of :meth:`module_class` (a variant's own draft class)."""
+        return layers.load_state(self.module_class()(cfg), tensors, share=share)
 
     def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
         """As written, then: tap ids (the reference default ``(2, N//2, N-3)``, and the written ids
@@ -655,7 +547,7 @@ class Eagle3(Algorithm):
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
         import torch
 
-        draft = draft_module(reading.cfg, tensors, share=True).eval()  # every reading shares the checkpoint's tensors
+        draft = self.module(reading.cfg, tensors, share=True).eval()  # every reading shares the checkpoint's tensors
         if reading.extra.get("qk_norm") is False:
             layers.drop_qk_norms(draft.layers)
         own = draft.embed_tokens if draft.embed_tokens is not None else embed
@@ -672,22 +564,41 @@ class Eagle3(Algorithm):
     def feature_taps(self, cfg: dict[str, Any]) -> list[int]:
         return list(cfg["eagle_aux_hidden_state_layer_ids"])
 
-    def train_positions(self, module: Any, ttt_steps: int) -> int:
-        return ttt_steps
+    def train_positions(self, module: Any, options: Eagle3Options) -> int:
+        return options.ttt_steps
 
-    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None, normaliser: Any = None):
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: Eagle3Options, generator: Any,
+             subset: list[int] | None, normaliser: Any = None):
         import torch
 
         with torch.no_grad():
             logits = head(last)
-        return eagle3_ttt_loss(module, embed, ids, aux, logits, ttt_steps, normaliser)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser)
 
-    def check_new_draft(self, shape: NewDraft, *, init: bool) -> None:
-        return None
+    def check_options(self, options: Eagle3Options, *, init: bool) -> None:
+        """The shared checks, and ``--draft-layer`` names a family (:func:`specfmt.algorithms.layers.family`)."""
+        super().check_options(options, init=init)
+        if options.draft_layer is not None:
+            layers.family(options.draft_layer)
+
+    def new_shape(self, options: Eagle3Options) -> Eagle3Options:
+        return replace(options, draft_layer=options.draft_layer or "llama")
+
+    def check_draft(self, draft: "Draft", options: Eagle3Options, init: str) -> None:
+        """``--draft-layer`` with ``--init`` is a check, not a conversion: the layers are the draft's own.
+
+        Raises:
+            InputError: the draft's layers are of another family.
+        """
+        if options.draft_layer is None:
+            return
+        has = layers.family_of(draft.config["transformer_layer_config"]).model_type
+        if has != layers.family(options.draft_layer).model_type:
+            raise InputError(f"--init {init} has {has} decoder layers, not {options.draft_layer}",
+                             hint="drop --draft-layer: an --init draft keeps its own layers")
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
-        module = draft_module(cfg)
+        module = self.module(cfg)
         draft = Draft(cfg, {n: t.detach().clone() for n, t in module.state_dict().items()})
         filled: dict[str, str] = {}
         V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]

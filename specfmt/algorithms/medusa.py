@@ -14,7 +14,7 @@ holding "num" with "heads"/"layers" would be renamed onto ``num_heads`` /
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from packaging.specifiers import SpecifierSet
@@ -25,7 +25,7 @@ from ..format.config import SpeculatorConfig, register_config
 from ..format.model import ConfigModel, NonNegativeInt, PositiveInt, Unchecked
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, NewDraft, Proposer, Variant, register
+from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Training, Variant, option, register
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -109,73 +109,52 @@ def build_config(verifier: "VerifierInfo", *, hidden_size: int, vocab_size: int,
                               fc_bias=fc_bias, original_lm_head=original_lm_head, dtype=dtype).dump()
 
 
+def heads_module(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any], *, share: bool = False):
+    """The heads (:class:`~specfmt.algorithms.medusa_nn.MedusaHeads`) holding ``tensors``, sized from them:
+    H and V from the output heads, K from ``cfg["num_heads"]`` (else the heads the tensors hold), biases
+    when the blocks have them.
+
+    Args:
+        tensors: specfmt Medusa tensors (``blocks.{i}.layers.{j}.*``, ``lm_heads.{i}.weight`` or ``lm_head.weight``).
+        cfg: ``num_hidden_layers`` (L) and ``original_lm_head``; ``num_heads`` when the tensors cannot say.
+        share: the module's parameters are ``tensors`` themselves (:func:`specfmt.algorithms.layers.load_state`).
+
+    Raises:
+        KeyError / RuntimeError: the tensors do not fit (``load_state_dict(strict=True)``).
+    """
+    from .medusa_nn import MedusaHeads
+
+    head = tensors["lm_head.weight"] if cfg["original_lm_head"] else tensors["lm_heads.0.weight"]
+    ids = {int(n.split(".")[1]) for n in tensors if n.startswith(("blocks.", "lm_heads."))}
+    sizes = {"hidden_size": head.shape[1], "vocab_size": head.shape[0], "num_heads": cfg.get("num_heads") or len(ids),
+             "num_hidden_layers": cfg["num_hidden_layers"], "medusa_fc_bias": any(n.endswith(".bias") for n in tensors),
+             "original_lm_head": cfg["original_lm_head"]}
+    return layers.load_state(MedusaHeads(sizes), tensors, share=share)
+
+
 def medusa_proposer(tensors: dict[str, "torch.Tensor"], cfg: dict[str, Any]) -> "Proposer":
     """Medusa heads (``medusa_model.py``; vLLM ``Medusa``) as a :data:`~specfmt.algorithms.base.Proposer`.
 
     Head i reads the verifier's last hidden state (after its final norm) at the position
     that produced the newest token x, applies its L blocks ``x + SiLU(W x + b)`` and its
     head (``lm_heads.{i}``, or the shared ``lm_head`` with ``original_lm_head``), and
-    proposes the token i+1 places after x.
+    proposes the token i+1 places after x: :meth:`~specfmt.algorithms.medusa_nn.MedusaHeads.head`,
+    run where the verifier's states are, in their dtype.
 
     Args:
-        tensors: specfmt Medusa tensors (``blocks.{i}.layers.{j}.*``, ``lm_heads.{i}.weight``).
-        cfg: the specfmt config (``num_heads``, ``num_hidden_layers``, ``original_lm_head``).
+        tensors / cfg: the heads, as for :func:`heads_module` (the module shares the tensors).
     """
-    import torch
+    heads = heads_module(tensors, cfg, share=True).eval()
 
     def propose(tokens: list[int], states, k: int) -> list[int]:
+        import torch
+
         h0 = states.hidden[-1][-1]
-        out = []
-        for i in range(k):
-            x = h0
-            for j in range(cfg["num_hidden_layers"]):
-                w = tensors[f"blocks.{i}.layers.{j}.weight"].to(x.device, x.dtype)  # on the states' device, in their dtype
-                b = tensors.get(f"blocks.{i}.layers.{j}.bias")
-                y = x @ w.T + (b.to(x.device, x.dtype) if b is not None else 0)
-                x = x + torch.nn.functional.silu(y)
-            head = tensors["lm_head.weight"] if cfg["original_lm_head"] else tensors[f"lm_heads.{i}.weight"]
-            out.append(int((x @ head.to(x.device, x.dtype).T).argmax()))
-        return out
+        run = heads.to(h0.device, h0.dtype)
+        with torch.no_grad():
+            return [int(run.head(i, h0).argmax()) for i in range(k)]
 
     return propose
-
-
-@lru_cache(maxsize=1)
-def _module_class():
-    """The Medusa heads ``nn.Module`` class, built on first use (importing specfmt never imports torch)."""
-    import torch
-    from torch import nn
-
-    class MedusaHeads(nn.Module):
-        """See :func:`draft_module`."""
-
-        def __init__(self, cfg: dict[str, Any]):
-            super().__init__()
-            self.cfg = cfg
-            H, V, K, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_heads"], cfg["num_hidden_layers"]
-            bias = bool(cfg["medusa_fc_bias"])
-            self.blocks = nn.ModuleList()
-            for _ in range(K):
-                block = nn.Module()
-                block.layers = nn.ModuleList([nn.Linear(H, H, bias=bias) for _ in range(L)])
-                self.blocks.append(block)
-            if cfg["original_lm_head"]:
-                self.lm_head = nn.Linear(H, V, bias=False)
-            else:
-                self.lm_heads = nn.ModuleList([nn.Linear(H, V, bias=False) for _ in range(K)])
-
-        def head(self, i: int, h):
-            """Head i on [..., H] verifier features -> [..., V] logits of the token i+2 places ahead."""
-            x = h
-            for lin in self.blocks[i].layers:
-                x = x + nn.functional.silu(lin(x))
-            return (self.lm_head if hasattr(self, "lm_head") else self.lm_heads[i])(x)
-
-        def forward(self, h):
-            """[..., H] -> [K, ..., V]: every head's logits."""
-            return torch.stack([self.head(i, h) for i in range(len(self.blocks))])
-
-    return MedusaHeads
 
 
 def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
@@ -192,7 +171,9 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
     Raises:
         KeyError / RuntimeError: ``tensors`` do not fit the config.
     """
-    return layers.load_state(_module_class()(cfg), tensors)
+    from .medusa_nn import MedusaHeads
+
+    return layers.load_state(MedusaHeads(cfg), tensors)
 
 
 def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list[int]):
@@ -269,13 +250,23 @@ def add_heads(draft: "Draft", verifier: "Verifier", heads: int | None = None) ->
     return how
 
 
+@dataclass
+class MedusaOptions(AlgorithmOptions):
+    """``specfmt train medusa``'s own options: how many heads, how deep a new set is, which heads train."""
+
+    heads: int | None = option(None, "--heads", "Heads K of a new set (default 3), or the total after adding heads to --init.", at_least=1)
+    head_layers: int = option(1, "--head-layers", "New set: residual blocks per head.", new_only=True, at_least=1)
+    train_all: bool = option(False, "--train-all", "With --init and --heads: train the existing heads too (default: only the new ones).")
+
+
 @register
-class Medusa(Algorithm):
+class Medusa(Algorithm, Reference, Training, Card):
     config = MedusaConfig
     name = MedusaConfig.name
     title = "Medusa"
     vllm_method = "medusa"
     train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
+    train_options = MedusaOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no Medusa class."
     #: vLLM 0.33.0 deleted Medusa: the method, ``models/medusa.py``, ``configs/medusa.py`` and the
     #: ``MedusaModel`` registry entry (read in the 0.33.0 wheel; ``tests/test_vllm_matrix.py``)
@@ -315,10 +306,13 @@ class Medusa(Algorithm):
             specs["lm_head.weight"] = TensorSpec((V, H), why="original_lm_head: the one head all Medusa heads share")
         return specs
 
-    def default_speculative_tokens(self, shape: NewDraft) -> int:
+    def new_shape(self, options: MedusaOptions) -> MedusaOptions:
+        return replace(options, heads=options.heads or 3)
+
+    def default_speculative_tokens(self, shape: MedusaOptions) -> int:
         return shape.speculative_tokens or shape.heads
 
-    def new_config(self, verifier: "Verifier", shape: NewDraft) -> dict[str, Any]:
+    def new_config(self, verifier: "Verifier", shape: MedusaOptions) -> dict[str, Any]:
         k = self.default_speculative_tokens(shape)
         if k > shape.heads:
             raise InputError(f"--speculative-tokens {k} is more than the {shape.heads} Medusa heads")
@@ -329,17 +323,22 @@ class Medusa(Algorithm):
     def speculative_token_limit(self, cfg: dict[str, Any]) -> tuple[int, str] | None:
         return cfg["num_heads"], "heads"
 
+    def module_class(self) -> type:
+        from .medusa_nn import MedusaHeads
+
+        return MedusaHeads
+
     def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None):
-        return draft_module(cfg, tensors)
+        return layers.load_state(self.module_class()(cfg), tensors)
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
         return medusa_proposer(tensors, reading.cfg)
 
-    def train_positions(self, module: Any, ttt_steps: int) -> int:
+    def train_positions(self, module: Any, options: MedusaOptions) -> int:
         return len(module.blocks)
 
-    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, ttt_steps: int, noise: float,
-             generator: Any, subset: list[int] | None, normaliser: Any = None):
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: MedusaOptions, generator: Any,
+             subset: list[int] | None, normaliser: Any = None):
         import torch
 
         with torch.no_grad():
@@ -366,9 +365,10 @@ class Medusa(Algorithm):
     def fill_embed(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:
         raise InputError("Medusa heads read the verifier's hidden state, not token embeddings")
 
-    def fill_heads(self, draft: "Draft", verifier: "Verifier", *, heads: int | None, lm_heads: bool, fill_only: bool) -> dict[str, str]:
-        """Per-head copies of a shared head (``--lm-heads``, and before training), new heads up to ``heads``."""
+    def fill_heads(self, draft: "Draft", verifier: "Verifier", options: MedusaOptions, *, lm_heads: bool, fill_only: bool) -> dict[str, str]:
+        """Per-head copies of a shared head (``--lm-heads``, and before training), new heads up to ``options.heads``."""
         cfg = draft.config
+        heads = options.heads
         grow = heads is not None and heads > cfg["num_heads"]
         if lm_heads or grow or (cfg["original_lm_head"] and not fill_only):
             how = add_heads(draft, verifier, heads)
@@ -379,14 +379,11 @@ class Medusa(Algorithm):
             raise InputError(f"--heads {heads}: the draft already has {cfg['num_heads']} heads", hint="heads are only added, never removed")
         return {}
 
-    def check_new_heads(self, heads: int | None) -> None:
-        return None
-
-    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, train_all: bool) -> list[int] | None:
+    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, options: MedusaOptions) -> list[int] | None:
         """Only the heads a ``--heads`` fill-in added (all when none were added, or with ``--train-all``)."""
         K = cfg["num_heads"]
         prior_heads = (prior or {}).get("num_heads", 0)
-        subset = list(range(K)) if (train_all or prior_heads in (0, K)) else list(range(prior_heads, K))
+        subset = list(range(K)) if (options.train_all or prior_heads in (0, K)) else list(range(prior_heads, K))
         for i, block in enumerate(module.blocks):
             block.requires_grad_(i in subset)
             module.lm_heads[i].requires_grad_(i in subset)

@@ -1,10 +1,11 @@
 """What every reference proposer is built on: the verifier's states it reads, and the batched,
 cached drafting the EAGLE proposers share.
 
-An algorithm's proposer (:meth:`specfmt.algorithms.base.Algorithm.proposer`) is a :data:`Proposer`;
+An algorithm's proposer (:meth:`specfmt.algorithms.base.Reference.proposer`) is a :data:`Proposer`;
 :func:`specfmt.validation.acceptance.run_chains` runs it against the verifier's greedy path.
-The EAGLE proposers subclass :class:`ChainDrafter`, keeping one :class:`DraftCache` per sequence,
-so that they run as vLLM's proposer runs (see :mod:`specfmt.validation.acceptance`).
+The EAGLE proposers are :class:`DecoderChain` subclasses (a :class:`ChainDrafter` keeping one
+:class:`DraftCache` per sequence), so that they run as vLLM's proposer runs (see
+:mod:`specfmt.validation.acceptance`): several sequences in one pass, each over its own KV cache.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
+
+from . import layers
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -46,7 +49,7 @@ class VerifierStates:
 
 #: ``propose(tokens, states, k) -> k draft token ids (verifier vocabulary)``.
 #: ``tokens`` ends with the verifier's newest token x; ``states`` (:class:`VerifierStates`) covers
-#: ``tokens[:-1]``. Each algorithm builds its own (:meth:`specfmt.algorithms.base.Algorithm.proposer`).
+#: ``tokens[:-1]``. Each algorithm builds its own (:meth:`specfmt.algorithms.base.Reference.proposer`).
 Proposer = Callable[[list[int], VerifierStates, int], list[int]]
 
 
@@ -118,4 +121,108 @@ class DraftCache:
         self.tokens, self.state = list(tokens), state
 
 
-__all__ = ["ChainDrafter", "DraftCache", "Proposer", "VerifierStates"]
+class DecoderChain(ChainDrafter):
+    """Chain drafting of a decoder draft (an :class:`~specfmt.algorithms.nn_layers.Decoder`: EAGLE-3,
+    EAGLE-1) as vLLM's ``EagleProposer`` runs it, for several sequences in one pass.
+
+    Position j of the draft reads the embedding of token j+1 and what the draft reads of the verifier's
+    states at j (:meth:`read`, then :meth:`first_hidden`); each drafted position reads the draft's
+    fed-back state of the position before it. A call runs the positions verified since the last call on
+    the same sequence (its :class:`DraftCache` holds the draft's (k, v) per layer of the others), then
+    one position per further drafted token; drafted positions are never kept. The draft runs on the
+    verifier states' device, in ``dtype`` (default: theirs). Subclasses say what the draft reads and
+    how a pass's output becomes proposals (:meth:`step`).
+
+    Args:
+        draft: the draft module (eval mode), whose ``forward(embeds, hidden, positions, rows=...)``
+            takes :class:`~specfmt.algorithms.layers.Rows`.
+        embed: [V, H] the embedding the draft reads.
+        dtype: compute dtype (None: the verifier states').
+    """
+
+    def __init__(self, draft: Any, embed: "torch.Tensor", dtype: Any = None) -> None:
+        super().__init__()
+        self.draft, self.embed, self.dtype = draft, embed, dtype
+
+    def read(self, draft: Any, states: VerifierStates, start: int, end: int) -> "torch.Tensor":
+        """[end - start, W] what the draft reads of the verifier's states at positions ``start..end-1``."""
+        raise NotImplementedError
+
+    def first_hidden(self, draft: Any, features: "torch.Tensor") -> "torch.Tensor":
+        """[T, W] verifier features -> [T, H] the draft's hidden input at verified positions (default: as read)."""
+        return features
+
+    def step(self, draft: Any, embeds: "torch.Tensor", hidden: "torch.Tensor", positions: "torch.Tensor",
+             rows: "layers.Rows") -> tuple[list[int], "torch.Tensor", list[Any]]:
+        """One draft pass: ``(the verifier id proposed after each row, feedback [1, rows, H], kv per layer)``."""
+        raise NotImplementedError
+
+    def propose_many(self, requests: list[tuple[list[int], VerifierStates]], k: int) -> list[list[int]]:
+        import torch
+
+        first = requests[0][1].hidden[0]
+        dt, dev = self.dtype or first.dtype, first.device  # the draft runs where the verifier's states are
+        d = self.draft.to(dev, dt)
+        caches = self.caches(requests)
+        with torch.no_grad():
+            rows, ids, features, positions = self._verified(d, requests, caches, dev)
+            drafted, feedback, kv = self._pass(d, ids, self.first_hidden(d, torch.cat(features).to(dt))[None], positions, rows, dev, dt)
+            self._keep(requests, caches, rows, kv)
+            return self._chains(d, requests, rows, drafted, feedback, k, dev, dt)
+
+    def _verified(self, d: Any, requests: list, caches: list[DraftCache], dev: Any) -> tuple["layers.Rows", list[int], list[Any], list[int]]:
+        """The positions each sequence has verified since its cache: rows, token ids, features and positions."""
+        import torch
+
+        rows = layers.Rows([], [], [])
+        ids: list[int] = []
+        features: list[Any] = []
+        positions: list[int] = []
+        for (tokens, states), cache in zip(requests, caches):
+            n = len(tokens) - 1
+            c = cache.reusable(tokens, states)
+            rows.lengths.append(n - c)
+            rows.past.append([[(K[:, :, :c], V[:, :, :c])] for K, V in cache.state] if c else [])
+            rows.key_positions.append(torch.arange(n, device=dev))
+            ids += tokens[c + 1:]
+            positions += range(c, n)
+            features.append(self.read(d, states, c, n))
+        return rows, ids, features, positions
+
+    def _pass(self, d: Any, ids: list[int], hidden: Any, positions: list[int], rows: "layers.Rows", dev: Any, dt: Any) -> tuple[list[int], Any, list[Any]]:
+        import torch
+
+        e = self.embed[torch.tensor(ids, device=self.embed.device)].to(dev, dt)[None]
+        return self.step(d, e, hidden, torch.tensor(positions, device=dev), rows)
+
+    def _keep(self, requests: list, caches: list[DraftCache], rows: "layers.Rows", kv: list[Any]) -> None:
+        """Each sequence's cache: its earlier (k, v) and those of the positions just run, per layer."""
+        import torch
+
+        for r, ((tokens, _), cache) in enumerate(zip(requests, caches)):
+            new = [layer_kv[r] for layer_kv in kv]
+            kept = [(torch.cat([b[0][0], k_[0]], 2), torch.cat([b[0][1], k_[1]], 2)) for b, k_ in zip(rows.past[r], new)] if rows.past[r] else new
+            cache.keep(tokens, kept)
+            rows.past[r] = [[pair] for pair in kept]  # the drafted positions' (k, v) are added per layer, never kept
+
+    def _chains(self, d: Any, requests: list, rows: "layers.Rows", drafted: list[int], feedback: Any, k: int, dev: Any, dt: Any) -> list[list[int]]:
+        """``k`` proposals per sequence: the first from the verified pass, then one draft pass per token."""
+        import torch
+
+        out: list[list[int]] = [[] for _ in requests]
+        for i in range(k):
+            for o, t in zip(out, drafted):
+                o.append(t)
+            if i + 1 == k:
+                break
+            rows.lengths = [1] * len(requests)
+            positions = [len(tokens) - 1 + i for tokens, _ in requests]
+            rows.key_positions = [torch.arange(p + 1, device=dev) for p in positions]
+            drafted, feedback, kv = self._pass(d, drafted, feedback, positions, rows, dev, dt)
+            for r, blocks in enumerate(rows.past):
+                for layer_blocks, layer_kv in zip(blocks, kv):
+                    layer_blocks.append(layer_kv[r])
+        return out
+
+
+__all__ = ["ChainDrafter", "DecoderChain", "DraftCache", "Proposer", "VerifierStates"]

@@ -1,6 +1,9 @@
 """``specfmt train``: the command-line layer over :mod:`specfmt.training.pipeline`.
 
-``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source);
+``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source): one command
+per trainable algorithm, built from the shared options and the algorithm's own
+(:attr:`specfmt.algorithms.base.Training.train_options`), so that ``train medusa --help`` offers no
+EAGLE-3 option, and an option of another algorithm is a usage error naming it.
 ``specfmt train fill SRC`` fills a draft's gaps without training.
 """
 
@@ -9,11 +12,14 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Optional
+import inspect
+from typing import Any, Callable, Optional, get_args, get_origin, get_type_hints
 
 import typer
+from typer.core import TyperCommand
 
 from ..algorithms import trainable
+from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
 from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
 
@@ -83,63 +89,129 @@ def _run(req, opts) -> None:
         raise typer.Exit(1)
 
 
-def _make_command(algorithm: str, summary: str):
-    def command(
-        output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end)."),
-        verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen."),
-        data: Optional[list[Path]] = typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\"."),
-        init: Optional[str] = typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft)."),
-        source_format: str = typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')})."),
-        steps: int = typer.Option(500, "--steps", help="Optimizer steps."),
-        batch_size: int = typer.Option(8, "--batch-size", help="Windows per step (per process)."),
-        seq_len: int = typer.Option(256, "--seq-len", help="Tokens per window."),
-        lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW; warmup, then cosine decay to 10 %)."),
-        warmup: Optional[int] = typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps)."),
-        seed: int = typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights."),
-        ttt_steps: int = typer.Option(3, "--ttt-steps", help="EAGLE-3: drafting steps unrolled in training-time test."),
-        noise: float = typer.Option(0.0, "--noise", help="EAGLE-1: uniform noise half-width on the input features."),
-        draft_vocab: Optional[int] = typer.Option(None, "--draft-vocab", help="EAGLE-3, new draft: draft vocabulary size Vd, the most frequent tokens of --data (default: the verifier's V)."),
-        aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3, new draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3)."),
-        layers: int = typer.Option(1, "--layers", help="EAGLE, new draft: decoder layers."),
-        draft_layer: Optional[str] = typer.Option(None, "--draft-layer", help="New draft: its decoder-layer family, llama (default) or qwen3 (q/k RMSNorm per head; speculators' default). With --init: the family the draft must have."),
-        heads: Optional[int] = typer.Option(None, "--heads", help="Medusa: heads K of a new set (default 3), or the total after adding heads to --init."),
-        head_layers: int = typer.Option(1, "--head-layers", help="Medusa, new set: residual blocks per head."),
-        train_all: bool = typer.Option(False, "--train-all", help="Medusa with --init and --heads: train the existing heads too (default: only the new ones)."),
-        embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into the draft (embed_tokens.weight)."),
-        speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config (default: 3; Medusa: K)."),
-        device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available). Several GPUs: run under torchrun."),
-        verifier_dtype: Optional[str] = typer.Option(None, "--verifier-dtype", help="The verifier's run dtype: float32, bfloat16 or float16 (default: bfloat16 on a GPU, float32 on the CPU); 16-bit trains the draft under autocast with float32 weights."),
-        device_map: Optional[str] = typer.Option(None, "--device-map", help="Spread the verifier over every visible GPU (auto, balanced, sequential; needs accelerate); one process."),
-        max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB."),
-        cache: Optional[Path] = typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch; a filled cache trains without loading the verifier."),
-        fill_cache_only: bool = typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share)."),
-        resume: bool = typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options)."),
-        save_every: int = typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32)."),
-        dry_run: bool = typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it."),
-        validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
-        prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in)."),
-        force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
-    ) -> None:
+def _shared_before() -> list[inspect.Parameter]:
+    """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order)."""
+    return _params(
+        ("output", Path, typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end).")),
+        ("verifier", str, typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen.")),
+        ("data", Optional[list[Path]], typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\".")),
+        ("init", Optional[str], typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft).")),
+        ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')}).")),
+        ("steps", int, typer.Option(500, "--steps", help="Optimizer steps.")),
+        ("batch_size", int, typer.Option(8, "--batch-size", help="Windows per step (per process).")),
+        ("seq_len", int, typer.Option(256, "--seq-len", help="Tokens per window.")),
+        ("lr", float, typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW; warmup, then cosine decay to 10 %).")),
+        ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps).")),
+        ("seed", int, typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights.")),
+    )
+
+
+def _shared_after() -> list[inspect.Parameter]:
+    """The options every ``specfmt train ALGORITHM`` has, after the algorithm's own (help order)."""
+    return _params(
+        ("embed", bool, typer.Option(False, "--embed", help="Copy the verifier's embedding into the draft (embed_tokens.weight).")),
+        ("speculative_tokens", Optional[int], typer.Option(None, "--speculative-tokens", help="Speculative tokens written into the config (default: 3; Medusa: K).")),
+        ("device", Optional[str], typer.Option(None, "--device", help="cpu, cuda or cuda:N (default: cuda when available). Several GPUs: run under torchrun.")),
+        ("verifier_dtype", Optional[str], typer.Option(None, "--verifier-dtype", help="The verifier's run dtype: float32, bfloat16 or float16 (default: bfloat16 on a GPU, float32 on the CPU); 16-bit trains the draft under autocast with float32 weights.")),
+        ("device_map", Optional[str], typer.Option(None, "--device-map", help="Spread the verifier over every visible GPU (auto, balanced, sequential; needs accelerate); one process.")),
+        ("max_memory", Optional[str], typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB.")),
+        ("cache", Optional[Path], typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch; a filled cache trains without loading the verifier.")),
+        ("fill_cache_only", bool, typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share).")),
+        ("resume", bool, typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options).")),
+        ("save_every", int, typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C).")),
+        ("dtype", Optional[str], typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32).")),
+        ("dry_run", bool, typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it.")),
+        ("validate", bool, typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run.")),
+        ("prompts", Optional[Path], typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in).")),
+        ("force", bool, typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one).")),
+    )
+
+
+def _params(*specs: tuple[str, Any, Any]) -> list[inspect.Parameter]:
+    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind) for name, kind, default in specs]
+
+
+def _own_params(options: type[AlgorithmOptions]) -> list[inspect.Parameter]:
+    """The algorithm's own options as command-line parameters: each declared field's flag, help and
+    default, its type the field's (a list of ints is given as ``2,16,29``)."""
+    hints = get_type_hints(options)
+    out = []
+    for f in options.declared():
+        kind = _cli_type(hints[f.name])
+        out.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=kind,
+                                     default=typer.Option(f.default, f.metadata["flag"], help=f.metadata["help"])))
+    return out
+
+
+def _cli_type(hint: Any) -> Any:
+    """The command-line type of an option field's type: ``X | None`` -> ``Optional[X]``, lists -> text."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    optional = type(None) in get_args(hint)
+    base = args[0] if optional and len(args) == 1 else hint
+    if get_origin(base) is list:
+        base = str
+    return Optional[base] if optional else base
+
+
+def _own_values(options: type[AlgorithmOptions], given: dict[str, Any]) -> dict[str, Any]:
+    """The algorithm's own option values out of a command's arguments (lists parsed from ``2,16,29``)."""
+    hints = get_type_hints(options)
+    out = {}
+    for f in options.declared():
+        value = given.pop(f.name)
+        out[f.name] = parse_layers(value, f.metadata["flag"]) if value is not None and _is_list(hints[f.name]) else value
+    return out
+
+
+def _is_list(hint: Any) -> bool:
+    return any(get_origin(a) is list for a in (hint, *get_args(hint)))
+
+
+class _TrainCommand(TyperCommand):
+    """``specfmt train ALGORITHM``: an option of another algorithm is a usage error (exit 2) that names the
+    algorithm it belongs to, instead of click's "no such option"."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        own = {name for p in self.params for name in (*p.opts, *p.secondary_opts)}
+        for arg in args:
+            if arg == "--":
+                break
+            flag = arg.split("=", 1)[0]
+            owners = owners_of(flag) if flag.startswith("--") and flag not in own else []
+            if owners:
+                names = " / ".join(f"specfmt train {a.name}" for a in owners)
+                raise typer.BadParameter(f"{flag} applies to {' and '.join(a.title for a in owners)} drafts ({names}), not {self.name}", ctx=ctx)
+        return super().parse_args(ctx, args)
+
+
+def train_command(algo: Algorithm) -> Callable[..., None]:
+    """The ``specfmt train NAME`` command of a trainable algorithm: the shared options and the
+    algorithm's own (:attr:`~specfmt.algorithms.base.Training.train_options`), nothing of other algorithms."""
+    training = algo.training
+    assert training is not None
+    options = training.train_options
+    params = _shared_before() + _own_params(options) + _shared_after()
+
+    def command(**given: Any) -> None:
         from ..training.loop import TrainOptions
         from ..training.pipeline import TrainRequest
 
-        req = TrainRequest(out=str(output), verifier=verifier, algorithm=algorithm, data=[str(d) for d in data or []], init=init,
-                           source_format=source_format, dry_run=dry_run, draft_vocab=draft_vocab, taps=parse_layers(aux_layers),
-                           layers=layers, draft_layer=draft_layer, heads=heads, head_layers=head_layers, train_all=train_all, embed=embed,
-                           speculative_tokens=speculative_tokens, device=device, verifier_dtype=verifier_dtype, device_map=device_map,
-                           max_memory=max_memory, cache=str(cache) if cache else None, fill_cache_only=fill_cache_only, resume=resume,
-                           dtype=dtype, force=force, validate=validate, prompts=str(prompts) if prompts else None)
-        opts = TrainOptions(steps=steps, batch_size=batch_size, seq_len=seq_len, lr=lr, warmup=warmup, ttt_steps=ttt_steps, noise=noise,
-                            seed=seed, save_every=save_every)
+        own = _own_values(options, given)
+        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every")})
+        data, cache, prompts = given.pop("data"), given.pop("cache"), given.pop("prompts")
+        req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],
+                           cache=str(cache) if cache else None, prompts=str(prompts) if prompts else None, **given)
         _run(req, opts)
 
-    command.__doc__ = summary
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__doc__ = training.train_summary
+    command.__name__ = f"train_{algo.name}"
     return reports_errors(command)
 
 
 for _algo in trainable():
-    train_app.command(name=_algo.name)(_make_command(_algo.name, _algo.train_summary))
+    train_app.command(name=_algo.name, cls=_TrainCommand)(train_command(_algo))
 
 
 @train_app.command()
@@ -164,6 +236,6 @@ def fill(
     from ..training.pipeline import TrainRequest
 
     req = TrainRequest(out=str(output), verifier=verifier, data=[str(d) for d in data or []], init=src, source_format=source_format,
-                       fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, heads=heads,
+                       fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, options={"heads": heads} if heads is not None else None,
                        speculative_tokens=speculative_tokens, dtype=dtype, force=force, validate=validate)
     _run(req, TrainOptions(steps=0))

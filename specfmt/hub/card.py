@@ -4,7 +4,7 @@ what the draft is, how to serve it, how well it was measured to do and where it 
 Published speculators are hard to use when their Hub page is blank and the verifier is buried
 in config.json (speculators issue #1055). Built with huggingface_hub's ``ModelCard`` /
 ``ModelCardData``; what differs per algorithm comes from the algorithm
-(:meth:`specfmt.algorithms.base.Algorithm.card_rows`).
+(:meth:`specfmt.algorithms.base.Card.card_rows`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
     rows = [("algorithm", f"{name} (`speculators_model_type: {algo}`)"),
             ("verifier", f"{_place(verifier)} ({', '.join(spec['verifier'].get('architectures') or [])})"),
             ("speculative tokens", f"{k} per step ({spec['proposal_methods'][0]['proposal_type']} proposals)")]
-    rows += algorithm.card_rows(cfg) if algorithm else []
+    rows += algorithm.card.card_rows(cfg) if algorithm and algorithm.card else []  # the algorithm's card part, when it has one
     rows += [("parameters", f"{_count(n_params)} ({dtypes})"),
              ("weights", ", ".join(f"`{name}` ({_size(size)})" for name, size in weights))]
     lines = [f"# {repo_id.split('/')[1]}", "",

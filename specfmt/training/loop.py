@@ -1,6 +1,6 @@
 """The training loop: any algorithm's draft against a frozen verifier.
 
-:func:`fit` runs the objective of the draft's algorithm (:meth:`specfmt.algorithms.base.Algorithm.loss`:
+:func:`fit` runs the objective of the draft's algorithm (:meth:`specfmt.algorithms.base.Training.loss`:
 EAGLE-3's training-time test, EAGLE-1's feature regression, Medusa's self-distillation) with
 AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %, gradients clipped at 0.5, batches
 from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..algorithms import get
-from ..algorithms.base import Algorithm
+from ..algorithms.base import AlgorithmOptions
 from ..errors import InputError, TrainInterrupted
 from . import data
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from ..algorithms.base import Training
     from .data import FeatureCache, Windows
 
 
@@ -82,7 +83,8 @@ def acceptance_estimate(accuracy: list[float]) -> float:
 
 @dataclass
 class TrainOptions:
-    """Hyper-parameters of :func:`fit` (the ``specfmt train`` flags).
+    """The shared hyper-parameters of :func:`fit` (the ``specfmt train`` flags every algorithm has; an
+    algorithm's own options are its :class:`~specfmt.algorithms.base.AlgorithmOptions`).
 
     Attributes:
         steps: optimizer steps.
@@ -90,8 +92,6 @@ class TrainOptions:
         seq_len: tokens per window (T).
         lr: peak learning rate.
         warmup: warmup steps (None: 5 % of ``steps``, at least 1).
-        ttt_steps: EAGLE-3 drafting steps unrolled in training-time test.
-        noise: EAGLE-1 input feature noise (uniform half-width).
         seed: seeds the windows, the noise and a new draft's initialisation.
         save_every: steps between saved training states (0: only at the end or on Ctrl-C).
     """
@@ -101,8 +101,6 @@ class TrainOptions:
     seq_len: int = 256
     lr: float = 1e-3
     warmup: int | None = None
-    ttt_steps: int = 3
-    noise: float = 0.0
     seed: int = 0
     save_every: int = 100
 
@@ -136,7 +134,8 @@ def global_normaliser(counts: "torch.Tensor") -> "torch.Tensor":
     return total.clamp(min=1) / dist.get_world_size()
 
 
-def _objective(algo: Algorithm, draft: Any, embed: Any, head: Any, opts: TrainOptions, subset: list[int] | None) -> Any:
+def _objective(algo: "Training", draft: Any, embed: Any, head: Any, opts: TrainOptions, options: AlgorithmOptions,
+               subset: list[int] | None) -> Any:
     """The loss of one batch as an ``nn.Module`` (what ``DistributedDataParallel`` wraps), normalised over every
     process's counted positions (:func:`global_normaliser`)."""
     import torch
@@ -151,10 +150,28 @@ def _objective(algo: Algorithm, draft: Any, embed: Any, head: Any, opts: TrainOp
         def forward(self, ids, aux, last, step: int):
             embed, head = self._frozen
             g = torch.Generator().manual_seed(opts.seed * 7919 + step)  # the step's noise (EAGLE-1)
-            return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, ttt_steps=opts.ttt_steps,
-                             noise=opts.noise, generator=g, subset=subset, normaliser=global_normaliser)
+            return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, options=options, generator=g,
+                             subset=subset, normaliser=global_normaliser)
 
     return Objective()
+
+
+@dataclass
+class _Run:
+    """What the steps of one :func:`fit` share."""
+
+    model: Any
+    draft: Any
+    opt: Any
+    params: list[Any]
+    device: Any
+    taps: list[int]
+    positions: int
+    rank: int
+    world: int
+    state_path: Path | None
+    fingerprint: dict[str, Any]
+    recent: list[tuple[float, list[int], list[int]]] = field(default_factory=list)
 
 
 def fit(
@@ -164,6 +181,7 @@ def fit(
     windows: "Windows",
     opts: TrainOptions,
     *,
+    options: AlgorithmOptions | None = None,
     embed: "torch.Tensor | None" = None,
     cache: "FeatureCache | None" = None,
     state_dir: str | Path | None = None,
@@ -177,11 +195,13 @@ def fit(
 
     Args:
         algorithm: the draft's algorithm (``speculators_model_type``).
-        draft: its module (:meth:`specfmt.algorithms.base.Algorithm.module`), on the verifier's
+        draft: its module (:meth:`specfmt.algorithms.base.Reference.module`), on the verifier's
             device; only its parameters with ``requires_grad`` are trained.
         verifier: a transformers causal LM, eval mode, no gradients.
         windows: :class:`specfmt.training.data.Windows` (this process's rank and world size).
         opts: :class:`TrainOptions`.
+        options: the algorithm's own options (its :attr:`~specfmt.algorithms.base.Training.train_options`;
+            None: their defaults), handed to its objective.
         embed: [V, H] the embedding the draft reads (default: the verifier's).
         cache: a complete :class:`specfmt.training.data.FeatureCache` for ``windows`` (which
             must then be fixed), or None to run the verifier every step.
@@ -189,7 +209,7 @@ def fit(
             ``opts.save_every`` steps and on Ctrl-C; None: never.
         resume: continue from the state in ``state_dir``.
         fingerprint: what the run is (options, data, verifier); a resumed state must match.
-        subset: the parts the objective trains (Medusa heads; :meth:`~specfmt.algorithms.base.Algorithm.heads_trained`), None for all.
+        subset: the parts the objective trains (Medusa heads; :meth:`~specfmt.algorithms.base.Training.heads_trained`), None for all.
         log: called on the main process as ``log(step, loss, accuracy_per_position)`` after
             every step.
         autocast: a 16-bit torch dtype (the verifier's, ``torch.bfloat16``): the draft's forward and
@@ -202,104 +222,139 @@ def fit(
         :class:`TrainStats` (figures summed over processes).
 
     Raises:
-        InputError: ``resume`` without a saved state, or a state of another run.
+        InputError: ``resume`` without a saved state, or a state of another run; the algorithm cannot be trained.
         TrainInterrupted: Ctrl-C; the state of the last finished step was saved.
     """
+    algo = get(algorithm).training
+    if algo is None:
+        raise InputError(f"{algorithm} drafts cannot be trained by this specfmt")
+    options = options if options is not None else algo.train_options()
+    run = _start(algo, draft, verifier, opts, options, embed, subset, state_dir, fingerprint)
+    stats = TrainStats()
+    stats.resumed_from = _resume(run) if resume else 0
+    verifier.eval()
+    draft.train()
+    t0 = time.perf_counter()
+    _steps(run, stats, verifier, windows, cache, opts, log, autocast)
+    stats.seconds = time.perf_counter() - t0
+    if run.recent:
+        stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
+        stats.accuracy = [sum(r[1][s] for r in run.recent) / max(1, sum(r[2][s] for r in run.recent)) for s in range(run.positions)]
+    draft.eval()
+    return stats
+
+
+def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", cache: "FeatureCache | None", opts: TrainOptions,
+           log: Callable[[int, float, list[float]], None] | None, autocast: Any) -> None:
+    """The steps from ``stats.resumed_from`` to ``opts.steps``, the state saved every ``opts.save_every`` steps and at the end.
+
+    Raises:
+        TrainInterrupted: Ctrl-C; the state of the last finished step was saved.
+    """
+    done = stats.resumed_from
+    try:
+        for step in range(stats.resumed_from, opts.steps):
+            loss, c, n, tokens = _step(run, verifier, windows, cache, opts, step, autocast)
+            run.recent = (run.recent + [(loss, c, n)])[-50:]
+            stats.steps += 1
+            stats.tokens += tokens
+            done = step + 1
+            if log and run.rank == 0:
+                log(step, loss, [a / max(b, 1) for a, b in zip(c, n)])
+            if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
+                _save(run, done)
+    except KeyboardInterrupt:
+        _save(run, done)
+        raise TrainInterrupted(f"interrupted after step {done} of {opts.steps}",
+                               hint=f"the state is saved in {run.state_path.parent}; continue with the same command and --resume" if run.state_path else None) from None
+    _save(run, done)
+
+
+def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, options: AlgorithmOptions, embed: Any, subset: list[int] | None,
+           state_dir: str | Path | None, fingerprint: dict[str, Any] | None) -> _Run:
+    """The objective (wrapped in ``DistributedDataParallel`` under torchrun), its optimizer and what the steps share."""
     import torch
     import torch.distributed as dist
 
-    algo = get(algorithm)
     distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank() if distributed else 0
     device = next(draft.parameters()).device
     head = verifier.get_output_embeddings()
     embed = (embed if embed is not None else verifier.get_input_embeddings().weight).detach().to(device)
-    taps = algo.feature_taps(draft.cfg)
-    positions = algo.train_positions(draft, opts.ttt_steps)
-    obj = _objective(algo, draft, embed, head, opts, subset)
-    model = obj
+    model = obj = _objective(algo, draft, embed, head, opts, options, subset)
     if distributed:
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(obj, device_ids=[device.index] if device.type == "cuda" else None)
     params = [p for p in draft.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    state_path = Path(state_dir) / STATE_FILE if state_dir else None
-    fingerprint = fingerprint or {}
+    return _Run(model, draft, opt, params, device, algo.feature_taps(draft.cfg), algo.train_positions(draft, options),
+                dist.get_rank() if distributed else 0, dist.get_world_size() if distributed else 1,
+                Path(state_dir) / STATE_FILE if state_dir else None, fingerprint or {})
 
-    stats = TrainStats()
-    recent: list[tuple[float, list[int], list[int]]] = []
-    start = 0
-    if resume:
-        if state_path is None or not state_path.is_file():
-            raise InputError(f"--resume: no saved training state at {state_path}", hint="run without --resume to start from step 0")
-        state = torch.load(state_path, map_location=device, weights_only=True)
-        if state.get("fingerprint") != fingerprint:
-            old = state.get("fingerprint") or {}
-            diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
-            raise InputError(f"the saved state at {state_path} is of another run (differs in: {', '.join(diff)})",
-                             hint="resume with the same options, or start over without --resume")
-        draft.load_state_dict(state["draft"])
-        opt.load_state_dict(state["optimizer"])
-        start = stats.resumed_from = int(state["step"])
-        recent = [(float(a), list(b), list(c)) for a, b, c in state["recent"]]
 
-    def save(step: int) -> None:
-        if state_path is None or rank != 0:
-            return
-        state_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"step": step, "draft": draft.state_dict(), "optimizer": opt.state_dict(), "recent": recent,
-                    "fingerprint": fingerprint}, tmp)
-        os.replace(tmp, state_path)
+def _resume(run: _Run) -> int:
+    """Load the saved state into the run; the step it continues at.
 
-    verifier.eval()
-    draft.train()
-    t0 = time.perf_counter()
-    done = start
-    try:
-        for step in range(start, opts.steps):
-            ids = windows.ids(step).to(device)
-            if cache is not None:
-                aux, last = cache.get([i for _, i in windows.indices(step)])
-                aux, last = (aux.to(device) if aux is not None else None), last.to(device)
-            else:
-                aux, last = data.verifier_features(verifier, ids, taps)
-            for g in opt.param_groups:
-                g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
-            with torch.autocast(device.type, dtype=autocast, enabled=autocast is not None):
-                loss, correct, counted = model(ids, aux, last, step)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 0.5)
-            opt.step()
-            figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
-            if distributed:  # NCCL reduces device tensors only
-                figures = figures.to(device)
-                dist.all_reduce(figures)
-                figures = figures.cpu()
-                figures[0] /= dist.get_world_size()
-            c = [int(x) for x in figures[1:1 + positions]]
-            n = [int(x) for x in figures[1 + positions:]]
-            recent = (recent + [(float(figures[0]), c, n)])[-50:]
-            stats.steps += 1
-            stats.tokens += ids.numel() * (dist.get_world_size() if distributed else 1)
-            done = step + 1
-            if log and rank == 0:
-                log(step, recent[-1][0], [a / max(b, 1) for a, b in zip(c, n)])
-            if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
-                save(done)
-    except KeyboardInterrupt:
-        save(done)
-        raise TrainInterrupted(f"interrupted after step {done} of {opts.steps}",
-                               hint=f"the state is saved in {state_dir}; continue with the same command and --resume" if state_path else None) from None
-    save(done)
-    stats.seconds = time.perf_counter() - t0
-    if recent:
-        stats.loss = sum(r[0] for r in recent) / len(recent)
-        stats.accuracy = [sum(r[1][s] for r in recent) / max(1, sum(r[2][s] for r in recent)) for s in range(positions)]
-    draft.eval()
-    return stats
+    Raises:
+        InputError: no saved state, or a state of another run (its fingerprint differs).
+    """
+    import torch
+
+    if run.state_path is None or not run.state_path.is_file():
+        raise InputError(f"--resume: no saved training state at {run.state_path}", hint="run without --resume to start from step 0")
+    state = torch.load(run.state_path, map_location=run.device, weights_only=True)
+    if state.get("fingerprint") != run.fingerprint:
+        old = state.get("fingerprint") or {}
+        diff = sorted(k for k in set(old) | set(run.fingerprint) if old.get(k) != run.fingerprint.get(k))
+        raise InputError(f"the saved state at {run.state_path} is of another run (differs in: {', '.join(diff)})",
+                         hint="resume with the same options, or start over without --resume")
+    run.draft.load_state_dict(state["draft"])
+    run.opt.load_state_dict(state["optimizer"])
+    run.recent = [(float(a), list(b), list(c)) for a, b, c in state["recent"]]
+    return int(state["step"])
+
+
+def _save(run: _Run, step: int) -> None:
+    """Save the training state after ``step`` steps (process 0; written aside, then moved into place)."""
+    import torch
+
+    if run.state_path is None or run.rank != 0:
+        return
+    run.state_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = run.state_path.with_suffix(".tmp")
+    torch.save({"step": step, "draft": run.draft.state_dict(), "optimizer": run.opt.state_dict(), "recent": run.recent,
+                "fingerprint": run.fingerprint}, tmp)
+    os.replace(tmp, run.state_path)
+
+
+def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | None", opts: TrainOptions, step: int,
+          autocast: Any) -> tuple[float, list[int], list[int], int]:
+    """One optimizer step: ``(loss, correct per position, counted per position, tokens)``, summed over processes."""
+    import torch
+    import torch.distributed as dist
+
+    ids = windows.ids(step).to(run.device)
+    if cache is not None:
+        aux, last = cache.get([i for _, i in windows.indices(step)])
+        aux, last = (aux.to(run.device) if aux is not None else None), last.to(run.device)
+    else:
+        aux, last = data.verifier_features(verifier, ids, run.taps)
+    for g in run.opt.param_groups:
+        g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
+    with torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
+        loss, correct, counted = run.model(ids, aux, last, step)
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(run.params, 0.5)
+    run.opt.step()
+    figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
+    if run.world > 1:  # NCCL reduces device tensors only
+        figures = figures.to(run.device)
+        dist.all_reduce(figures)
+        figures = figures.cpu()
+        figures[0] /= run.world
+    p = run.positions
+    return float(figures[0]), [int(x) for x in figures[1:1 + p]], [int(x) for x in figures[1 + p:]], ids.numel() * run.world
 
 
 __all__ = ["STATE_FILE", "TrainOptions", "TrainStats", "acceptance_estimate", "fit", "global_normaliser", "warmup_cosine"]

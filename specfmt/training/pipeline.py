@@ -1,12 +1,13 @@
 """``specfmt train``: build a draft (new, or read from any source), fill its gaps, train it, write it, check it.
 
 The pipeline behind the CLI, one request at a time; what differs per algorithm is asked of
-the algorithm (:mod:`specfmt.algorithms`):
+the algorithm's training part (:class:`specfmt.algorithms.base.Training`), which receives the
+algorithm's own options as one typed object (:class:`~specfmt.algorithms.base.AlgorithmOptions`):
 
 1. the draft: read into memory with :func:`specfmt.convert.load_draft` (``--init``: a specfmt
    folder, or a research checkpoint through its converter, no temporary folder), or a new
-   config for the verifier (:meth:`~specfmt.algorithms.base.Algorithm.new_config`) initialised
-   as the references do (:meth:`~specfmt.algorithms.base.Algorithm.new_draft`);
+   config for the verifier (:meth:`~specfmt.algorithms.base.Training.new_config`) initialised
+   as the references do (:meth:`~specfmt.algorithms.base.Training.new_draft`);
 2. fill-ins (``fill_vocab``, ``fill_embed``, ``fill_heads``): ``d2t``/``t2d`` from the data,
    embeddings and heads copied from the verifier, Medusa heads added;
 3. training (:func:`specfmt.training.loop.fit`) unless ``steps`` is 0 or it is a dry run, with
@@ -26,12 +27,12 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..algorithms import get, layers
-from ..algorithms.base import REGISTRY, Algorithm, NewDraft
+from ..algorithms import get, trainable
+from ..algorithms.base import AlgorithmOptions, Training
 from ..checkpoint.output import Input, check_output, real_path
 from ..convert import load_draft
 from ..draft import save_draft
@@ -48,7 +49,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .loop import TrainOptions, TrainStats
 
 
-@dataclass
+@dataclass(init=False)
 class TrainRequest:
     """What ``specfmt train`` was asked to do.
 
@@ -61,12 +62,11 @@ class TrainRequest:
         source_format: ``--from`` of ``init``.
         fill_only: fill the gaps and write, no training (``specfmt train fill``).
         dry_run: write the initialised draft, no training.
-        draft_vocab / taps / layers: a new EAGLE-3 / EAGLE draft's shape.
-        draft_layer: a new draft's decoder-layer family (``llama``, ``qwen3``; None: llama); with
-            ``init``, the family the draft must have (None: whatever it has).
-        heads / head_layers: Medusa heads K (new, or the total after adding) and blocks L.
-        train_all: Medusa: train the heads ``init`` had too (default: only new heads,
-            or all when none are new).
+        options: the algorithm's own options: its :class:`~specfmt.algorithms.base.AlgorithmOptions`
+            (``Eagle3Options(draft_vocab=1024)``), or their values by field name (``{"heads": 5}``), checked
+            once the algorithm is known (:meth:`~specfmt.algorithms.base.Training.parse_options`); None:
+            the defaults. The constructor takes any other keyword as such a value
+            (``TrainRequest(out, verifier, algorithm="eagle3", draft_vocab=1024)``).
         embed: copy the verifier's embedding into the draft (``embed_tokens.weight``).
         lm_heads: Medusa: give shared-head drafts per-head ``lm_heads``.
         vocab_map: build ``d2t``/``t2d`` (default: when the draft needs and lacks them).
@@ -94,13 +94,7 @@ class TrainRequest:
     source_format: str = "auto"
     fill_only: bool = False
     dry_run: bool = False
-    draft_vocab: int | None = None
-    taps: list[int] | None = None
-    layers: int = 1
-    draft_layer: str | None = None
-    heads: int | None = None
-    head_layers: int = 1
-    train_all: bool = False
+    options: "AlgorithmOptions | dict[str, Any] | None" = None
     embed: bool = False
     lm_heads: bool = False
     vocab_map: bool | None = None
@@ -116,6 +110,15 @@ class TrainRequest:
     force: bool = False
     validate: bool = True
     prompts: str | None = None
+
+    def __init__(self, out: str, verifier: str, options: "AlgorithmOptions | dict[str, Any] | None" = None, **kwargs: Any) -> None:
+        for f in fields(self):
+            if f.name not in ("out", "verifier", "options"):
+                setattr(self, f.name, kwargs.pop(f.name) if f.name in kwargs else f.default_factory() if f.default is MISSING else f.default)  # type: ignore[misc]
+        if kwargs and isinstance(options, AlgorithmOptions):
+            raise TypeError("give the algorithm's options as an options object or as keywords, not both")
+        self.out, self.verifier = out, verifier
+        self.options = {**(options or {}), **kwargs} if kwargs or not isinstance(options, AlgorithmOptions) else options
 
 
 @dataclass
@@ -137,6 +140,22 @@ def state_dir(out: str | Path) -> Path:
     """Where the training state of OUT is kept between runs (``OUT.train-state``)."""
     p = real_path(out)
     return p.parent / f"{p.name}.train-state"
+
+
+#: the options the provenance block records besides the shared ones, with their values for an algorithm without
+#: them: format v1 records ``ttt_steps`` and ``noise`` for every draft (read by no one; kept so that a draft's
+#: ``config.json`` is byte-identical to what specfmt wrote before each algorithm declared its own options)
+_RECORDED_OPTIONS: dict[str, Any] = {"ttt_steps": 3, "noise": 0.0}
+
+
+def _options_record(opts: "TrainOptions", options: AlgorithmOptions) -> dict[str, Any]:
+    """``specfmt.train.options`` of a trained draft's provenance: the shared options in their order, with
+    :data:`_RECORDED_OPTIONS` after ``warmup`` (the algorithm's own value of each when it declares one)."""
+    shared = vars(opts)
+    keys = list(shared)
+    at = keys.index("warmup") + 1
+    extra = {k: getattr(options, k, default) for k, default in _RECORDED_OPTIONS.items()}
+    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}}
 
 
 def _digest(obj: Any) -> str:
@@ -172,29 +191,103 @@ def _init_distributed(req: TrainRequest) -> tuple[int, int, "Placement"]:
     return 0, 1, placement
 
 
-def _shape(req: TrainRequest) -> NewDraft:
-    return NewDraft(draft_vocab=req.draft_vocab, taps=req.taps, layers=req.layers, heads=req.heads or 3, head_layers=req.head_layers,
-                    speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32", draft_layer=req.draft_layer or "llama")
+@dataclass
+class _Job:
+    """One request on its way: what its steps share."""
+
+    req: TrainRequest
+    opts: "TrainOptions"
+    verifier: Verifier
+    placement: Placement
+    rank: int
+    world: int
+    say: Callable[[str], None]
+    docs: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def doc_ids(self) -> list[list[int]] | None:
+        return self.docs.ids if self.docs is not None else None
 
 
-def _new_draft(req: TrainRequest, algo: Algorithm, verifier: Verifier, docs: Any, notes: list[str]) -> tuple[Draft, dict[str, str]]:
-    """A new draft for the verifier, initialised as the reference trainers do."""
-    cfg = algo.new_config(verifier, _shape(req))
-    tensors, filled = algo.new_draft(cfg, verifier, docs.ids if docs is not None else None)
-    notes.append(f"new {algo.name} draft for {req.verifier}")
-    return Draft(cfg, tensors), filled
+def _trainer(name: str) -> Training:
+    """The training part of algorithm ``name``.
+
+    Raises:
+        InputError: no such algorithm, or one ``specfmt train`` cannot train.
+    """
+    algo = get(name)
+    if algo.training is None or algo.reference is None:  # training runs the reference part's module
+        raise InputError(f"{name} drafts cannot be trained by this specfmt", hint=f"train {_names()}")
+    return algo.training
 
 
-def _fill(req: TrainRequest, algo: Algorithm, draft: Draft, verifier: Verifier, docs: Any) -> dict[str, str]:
+def _names() -> str:
+    names = [a.name for a in trainable()]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _read_data(job: _Job, training: bool) -> Any:
+    """The training data as token ids (None without ``--data``).
+
+    Raises:
+        InputError: training without data, or unreadable data (:func:`specfmt.training.data.read_documents`).
+    """
+    if job.req.data:
+        job.say("reading the training data")
+        return read_documents(job.req.data, job.verifier.tokenizer())
+    if training:
+        raise InputError("training needs data", hint="pass --data FILE (text, or jsonl with \"text\" or \"messages\")")
+    return None
+
+
+def _read_init(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, str], dict[str, Any]]:
+    """The ``--init`` draft read into memory, held to the options, and filled in:
+    ``(draft, its algorithm's training part, the options, filled, the config as read)``."""
+    req = job.req
+    job.say(f"reading the draft {req.init}")
+    draft = load_draft(req.init, source_format=req.source_format, verifier=job.verifier, allow_missing=FILLABLE)
+    job.notes += draft.notes
+    if req.algorithm is not None and draft.algorithm != req.algorithm:
+        raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
+    req.algorithm = draft.algorithm
+    algo = _trainer(draft.algorithm)
+    options = algo.parse_options(req.options, init=True)
+    algo.check_draft(draft, options, str(req.init))
+    prior: dict[str, Any] = json.loads(json.dumps(draft.config))
+    filled = _fill(job, algo, options, draft)
+    if req.dtype is not None:
+        for block in (draft.config, draft.config["transformer_layer_config"]):
+            if "dtype" in block:
+                block["dtype"] = req.dtype
+    return draft, algo, options, filled, prior
+
+
+def _new_draft(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, str], None]:
+    """A new draft for the verifier, initialised as the reference trainers do: ``(draft, training part, options, filled, None)``."""
+    req = job.req
+    if req.fill_only:
+        raise InputError("nothing to fill: no --init draft")
+    algo = _trainer(str(req.algorithm))
+    options = algo.parse_options(req.options, init=False)
+    shape = algo.new_shape(replace(options, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32"))
+    cfg = algo.new_config(job.verifier, shape)
+    tensors, filled = algo.new_draft(cfg, job.verifier, job.doc_ids)
+    job.notes.append(f"new {algo.name} draft for {req.verifier}")
+    return Draft(cfg, tensors), algo, options, filled, None
+
+
+def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) -> dict[str, str]:
     """The fill-ins a draft read from ``--init`` gets."""
+    req = job.req
     filled: dict[str, str] = {}
     cfg = draft.config
-    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=docs.ids if docs is not None else None))
+    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=job.doc_ids))
     if req.embed:
-        filled.update(algo.fill_embed(draft, verifier))
-    filled.update(algo.fill_heads(draft, verifier, heads=req.heads, lm_heads=req.lm_heads, fill_only=req.fill_only))
+        filled.update(algo.fill_embed(draft, job.verifier))
+    filled.update(algo.fill_heads(draft, job.verifier, options, lm_heads=req.lm_heads, fill_only=req.fill_only))
     if req.speculative_tokens is not None:
-        limit = algo.speculative_token_limit(cfg)
+        limit = get(draft.algorithm).speculative_token_limit(cfg)
         if limit is not None and req.speculative_tokens > limit[0]:
             raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {limit[0]} {algo.title} {limit[1]}")
         cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
@@ -207,34 +300,35 @@ def _load_verifier(verifier: Verifier, placement: "Placement", say: Callable[[st
     return verifier.load_model(placement)
 
 
-def _module(algo: Algorithm, draft: Draft, device: Any) -> Any:
+def _module(draft: Draft, device: Any) -> Any:
+    """The draft's module (its algorithm's :meth:`~specfmt.algorithms.base.Reference.module`), float32 on ``device``."""
     import torch
 
     tensors = {n: t.float() if t.is_floating_point() else t for n, t in draft.tensors.items()}
-    module = algo.module(draft.config, tensors).to(device, torch.float32)
+    module = get(draft.algorithm).reference.module(draft.config, tensors).to(device, torch.float32)  # type: ignore[union-attr]
     if module.embed_tokens is not None:
         module.embed_tokens = module.embed_tokens.float().to(device)
     return module
 
 
-def check_request(req: TrainRequest) -> None:
+def check_request(req: TrainRequest) -> AlgorithmOptions | None:
     """Option checks that need no file (they fail before anything is read).
+
+    Returns:
+        The algorithm's options, checked, when the request names the algorithm; None when it is the
+        ``--init`` draft's (its options are checked once the draft is read).
 
     Raises:
         InputError: options that contradict each other or the algorithm.
     """
-    trainable = [a.name for a in REGISTRY.values() if a.train_summary]
-    if req.algorithm is not None and req.algorithm not in trainable:
-        raise InputError(f"unknown algorithm {req.algorithm!r}", hint=f"train {', '.join(trainable[:-1])} or {trainable[-1]}")
+    names = [a.name for a in trainable()]
+    if req.algorithm is not None and req.algorithm not in names:
+        raise InputError(f"unknown algorithm {req.algorithm!r}", hint=f"train {_names()}")
     if req.algorithm is None and req.init is None:
         raise InputError("no algorithm and no --init draft to take it from")
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
-    (get(req.algorithm) if req.algorithm else Algorithm()).check_new_draft(_shape(req), init=req.init is not None)
-    if req.init is not None and (req.draft_vocab is not None or req.taps is not None or req.layers != 1):
-        raise InputError("--draft-vocab, --aux-layers and --layers shape a new draft; an --init draft keeps its own")
-    if req.draft_layer is not None:
-        layers.family(req.draft_layer)
+    options = _trainer(req.algorithm).parse_options(req.options, init=req.init is not None) if req.algorithm else None
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
     if req.fill_cache_only and not req.cache:
@@ -243,6 +337,7 @@ def check_request(req: TrainRequest) -> None:
         raise InputError("--fill-cache-only computes the verifier's features only; it does not go with --dry-run or --resume")
     if req.resume and (req.dry_run or req.fill_only):
         raise InputError("--resume continues training; it does not go with --dry-run")
+    return options
 
 
 def request_inputs(req: TrainRequest, verifier: Verifier) -> list[Input]:
@@ -275,7 +370,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
 
     Args:
         req: what to do.
-        opts: training hyper-parameters.
+        opts: the shared training hyper-parameters (the algorithm's own options are ``req.options``).
         log: per-step callback (process 0), as for :func:`specfmt.training.loop.fit`.
         status: called with one-line phase messages ("reading data", ...).
 
@@ -291,13 +386,10 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     """
     import torch
 
-    say = status or (lambda msg: None)
     check_request(req)
     out = real_path(req.out)
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
-    if opts.ttt_steps < 1:
-        raise InputError("--ttt-steps must be at least 1")
     rank, world, placement = _init_distributed(req)
     device = torch.device(placement.device)
     torch.manual_seed(opts.seed)
@@ -305,137 +397,125 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     inputs = request_inputs(req, verifier)
     check_output(out, req.force, inputs)
     req.verifier = verifier.name_or_path
+    job = _Job(req, opts, verifier, placement, rank, world, status or (lambda msg: None))
     training = not (req.fill_only or req.dry_run) and (opts.steps > 0 or req.fill_cache_only)
-    docs = None
-    if req.data:
-        say("reading the training data")
-        docs = read_documents(req.data, verifier.tokenizer())
-    elif training:
-        raise InputError("training needs data", hint="pass --data FILE (text, or jsonl with \"text\" or \"messages\")")
-
-    notes: list[str] = []
-    if req.init is not None:
-        say(f"reading the draft {req.init}")
-        draft = load_draft(req.init, source_format=req.source_format, verifier=verifier, allow_missing=FILLABLE)
-        notes += draft.notes
-        if req.algorithm is not None and draft.algorithm != req.algorithm:
-            raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
-        req.algorithm = draft.algorithm
-        algo = get(draft.algorithm)
-        if req.draft_layer is not None:  # a check, not a conversion: the layers are the draft's own
-            if "transformer_layer_config" not in draft.config:
-                raise InputError(f"--init {req.init} is a {algo.title} draft: it has no decoder layers for --draft-layer to name",
-                                 hint="drop --draft-layer")
-            has = layers.family_of(draft.config["transformer_layer_config"]).model_type
-            if has != layers.family(req.draft_layer).model_type:
-                raise InputError(f"--init {req.init} has {has} decoder layers, not {req.draft_layer}",
-                                 hint="drop --draft-layer: an --init draft keeps its own layers")
-        prior: dict[str, Any] | None = json.loads(json.dumps(draft.config))
-        filled = _fill(req, algo, draft, verifier, docs)
-        if req.dtype is not None:
-            for block in (draft.config, draft.config["transformer_layer_config"]):
-                if "dtype" in block:
-                    block["dtype"] = req.dtype
-    else:
-        if req.fill_only:
-            raise InputError("nothing to fill: no --init draft")
-        algo = get(req.algorithm)
-        algo.check_new_heads(req.heads)
-        draft, filled = _new_draft(req, algo, verifier, docs, notes)
-        prior = None
-
-    module = _module(algo, draft, device)
-    subset = algo.heads_trained(module, draft.config, prior, req.train_all)
-    trainable = [n for n, p in module.named_parameters() if p.requires_grad]
-
+    job.docs = _read_data(job, training)
+    draft, algo, options, filled, prior = _read_init(job) if req.init is not None else _new_draft(job)
+    module = _module(draft, device)
+    subset = algo.heads_trained(module, draft.config, prior, options)
+    trained = [n for n, p in module.named_parameters() if p.requires_grad]
     stats = None
-    sdir = state_dir(out)
     if training:
-        import torch.distributed as dist
-
-        windows = Windows(docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=world, rank=rank)
-        taps = algo.feature_taps(draft.config)
-        cache = model = None
-        if req.cache:
-            key = {"verifier": req.verifier, "verifier_config": _digest(verifier.config),
-                   "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
-            cache = FeatureCache(req.cache, key)
-            if world > 1:  # every process has read the folder before any writes to it
-                dist.barrier()
-            if not cache.complete:
-                model = _load_verifier(verifier, placement, say)
-                say(f"computing the verifier's features of {windows.n} windows into {req.cache}"
-                    + (f" (process {rank} of {world})" if world > 1 else ""))
-                cache.build(windows, model, taps, input_device(model), rank=rank, world=world)
-                if world > 1:
-                    dist.barrier()
-                    if rank == 0:
-                        cache.mark_complete()
-            if req.fill_cache_only:
-                say(f"the feature cache {req.cache} holds the features of all {windows.n} windows")
-                return TrainResult(None, draft, {}, [], None, notes=notes, placement=placement, cache_filled=str(req.cache))
-        if cache is not None and model is None:
-            # the features are on disk: training reads them and never loads the verifier, only its two ends
-            say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
-            model = FrozenEnds.from_verifier(verifier, placement)
-        elif model is None:
-            model = _load_verifier(verifier, placement, say)
-        where = model.get_output_embeddings().weight.device  # a device map: the draft trains beside the verifier's last layers
-        if where != device:
-            module = module.to(where)
-            if module.embed_tokens is not None:
-                module.embed_tokens = module.embed_tokens.to(where)
-        fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": docs.files,
-                       "draft": _digest(draft.config), "world": world, "verifier_dtype": placement.dtype,
-                       "options": {k: v for k, v in vars(opts).items() if k != "save_every"}}
-        embed = module.embed_tokens  # the draft's own (EAGLE-1; EAGLE-3 with H != H_t), else the verifier's
-        say(f"training {len(trainable)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
-            + (f" on {world} processes" if world > 1 else "")
-            + (f", {placement.dtype} autocast over float32 weights" if placement.autocast else ""))
-        stats = fit(draft.algorithm, module, model, windows, opts, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
-                    fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None)
-        del model
-
+        stats = _fit(job, algo, options, draft, module, device, subset, state_dir(out), log)
+        if stats is None:  # --fill-cache-only
+            return TrainResult(None, draft, {}, [], None, notes=job.notes, placement=placement, cache_filled=str(req.cache))
     tensors = {n: t.detach().cpu() for n, t in module.state_dict().items()}
     if module.embed_tokens is not None:
         tensors["embed_tokens.weight"] = module.embed_tokens.detach().cpu()
     draft.tensors = tensors  # a vocabulary map is among the module's buffers
-    result = TrainResult(None, draft, filled, trainable if training else [], stats, notes=notes, placement=placement)
+    result = TrainResult(None, draft, filled, trained if training else [], stats, notes=job.notes, placement=placement)
     if rank != 0:
         return result
+    return _write(job, result, out, inputs, options, training)
+
+
+def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, module: Any, device: Any, subset: list[int] | None,
+         sdir: Path, log: Callable[[int, float, list[float]], None] | None) -> "TrainStats | None":
+    """Train ``module`` in place (:func:`specfmt.training.loop.fit`), the verifier's features computed on the
+    fly or read from the ``--cache`` folder (filled first when it is not complete); None after ``--fill-cache-only``."""
+    import torch.distributed as dist
+
+    req, opts, say, placement = job.req, job.opts, job.say, job.placement
+    windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
+    taps = algo.feature_taps(draft.config)
+    cache = model = None
+    if req.cache:
+        key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
+               "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
+        cache = FeatureCache(req.cache, key)
+        if job.world > 1:  # every process has read the folder before any writes to it
+            dist.barrier()
+        if not cache.complete:
+            model = _fill_cache(job, cache, windows, taps)
+        if req.fill_cache_only:
+            say(f"the feature cache {req.cache} holds the features of all {windows.n} windows")
+            return None
+    if cache is not None and model is None:
+        # the features are on disk: training reads them and never loads the verifier, only its two ends
+        say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
+        model = FrozenEnds.from_verifier(job.verifier, placement)
+    elif model is None:
+        model = _load_verifier(job.verifier, placement, say)
+    where = model.get_output_embeddings().weight.device  # a device map: the draft trains beside the verifier's last layers
+    if where != device:
+        module.to(where)
+        if module.embed_tokens is not None:
+            module.embed_tokens = module.embed_tokens.to(where)
+    fingerprint = {"algorithm": draft.algorithm, "verifier": req.verifier, "init": req.init, "data": job.docs.files,
+                   "draft": _digest(draft.config), "world": job.world, "verifier_dtype": placement.dtype,
+                   "options": {**{k: v for k, v in vars(opts).items() if k != "save_every"}, **options.given()}}
+    embed = module.embed_tokens  # the draft's own (EAGLE-1; EAGLE-3 with H != H_t), else the verifier's
+    trained = [n for n, p in module.named_parameters() if p.requires_grad]
+    say(f"training {len(trained)} tensors for {opts.steps} steps of {opts.batch_size} x {opts.seq_len} tokens"
+        + (f" on {job.world} processes" if job.world > 1 else "")
+        + (f", {placement.dtype} autocast over float32 weights" if placement.autocast else ""))
+    return fit(draft.algorithm, module, model, windows, opts, options=options, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
+               fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None)
+
+
+def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int]) -> Any:
+    """Compute the verifier's features of every window into the cache (each process its share); the verifier loaded."""
+    import torch.distributed as dist
+
+    model = _load_verifier(job.verifier, job.placement, job.say)
+    job.say(f"computing the verifier's features of {windows.n} windows into {job.req.cache}"
+            + (f" (process {job.rank} of {job.world})" if job.world > 1 else ""))
+    cache.build(windows, model, taps, input_device(model), rank=job.rank, world=job.world)
+    if job.world > 1:
+        dist.barrier()
+        if job.rank == 0:
+            cache.mark_complete()
+    return model
+
+
+def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], options: AlgorithmOptions, training: bool) -> TrainResult:
+    """Process 0: the draft written with its provenance (:func:`specfmt.draft.save_draft`), the saved state
+    removed, and the short validation run."""
+    req, opts, stats, draft, docs = job.req, job.opts, result.stats, result.draft, job.docs
     provenance = {
         "algorithm": draft.algorithm,
         "init": req.init,
-        "filled": filled,
+        "filled": result.filled,
         "trained": result.trained,
         "steps": stats.steps + stats.resumed_from if stats else 0,
-        "options": vars(opts) if training else None,
+        "options": _options_record(opts, options) if training else None,
         "data": docs.files if docs else {},
         "tokens": stats.tokens if stats else 0,
         "seconds": round(stats.seconds, 1) if stats else 0,
         "tokens_per_second": round(stats.tokens_per_second, 1) if stats else None,
-        "verifier_placement": placement.to_json() if training else None,
+        "verifier_placement": job.placement.to_json() if training else None,
         "top1_agreement": [round(a, 4) for a in stats.accuracy] if stats else None,
-        "processes": world,
+        "processes": job.world,
         "dry_run": req.dry_run,
     }
     if req.init is None:
         draft.source = {"format": "specfmt-train", "layout": "new draft", "name_or_path": req.verifier, "revision": None,
                         "files": {Path(f).name: h for f, h in (docs.files if docs else {}).items()}}
     result.out = save_draft(out, draft, train=provenance, force=req.force, inputs=inputs)
+    sdir = state_dir(out)
     if sdir.exists():
         shutil.rmtree(sdir, ignore_errors=True)
     if req.validate:
-        say("validating: static checks and the reference run (no vLLM)")
+        job.say("validating: static checks and the reference run (no vLLM)")
         from ..validation.run import validate_run
 
         # the verifier loaded for training (if any) is the one the reference run uses: loaded once per command
-        result.validation = validate_run(result.out, verifier=verifier, prompts=req.prompts, use_vllm=False, placement=placement)
+        result.validation = validate_run(result.out, verifier=job.verifier, prompts=req.prompts, use_vllm=False, placement=job.placement)
     return result
 
 
 #: tensors a research checkpoint read with ``--init`` may lack: the fill-ins compute them
-FILLABLE = frozenset(n for a in REGISTRY.values() for n in a.fillable)
+FILLABLE = frozenset(n for a in trainable() for n in a.training.fillable)  # type: ignore[union-attr]
 
 
 __all__ = ["TrainRequest", "TrainResult", "check_request", "request_inputs", "state_dir", "train_draft"]

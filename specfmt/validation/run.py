@@ -6,7 +6,7 @@ find at their initial values without a word, guesses tap layers when they are mi
 when the key is absent. Only running the draft shows them, so this module runs it twice:
 
 * **reference**: the research forward pass of the draft's algorithm
-  (:meth:`specfmt.algorithms.base.Algorithm.proposer`) driven by the verifier loaded with
+  (:meth:`specfmt.algorithms.base.Reference.proposer`) driven by the verifier loaded with
   transformers, greedy chain drafting (:func:`specfmt.validation.acceptance.run_chain`);
 * **vLLM**: ``LLM(model=OUT)`` exactly as ``vllm serve OUT`` starts it (no speculative
   config), in a child process (:mod:`specfmt.validation.vllm_run`), plus the verifier alone,
@@ -28,7 +28,8 @@ Checks added to the static report:
 ``acceptance``    mean acceptance length >= ``--min-acceptance-length`` (when given)
 ================  ============================================================================
 
-A failure names its likely causes: unloaded tensors, tap ids, norm order, vocabulary map, q/k norms.
+A failure names its likely causes: unloaded tensors, or the cause of a misreading its algorithm declares
+(:data:`CAUSES`; EAGLE-3: tap ids, norm order, vocabulary map, q/k norms).
 
 Every input is checked before anything is loaded (:func:`check_inputs`: the numeric options, the
 prompts file read and parsed, the folder writable for ``validation.json``, vLLM installed when it is
@@ -50,12 +51,12 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from packaging.version import InvalidVersion, Version
 
 from .. import __version__
-from ..algorithms import get
+from ..algorithms import causes as algorithm_causes, get
 from ..algorithms.base import Algorithm, Variant
 from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError, VLLMRunError
@@ -90,13 +91,29 @@ ProgressFn = Callable[[str, int, "int | None"], None]
 SECTIONS = {"reference": (("reference", "variants"), ("reference", "variants")),
             "vllm": (("vllm",), ("vllm", "vllm_exact", "agreement", "vllm_weights"))}
 
-CAUSES = {
-    "unloaded tensors": "tensors vLLM did not load stay at their initial values",
-    "tap ids": "eagle_aux_hidden_state_layer_ids name other verifier layers than the draft was trained on",
-    "norm order": "norm_before_residual / norm_output do not match the forward pass the draft was trained with",
-    "vocab mapping": "d2t is read the wrong way (offsets vs absolute ids, or the sign)",
-    "q/k norms": "the Qwen3 draft layers' q/k norms are not applied (read as Llama layers: transformer_layer_config.model_type)",
-}
+#: the cause no misreading stands for (the static checks and vLLM's weights probe find it)
+UNLOADED_TENSORS = {"unloaded tensors": "tensors vLLM did not load stay at their initial values"}
+
+
+class _Causes(Mapping[str, str]):
+    """Every cause a run may name, with its one-line explanation: unloaded tensors, then the misreading
+    causes each algorithm declares with its readings (:func:`specfmt.algorithms.causes`), read when asked,
+    so that an algorithm's new cause needs no entry here."""
+
+    def _all(self) -> dict[str, str]:
+        return {**UNLOADED_TENSORS, **algorithm_causes()}
+
+    def __getitem__(self, cause: str) -> str:
+        return self._all()[cause]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+CAUSES: Mapping[str, str] = _Causes()
 
 
 @dataclass
@@ -156,7 +173,7 @@ def _load_tensors(folder: Path) -> dict[str, "torch.Tensor"]:
 
 def variants(cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
     """The checkpoint as written first, then the misreadings its algorithm knows
-    (:meth:`specfmt.algorithms.base.Algorithm.readings`)."""
+    (:meth:`specfmt.algorithms.base.Reference.readings`)."""
     return get(cfg["speculators_model_type"]).readings(cfg, n_verifier_layers)
 
 
@@ -501,11 +518,11 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
                                     "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
                         **_figures(ref_res)}
     rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
-    _variants_check(result, runs)
+    _variants_check(result, algo, runs)
     return ref_res
 
 
-def _variants_check(result: RunResult, runs: list[tuple[Variant, ChainResult]]) -> None:
+def _variants_check(result: RunResult, algo: Algorithm, runs: list[tuple[Variant, ChainResult]]) -> None:
     """The ``variants`` check: no misreading (``runs[1:]``) accepted :data:`VARIANT_MARGIN` more often than the
     checkpoint as written (``runs[0]``); each misreading's figure goes to ``result.variants``."""
     rep = result.report
@@ -519,7 +536,7 @@ def _variants_check(result: RunResult, runs: list[tuple[Variant, ChainResult]]) 
     if better:
         rep.add("variants", FAIL, f"read differently, the draft is accepted more often than as written ({base:.2f}): "
                 + "; ".join(f"{v.label} -> {m:.2f}" for v, m in better),
-                [f"{v.cause}: {v.label} gives mean acceptance length {m:.3f} ({CAUSES[v.cause]})" for v, m in better])
+                [f"{v.cause}: {v.label} gives mean acceptance length {m:.3f} ({algo.explain(v.cause)})" for v, m in better])
         result.causes += [c for c in dict.fromkeys(v.cause for v, _ in better)]
     else:
         rep.add("variants", PASS, f"{len(runs) - 1} misreadings tried, none better than as written ({base:.2f})" if len(runs) > 1 else "no variant readings for this algorithm")
