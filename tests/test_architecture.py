@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -377,3 +378,39 @@ def test_the_from_lists_in_the_help_come_from_the_registry(monkeypatch):
     monkeypatch.setitem(REGISTRY, "peagle", PEagleLike())
     assert from_choices("auto").endswith("speculators (older speculators/ModelOpt checkpoints), peagle (P-EAGLE), auto")
     assert "hass," in from_choices()  # a subclass does not inherit its parent's label
+
+
+def _function_lengths(root: Path):
+    """``(lines, "path::Class.function", is_method_of_a_class)`` for every function under ``root``."""
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+
+        def walk(node, prefix: str, in_class: bool):
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield child.end_lineno - child.lineno + 1, f"{path.relative_to(REPO)}::{prefix}{child.name}", in_class
+                    yield from walk(child, f"{prefix}{child.name}.", False)
+                elif isinstance(child, ast.ClassDef):
+                    yield from walk(child, f"{prefix}{child.name}.", True)
+
+        yield from walk(tree, "", False)
+
+
+#: issue 24: no function in specfmt/ or converters/ longer than 80 lines, no converter method longer than 40
+FUNCTION_LINES, CONVERTER_METHOD_LINES = 80, 40
+
+
+def test_no_function_is_longer_than_80_lines_and_no_converter_method_than_40():
+    long = [f"{name}: {n} lines" for root in ("specfmt", "converters") for n, name, _ in _function_lengths(REPO / root) if n > FUNCTION_LINES]
+    long += [f"{name}: {n} lines (a converter method)" for n, name, method in _function_lengths(REPO / "converters")
+             if method and CONVERTER_METHOD_LINES < n <= FUNCTION_LINES]
+    assert not long, "split these into named steps:\n" + "\n".join(long)
+
+
+def test_the_length_finder_measures_nested_functions_and_methods(tmp_path, monkeypatch):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "m.py").write_text("def f():\n    def g():\n        pass\n    return g\n\n\nclass C:\n    def m(self):\n        x = 1\n        return x\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    found = sorted(_function_lengths(pkg))
+    assert found == [(2, "pkg/m.py::f.g", False), (3, "pkg/m.py::C.m", True), (4, "pkg/m.py::f", False)]
