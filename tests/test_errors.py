@@ -22,6 +22,7 @@ from safetensors.torch import load_file, save_file
 from builders import write_safeailab
 from conftest import WORLD
 from fakehub import FakeHub
+from specfmt.algorithms import get as get_algorithm
 from specfmt import errors
 from specfmt.convert import convert
 from specfmt.errors import ConversionError, Finding, HubError, path_keys
@@ -329,7 +330,7 @@ def test_a_reworded_tensor_detail_keeps_its_cause(example, tmp_path, monkeypatch
     tensors = next(c for c in rep.checks if c.name == "tensors")
     assert tensors.status == "fail" and tensors.details == ["absent: norm.weight"]
     assert [(f.kind, f.tensor) for f in tensors.findings] == [("missing", "norm.weight")]
-    assert run._static_causes(rep) == ["unloaded tensors"]
+    assert run._static_causes(rep, get_algorithm("eagle3")) == ["unloaded tensors"]
 
 
 def test_a_reworded_verifier_problem_keeps_its_cause(example, tmp_path, monkeypatch):
@@ -342,14 +343,14 @@ def test_a_reworded_verifier_problem_keeps_its_cause(example, tmp_path, monkeypa
     rep = validate_static(folder)
     check = next(c for c in rep.checks if c.name == "verifier")
     assert check.status == "fail" and "tap layers [40]" in check.summary
-    assert run._static_causes(rep) == ["tap ids"]
+    assert run._static_causes(rep, get_algorithm("eagle3")) == ["tap ids"]
 
     original = Eagle3.verifier_problems
     monkeypatch.setattr(Eagle3, "verifier_problems", lambda self, cfg, v: [dataclasses.replace(f, message="out of range") for f in original(self, cfg, v)])
     rep = validate_static(folder)
     check = next(c for c in rep.checks if c.name == "verifier")
     assert check.status == "fail" and check.summary == "out of range"
-    assert run._static_causes(rep) == ["tap ids"]
+    assert run._static_causes(rep, get_algorithm("eagle3")) == ["tap ids"]
 
 
 def test_findings_stay_out_of_the_json(example):
@@ -357,3 +358,18 @@ def test_findings_stay_out_of_the_json(example):
     rep = validate_static(example)
     assert all(set(c) == {"name", "status", "summary", "details"} for c in rep.to_json()["checks"])
     assert Finding("m", path="$.a", keys=("a",)).message == str(Finding("m"))
+
+
+def test_the_causes_a_finding_points_at_are_the_algorithms(example, tmp_path):
+    """Which config key or check names which cause is declared by the algorithm (EAGLE-3's ``key_causes`` and
+    ``check_causes``), not by validate --run: an algorithm that declares none gets none from the same findings."""
+    from specfmt.algorithms.eagle3 import Eagle3
+    from specfmt.validation import run
+
+    rep = validate_static(_broken(example, tmp_path, cfg=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 4, 40])))
+    assert run._static_causes(rep, Eagle3()) == ["tap ids"]
+
+    class Undeclared(Eagle3):
+        key_causes, check_causes = {}, {}
+
+    assert run._static_causes(rep, Undeclared()) == []

@@ -224,9 +224,14 @@ class Reference:
     Attributes:
         causes: every cause this algorithm's :meth:`readings` name (:attr:`Variant.cause`), with its
             one-line explanation: what ``validate --run`` says when a misreading beats the checkpoint.
+        key_causes: ``{config key: cause}``: a failed static check whose finding concerns the key
+            (:attr:`~specfmt.errors.Finding.keys`) points at the cause (``validate --run`` names it).
+        check_causes: ``{static check: cause}``: that check failing points at the cause.
     """
 
     causes: ClassVar[dict[str, str]] = {}
+    key_causes: ClassVar[dict[str, str]] = {}
+    check_causes: ClassVar[dict[str, str]] = {}
 
     def module_class(self) -> type:
         """The draft's ``torch.nn.Module`` class (imported on first use: importing specfmt never imports torch)."""

@@ -424,6 +424,10 @@ class Eagle3(Algorithm, Reference, Training, Card):
                             "(llama_eagle3.py load_weights), which only training uses"}
     fillable = frozenset({"d2t", "t2d"})
     causes = CAUSES
+    #: vLLM guesses the first three when absent, so a finding on one of them names its cause
+    key_causes = {"norm_before_residual": "norm order", "norm_output": "norm order", "eagle_aux_hidden_state_layer_ids": "tap ids",
+                  "draft_vocab_size": "vocab mapping"}
+    check_causes = {"vocab_map": "vocab mapping"}
 
     # -- format ------------------------------------------------------------------------------
 

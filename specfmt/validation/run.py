@@ -358,7 +358,7 @@ def validate_run(
                        verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
     if runnable.get("schema") != PASS:
         _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
-        result.causes = _static_causes(rep)
+        result.causes = _static_causes(rep, _algorithm_named_in(res_folder.folder))
         return _finish(folder, result, write)
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
@@ -376,7 +376,7 @@ def validate_run(
                      tensor_parallel_size, gpu_memory_utilization, tell)
     _acceptance_check(result, min_acceptance_length)
     if not rep.ok:
-        result.causes = list(dict.fromkeys(result.causes + _static_causes(rep)))
+        result.causes = list(dict.fromkeys(result.causes + _static_causes(rep, algo)))
         if not result.causes:
             result.causes = [c for c in CAUSES]
     return _finish(folder, result, write)
@@ -642,26 +642,32 @@ def _add_chains(a: ChainResult, b: ChainResult) -> ChainResult:
     return ChainResult(**out)
 
 
-#: config keys whose absence or error points at a cause (vLLM guesses the first three when absent): a finding of the
-#: ``schema`` or ``verifier`` check that concerns one of them (:attr:`~specfmt.errors.Finding.keys`) names its cause
-_KEY_CAUSES = {"norm_before_residual": "norm order", "norm_output": "norm order", "eagle_aux_hidden_state_layer_ids": "tap ids",
-               "draft_vocab_size": "vocab mapping"}
+def _algorithm_named_in(folder: Path) -> "Algorithm | None":
+    """The algorithm a schema-invalid config names (``speculators_model_type``), when it names a known one."""
+    try:
+        cfg = read_json(folder / CONFIG_FILE)
+        return get(cfg["speculators_model_type"]) if isinstance(cfg, dict) and isinstance(cfg.get("speculators_model_type"), str) else None
+    except (SpecfmtError, OSError, ValueError, KeyError):
+        return None
 
 
-def _static_causes(rep: Report) -> list[str]:
+def _static_causes(rep: Report, algo: "Algorithm | None") -> list[str]:
     """The likely causes the failed checks point at, from their data, never their words, in this order:
-    the config keys of the ``schema`` findings (:data:`_KEY_CAUSES`), a ``missing`` tensor of the
-    ``tensors`` check (``unloaded tensors``), a failed ``vllm_weights`` (``unloaded tensors``) or
-    ``vocab_map`` check (``vocab mapping``), the config keys of the ``verifier`` findings. Each cause once."""
+    the config keys of the ``schema`` findings (the algorithm's :attr:`~specfmt.algorithms.base.Reference.key_causes`),
+    a ``missing`` tensor of the ``tensors`` check (``unloaded tensors``), a failed ``vllm_weights``
+    (``unloaded tensors``), the checks the algorithm names (:attr:`~specfmt.algorithms.base.Reference.check_causes`;
+    EAGLE-3: ``vocab_map``), the config keys of the ``verifier`` findings. Each cause once."""
     failed = {name: c for name, c in {c.name: c for c in rep.checks}.items() if c.status == FAIL}
+    key_causes = getattr(algo, "key_causes", {})  # an algorithm without a reference part names none
+    check_causes = getattr(algo, "check_causes", {})
 
     def by_keys(name: str) -> list[str]:
-        return [_KEY_CAUSES[key] for f in failed[name].findings for key in f.keys if key in _KEY_CAUSES] if name in failed else []
+        return [key_causes[key] for f in failed[name].findings for key in f.keys if key in key_causes] if name in failed else []
 
     out = by_keys("schema")
     if "tensors" in failed and any(f.kind == "missing" for f in failed["tensors"].findings):
         out.append("unloaded tensors")
-    out += ["unloaded tensors"] * ("vllm_weights" in failed) + ["vocab mapping"] * ("vocab_map" in failed)
+    out += ["unloaded tensors"] * ("vllm_weights" in failed) + [cause for check, cause in check_causes.items() if check in failed]
     return list(dict.fromkeys(out + by_keys("verifier")))
 
 
