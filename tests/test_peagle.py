@@ -58,9 +58,7 @@ def test_a_peagle_config_validates_and_its_rules_are_eagle3s_and_the_mask_token(
     cfg = peagle_config()
     assert schema_violations(cfg) == []
     assert recognised("peagle") is None and get("peagle").title == "P-EAGLE"
-    assert ("$.mask_token_id", "'mask_token_id' is a required property") in [(p, m) for p, m in schema_violations(
-        {k: v for k, v in cfg.items() if k != "mask_token_id"})] or any("mask_token_id" in m for _, m in schema_violations(
-            {k: v for k, v in cfg.items() if k != "mask_token_id"}))
+    assert any("mask_token_id" in m for _, m in schema_violations({k: v for k, v in cfg.items() if k != "mask_token_id"}))  # vLLM needs it
     assert schema_violations({**cfg, "mask_token_id": V}) == [
         ("$.mask_token_id", f"{V} is outside the verifier vocabulary transformer_layer_config.vocab_size={V}")]
     assert any(p == "$.mask_token_id" for p, _ in schema_violations({**cfg, "mask_token_id": -1}))
@@ -104,13 +102,12 @@ def _logits_of(algo, reading, tensors, tokens, states, k) -> torch.Tensor:
     """The logits behind a proposal: the last verified position's, then each further position's ([k, V])."""
     proposer = algo.proposer(reading, tensors, tensors["embed_tokens.weight"], None)
     seen = []
-    target = proposer.draft if hasattr(proposer, "draft") else None
-    hook = target.lm_head.register_forward_hook(lambda m, i, o: seen.append(o[0].detach().clone()))
+    hook = proposer.draft.lm_head.register_forward_hook(lambda m, i, o: seen.append(o[0].detach().clone()))
     try:
         proposer(tokens, states, k)
     finally:
         hook.remove()
-    return torch.cat(seen)[-k:] if len(seen) > 2 else torch.cat(seen)
+    return torch.cat(seen)
 
 
 def plain_peagle(tensors: dict, cfg: dict, tokens: list[int], states: VerifierStates, k: int) -> torch.Tensor:
@@ -143,7 +140,7 @@ def test_each_peagle_misreading_changes_the_proposals_logits():
     tokens, states, k = [5, 9, 11, 3, 40, 7, 21], _states(2, 6), 4
     readings = algo.readings(cfg, N_LAYERS)
     assert {r.cause for r in readings} >= {None, "tap ids", "parallel drafting", "mask token"}
-    assert set(algo.causes) == {r.cause for r in readings if r.cause} | {"vocab mapping"}
+    assert {r.cause for r in readings if r.cause} <= set(algo.causes)
     written = _logits_of(algo, readings[0], tensors, tokens, states, k)
     for r in readings[1:]:
         other = _logits_of(algo, r, tensors, tokens, states, k)
@@ -208,8 +205,8 @@ def _speculators_logits(spec_env, folder: Path, cfg: dict, tensors: dict, tokens
 class _NonCausal(peagle_module._EveryPosition):
     """A wrong mask: the parallel positions see each other both ways (every new key placed at the first mask position)."""
 
-    def __post_init__(self):
-        self.key_positions = [torch.cat([kp[:-n], torch.full((n,), int(kp[-n]))]) for kp, n in zip(self.key_positions, self.lengths)]
+    def __init__(self, lengths, past, key_positions):
+        super().__init__(lengths, past, [torch.cat([kp[:-n], torch.full((n,), int(kp[-n]))]) for kp, n in zip(key_positions, lengths)])
 
 
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
