@@ -242,3 +242,51 @@ def test_the_reference_equals_speculators_peagle_draft_model_in_float64(spec_env
     assert misses(_logits_of(algo, by_label["served without parallel drafting (sequential EAGLE-3)"], tensors, tokens, states, k))
     monkeypatch.setattr(peagle_module, "_EveryPosition", _NonCausal)
     assert misses(_logits_of(algo, readings[0], tensors, tokens, states, k))
+
+
+# --------------------------------------------------------------------------- speculators' own outputs
+
+
+SAVE = r"""
+import json, sys, torch
+from speculators import SpeculatorModelConfig
+from speculators.models.peagle.core import PEagleDraftModel
+cfg = SpeculatorModelConfig.from_dict(json.loads(open(sys.argv[1]).read()))
+torch.manual_seed(0)
+PEagleDraftModel(cfg).save_pretrained(sys.argv[2])
+"""
+
+
+def _world_peagle(verifier: str, mask) -> dict:
+    cfg = peagle_config(k=5, mask=mask, vocab_size=2048, hidden_size=128, intermediate_size=384, num_attention_heads=4, head_dim=32)
+    cfg["transformer_layer_config"].pop("num_aux_hidden_states")
+    cfg["speculators_config"]["verifier"]["name_or_path"] = verifier
+    return {**cfg, "draft_vocab_size": 2048, "eagle_aux_hidden_state_layer_ids": [2, 4, 5]}
+
+
+def test_speculators_own_peagle_output_is_upgraded_and_validates_and_without_a_mask_token_is_refused(spec_env, tmp_path):
+    """A P-EAGLE draft saved by speculators 0.9 (``PEagleDraftModel.save_pretrained``) for the example verifier:
+    ``specfmt upgrade`` keeps every tensor (``mask_hidden`` included) and ``mask_token_id``, and the output validates;
+    the same draft saved with speculators' default ``mask_token_id`` (null) is refused, naming the key."""
+    from safetensors.torch import load_file
+
+    from conftest import WORLD, run_cli
+
+    verifier = str((WORLD / "verifier").resolve())
+    for name, mask in (("theirs", 2047), ("nomask", None)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_world_peagle(verifier, mask)))
+        r = spec_env.run("-c", SAVE, tmp_path / f"{name}.json", tmp_path / name)
+        assert r.returncode == 0, r.stderr[-3000:]
+    written = json.loads((tmp_path / "theirs" / "config.json").read_text())
+    assert written["speculators_model_type"] == "peagle" and written["mask_token_id"] == 2047
+    up = run_cli("upgrade", tmp_path / "theirs", "-o", tmp_path / "up", "--verifier", verifier)
+    assert up.returncode == 0, up.stdout + up.stderr
+    v = run_cli("validate", tmp_path / "up")
+    assert v.returncode == 0, v.stdout
+    out = json.loads((tmp_path / "up" / "config.json").read_text())
+    assert out["speculators_model_type"] == "peagle" and out["mask_token_id"] == 2047 and out["architectures"] == ["PEagleSpeculator"]
+    theirs, ours = load_file(str(tmp_path / "theirs" / "model.safetensors")), load_file(str(tmp_path / "up" / "model.safetensors"))
+    assert sorted(ours) == sorted(theirs) and "mask_hidden" in ours
+    assert all(torch.equal(ours[n], theirs[n]) for n in ours)
+    refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
+    assert refused.returncode != 0 and "mask_token_id is None" in refused.stdout + refused.stderr
