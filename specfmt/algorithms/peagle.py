@@ -140,9 +140,10 @@ class PEagle(Eagle3):
         return PEagleDraft
 
     def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
-        """EAGLE-3's (:meth:`Eagle3.readings`), then: served without parallel drafting (a sequential
-        EAGLE-3 chain); the mask token read as 0 (vLLM's padding id), or as 1 when it is 0."""
-        out = super().readings(cfg, n_verifier_layers)
+        """EAGLE-3's (:meth:`Eagle3.readings`) but ``norm_output`` flipped (nothing is fed back in a parallel
+        pass, so it changes nothing), then: served without parallel drafting (a sequential EAGLE-3 chain,
+        where ``norm_output`` matters again); the mask token read as 0 (vLLM's padding id), or as 1 when it is 0."""
+        out = [r for r in super().readings(cfg, n_verifier_layers) if r.cfg.get("norm_output") == cfg.get("norm_output")]
         out.append(Variant("parallel drafting", "served without parallel drafting (sequential EAGLE-3)", cfg, {"sequential": True}))
         other = 1 if cfg["mask_token_id"] == 0 else 0
         out.append(Variant("mask token", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
