@@ -116,6 +116,8 @@ class PEagle(Eagle3):
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `PEagleDraftModel`)."
     causes = CAUSES
     key_causes = {**Eagle3.key_causes, "mask_token_id": "mask token"}
+    vllm_not_held = {**Eagle3.vllm_not_held, "mask_hidden": "vLLM copies it into a buffer, not a parameter (llama_eagle3.py: "
+                                                            "register_buffer, loaded only with parallel_drafting)"}
 
     @property
     def training(self) -> None:
