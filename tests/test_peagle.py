@@ -290,3 +290,19 @@ def test_speculators_own_peagle_output_is_upgraded_and_validates_and_without_a_m
     assert all(torch.equal(ours[n], theirs[n]) for n in ours)
     refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
     assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr
+
+
+def test_vllm_reads_our_peagle_config_as_parallel_eagle3_with_our_mask_token():
+    """vLLM 0.32's own speculators reader on our config (no engine): method ``eagle3`` with ``parallel_drafting``,
+    ``PeagleLlamaForCausalLM`` / ``PeagleQwen3ForCausalLM``, ``pard_token`` = ``mask_token_id``, our taps and norm order."""
+    pytest.importorskip("vllm")
+    from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
+    from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
+
+    for family, arch in (("llama", "PeagleLlamaForCausalLM"), ("qwen3", "PeagleQwen3ForCausalLM")):
+        cfg = peagle_config(k=4, model_type=family)
+        assert SpeculatorsConfig.build_vllm_speculative_config(cfg) == {"method": "eagle3", "num_speculative_tokens": 4, "parallel_drafting": True}
+        pre = dict(cfg["transformer_layer_config"])
+        SUPPORTED_SPECULATORS_TYPES["peagle"](cfg, pre)
+        assert pre["architectures"] == [arch] and pre["pard_token"] == MASK
+        assert pre["eagle_aux_hidden_state_layer_ids"] == TAPS and pre["norm_before_residual"] is False and pre["draft_vocab_size"] == V
