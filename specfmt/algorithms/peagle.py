@@ -133,7 +133,8 @@ class PEagle(Eagle3):
         (speculators ``PEagleDraftModel``; vLLM copies its n_aux·H_t values into ``mask_hidden`` [1, fc_input_size])."""
         c = PEagleConfig.of(cfg)
         specs = super().expected_tensors(cfg)
-        specs["mask_hidden"] = TensorSpec((1, 1, len(c.taps) * c.verifier_hidden_size))
+        specs["mask_hidden"] = TensorSpec((1, 1, len(c.taps) * c.verifier_hidden_size),
+                                          why="vLLM's parallel drafting reads it at every mask position and stops when it is missing (llama_eagle3.py)")
         return specs
 
     def module_class(self) -> type:
