@@ -306,3 +306,9 @@ def test_vllm_reads_our_peagle_config_as_parallel_eagle3_with_our_mask_token():
         SUPPORTED_SPECULATORS_TYPES["peagle"](cfg, pre)
         assert pre["architectures"] == [arch] and pre["pard_token"] == MASK
         assert pre["eagle_aux_hidden_state_layer_ids"] == TAPS and pre["norm_before_residual"] is False and pre["draft_vocab_size"] == V
+
+
+def test_the_card_says_how_it_drafts_and_its_mask_token():
+    rows = dict(get("peagle").card_rows(peagle_config()))
+    assert rows["drafting"].startswith("k tokens in one parallel pass") and rows["mask token (`mask_token_id`, vLLM's `pard_token`)"] == str(MASK)
+    assert list(rows)[:3] == [r for r, _ in get("eagle3").card_rows(peagle_config())][:3]

@@ -137,6 +137,12 @@ class PEagle(Eagle3):
                                           why="vLLM's parallel drafting reads it at every mask position and stops when it is missing (llama_eagle3.py)")
         return specs
 
+    def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
+        """EAGLE-3's rows, then how it drafts and its mask token."""
+        return super().card_rows(cfg) + [
+            ("drafting", "k tokens in one parallel pass (vLLM `parallel_drafting`)"),
+            ("mask token (`mask_token_id`, vLLM's `pard_token`)", str(cfg["mask_token_id"]))]
+
     def module_class(self) -> type:
         from .peagle_nn import PEagleDraft
 
