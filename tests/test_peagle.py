@@ -139,7 +139,7 @@ def test_each_peagle_misreading_changes_the_proposals_logits():
     algo = get("peagle")
     tokens, states, k = [5, 9, 11, 3, 40, 7, 21], _states(2, 6), 4
     readings = algo.readings(cfg, N_LAYERS)
-    assert {r.cause for r in readings} >= {None, "tap ids", "parallel drafting", "mask token"}
+    assert {r.cause for r in readings} >= {None, "tap ids", "parallel drafting", "mask token id"}
     assert {r.cause for r in readings if r.cause} <= set(algo.causes)
     written = _logits_of(algo, readings[0], tensors, tokens, states, k)
     for r in readings[1:]:

@@ -67,7 +67,7 @@ CAUSES = {
     **EAGLE3_CAUSES,
     "parallel drafting": "the draft is served without parallel drafting: vLLM runs it as a sequential EAGLE-3 draft and skips mask_hidden "
                          "(an explicit --speculative-config without \"parallel_drafting\": true)",
-    "mask token": "mask_token_id is not the token the draft's parallel positions were trained with",
+    "mask token id": "mask_token_id is not the token the draft's parallel positions were trained with",
 }
 
 
@@ -115,7 +115,7 @@ class PEagle(Eagle3):
     vllm_method = "eagle3"  # speculators/base.py: peagle -> method eagle3, parallel_drafting true
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `PEagleDraftModel`)."
     causes = CAUSES
-    key_causes = {**Eagle3.key_causes, "mask_token_id": "mask token"}
+    key_causes = {**Eagle3.key_causes, "mask_token_id": "mask token id"}
     vllm_not_held = {**Eagle3.vllm_not_held, "mask_hidden": "vLLM copies it into a buffer, not a parameter (llama_eagle3.py: "
                                                             "register_buffer, loaded only with parallel_drafting)"}
 
@@ -155,7 +155,7 @@ class PEagle(Eagle3):
         out = [r for r in super().readings(cfg, n_verifier_layers) if r.cfg.get("norm_output") == cfg.get("norm_output")]
         out.append(Variant("parallel drafting", "served without parallel drafting (sequential EAGLE-3)", cfg, {"sequential": True}))
         other = 1 if cfg["mask_token_id"] == 0 else 0
-        out.append(Variant("mask token", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
+        out.append(Variant("mask token id", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
         return out
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
