@@ -25,6 +25,7 @@ from specfmt.algorithms.recognised import recognised
 from specfmt.algorithms.reference import VerifierStates
 from specfmt.format.versions import SPECULATORS_VERSION
 from specfmt.serving import explicit_config
+from speculators_env import spec_env  # noqa: F401  (fixture)
 
 H, V, N_LAYERS, TAPS, MASK = 32, 97, 5, [1, 2, 3], 95
 
@@ -157,8 +158,24 @@ from speculators import SpeculatorModelConfig
 import speculators.models.peagle.core as core
 folder, T, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = SpeculatorModelConfig.from_pretrained(folder)
-cfg.transformer_layer_config._attn_implementation = "eager"
+cfg.transformer_layer_config._attn_implementation = "sdpa"  # eager attention takes its softmax in float32
 model = core.PEagleDraftModel(cfg).double().eval()
+# transformers computes the rotary tables in float32 whatever the model's dtype (about 1e-6 off at these sizes); in float64 here
+tl = cfg.transformer_layer_config
+theta = float((getattr(tl, "rope_parameters", None) or {}).get("rope_theta", getattr(tl, "rope_theta", 10000.0)))
+rot = model.rotary_emb
+def rope64(x, position_ids):
+    hd = 2 * rot.inv_freq.numel()
+    freqs = position_ids[..., None].double() / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return (emb.cos() * rot.attention_scaling).to(x.dtype), (emb.sin() * rot.attention_scaling).to(x.dtype)
+rot.forward = rope64
+# and its RMSNorm in float32 too (LlamaRMSNorm, Qwen3RMSNorm: hidden_states.to(torch.float32)); the same formula in float64 here
+def norm64(mod):
+    return lambda x: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
+for mod in model.modules():
+    if hasattr(mod, "variance_epsilon"):
+        mod.forward = norm64(mod)
 state = load_file(folder + "/model.safetensors")
 missing, unexpected = model.load_state_dict(state, strict=False)
 inputs = load_file(folder + "/inputs.safetensors")
@@ -168,9 +185,14 @@ anchor = torch.cat([torch.arange(T), torch.full((k - 1,), T - 1)])
 depth = torch.cat([torch.zeros(T, dtype=torch.long), torch.arange(1, k)])
 core.generate_cod_sample_indices = lambda **kw: (anchor, depth)
 seen = []
-model.lm_head.register_forward_hook(lambda m, i, o: seen.append(o.detach()))
+class Done(Exception):
+    pass
+def capture(m, i, o):
+    seen.append(o.detach())
+    raise Done  # the draft's logits are what is compared; the training loss after them is not run
+model.lm_head.register_forward_hook(capture)
 L = T + k - 1
-with torch.no_grad():
+with torch.no_grad(), __import__("contextlib").suppress(Done):
     model(hidden_states=inputs["aux"][None], input_ids=inputs["ids"][None], document_ids=torch.zeros(1, L, dtype=torch.long),
           loss_mask=torch.ones(1, L), verifier_last_hidden_states=torch.zeros(1, L, cfg.transformer_layer_config.hidden_size, dtype=torch.float64),
           num_depths=k)
@@ -212,7 +234,8 @@ class _NonCausal(peagle_module._EveryPosition):
 @pytest.mark.parametrize("model_type", ["llama", "qwen3"])
 def test_the_reference_equals_speculators_peagle_draft_model_in_float64(spec_env, tmp_path, monkeypatch, model_type):
     """specfmt's :class:`~specfmt.algorithms.peagle_nn.PEagleDraft` run by the P-EAGLE proposer against speculators 0.9's
-    ``PEagleDraftModel`` (``models/peagle/core.py``, forward driven with the COD indices of one rollout at the last position):
+    ``PEagleDraftModel`` (``models/peagle/core.py``, forward driven with the COD indices of one rollout at the last position;
+    its rotary tables and RMSNorms computed in float64 like ours, where transformers computes them in float32 whatever the dtype):
     every verified position's logits and the k drafted ones agree to 1e-6; a tap shift, the wrong mask token, a non-causal
     mask among the parallel positions and serving without parallel drafting each miss by far more."""
     k = 4
