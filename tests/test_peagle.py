@@ -276,7 +276,11 @@ from speculators import SpeculatorModelConfig
 from speculators.models.peagle.core import PEagleDraftModel
 cfg = SpeculatorModelConfig.from_dict(json.loads(open(sys.argv[1]).read()))
 torch.manual_seed(0)
-PEagleDraftModel(cfg).save_pretrained(sys.argv[2])
+model = PEagleDraftModel(cfg)
+with torch.no_grad():  # speculators leaves some parameters uninitialised (trained from the verifier's): random here
+    for name, p in model.named_parameters():
+        p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else 0.02 * torch.randn_like(p))
+model.save_pretrained(sys.argv[2])
 """
 
 
