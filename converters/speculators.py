@@ -28,7 +28,7 @@ def _speculators(seen) -> bool:
 class SpeculatorsConverter(Converter):
     name = "speculators"
     label = "older speculators/ModelOpt checkpoints"
-    summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3; eagle <= 0.6): rewrite in the current version"
+    summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3, peagle; eagle <= 0.6): rewrite in the current version"
     detects_as = "speculators"
     fields = {}  # the speculators dialect is read by the converter it is handed to
     layouts = (Layout("speculators", _speculators, "config has speculators_config",
@@ -54,7 +54,7 @@ class SpeculatorsConverter(Converter):
              "converted: the algorithm is read from `speculators_config.algorithm` and k from `draft_tokens`; the tree proposal is "
              "written as greedy, with a note (a proposal method is an inference setting, not a weight)",
              (Example("speculators PR #31, vLLM PR #20436", note="the dialect's code only, never merged; no published checkpoint found"),)),
-        Case("other algorithms (`peagle`, `dflash`, `dspark`, `mtp`, ...)", "**refused**: vLLM serves them as they are"),
+        Case("other algorithms (`dflash`, `dspark`, `mtp`, ...; `peagle` goes to `--from peagle`)", "**refused**: vLLM serves them as they are"),
     )
 
     def plan(self, src: Source, opts: Options) -> Plan:
@@ -75,7 +75,7 @@ class SpeculatorsConverter(Converter):
             raise ConversionError(
                 f"speculators_model_type {algo!r} cannot be upgraded by this specfmt ({known})",
                 where="config.json",
-                hint="dflash, peagle and mtp checkpoints are served by vLLM as they are",
+                hint="dflash and mtp checkpoints are served by vLLM as they are",
             )
         k = opts.speculative_tokens or _speculative_tokens(cfg)
         opts = replace(opts, speculative_tokens=k)

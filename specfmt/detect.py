@@ -24,6 +24,7 @@ from .converters.base import Example, Seen
 from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
+from .algorithms.peagle import NATIVE_REFUSAL
 from .algorithms.recognised import recognised
 from .sources.resolve import resolve
 
@@ -209,7 +210,7 @@ NAMED = (
             lambda s: {"architectures": s.config.get("architectures")}, _mla_serving,
             examples=(Example("TorchSpec kimi_k25_eagle3_mla", "https://github.com/lightseekorg/TorchSpec/blob/88ca60be2118bd3c328edf30b3cc8fa27fdd6fee/configs/draft_models/kimi_k25_eagle3_mla.json"),)),
     Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden"),
-            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=_recognised("peagle", "PEagleDraftModel", "eagle3 with parallel drafting"),
+            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=NATIVE_REFUSAL,
             examples=(Example("SpecForge qwen3-8b-peagle", "https://github.com/sgl-project/SpecForge/blob/fd6b16fcdfb651aba500d1eb4c9bc5a946d7696d/configs/qwen3-8b-peagle.json"),)),
     Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
             "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),

@@ -173,8 +173,10 @@ def _releases(versions: list[str]) -> str:
 
 
 def explicit_config(cfg: dict[str, Any], draft: str) -> dict[str, Any]:
-    """The ``--speculative-config`` of the explicit form: the draft, its method and k (all three required)."""
-    return {"model": draft, "method": get(cfg["speculators_model_type"]).vllm_method, "num_speculative_tokens": speculative_tokens(cfg)}
+    """The ``--speculative-config`` of the explicit form: the draft, its method and k (all three required), and
+    what else the algorithm needs (:meth:`~specfmt.algorithms.base.Algorithm.speculative_config`)."""
+    algo = get(cfg["speculators_model_type"])
+    return {"model": draft, "method": algo.vllm_method, "num_speculative_tokens": speculative_tokens(cfg), **algo.speculative_config(cfg)}
 
 
 def _explicit(cfg: dict[str, Any], draft: str, verifier: str, releases: str, launcher: tuple[str, ...]) -> ServeCommand:

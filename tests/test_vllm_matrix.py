@@ -49,7 +49,25 @@ SOURCES = {
     "speculators-0.8": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="trainer-0.8", draft_vocab=1024, **W1)),
     "modelopt": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="modelopt", draft_vocab=1024, **W1)),
     "speculators-eagle": ("speculators", lambda d: write_speculators_eagle(d, VERIFIER, fusion_bias=True, **W1)),
+    "speculators-peagle": ("speculators", lambda d: _write_speculators_peagle(d)),
 }
+
+
+def _write_speculators_peagle(folder: Path) -> Path:
+    """A P-EAGLE output in speculators 0.9's fields and names (built here): the trainer's EAGLE-3 draft, ``mask_hidden``
+    [1, 1, n_aux·H] and ``mask_token_id`` (speculators ``models/peagle``)."""
+    from safetensors.torch import load_file, save_file
+
+    write_speculators_eagle3(folder, VERIFIER, style="trainer-0.8", draft_vocab=1024, **W1)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(speculators_model_type="peagle", architectures=["PEagleSpeculator"], speculators_version="0.9.0", mask_token_id=2047,
+               embed_requires_grad=True)
+    cfg["speculators_config"]["algorithm"] = "peagle"
+    sd = load_file(str(folder / "model.safetensors"))
+    sd["mask_hidden"] = torch.randn(1, 1, len(cfg["eagle_aux_hidden_state_layer_ids"]) * W1["hidden"], generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
+    save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +168,12 @@ def test_the_printed_serve_command_is_accepted_by_the_release_with_our_fields(re
                 assert rec["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[family]], (name, rec)
             if algo.name == "eagle":
                 assert rec["architectures"] == ["EagleLlamaForCausalLM"], (name, rec)
+            if algo.name == "peagle":  # parallel drafting with our mask token (vLLM's pard_token), our taps
+                assert rec["parallel_drafting"] is True and rec["pard_token"] == cfg["mask_token_id"], (name, rec)
+                assert rec["architectures"] == ["PeagleLlamaForCausalLM"], (name, rec)
+                assert rec["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"], (name, rec)
+        if algo.name == "peagle":  # the trap issue 25 measured: named eagle3 without parallel_drafting, it drafts sequentially
+            assert got[f"{name}/explicit"]["parallel_drafting"] is False, (name, got[f"{name}/explicit"])
         # the explicit form with the method serves every served algorithm on every release
         assert got[f"{name}/explicit"]["ok"] and got[f"{name}/explicit"]["method"] == algo.vllm_method, (name, got[f"{name}/explicit"])
 

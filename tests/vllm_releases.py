@@ -156,11 +156,12 @@ def _describe(vllm_config) -> dict:
         return out
     hf = sc.draft_model_config.hf_config
     out.update(method=sc.method, draft_model=sc.model, k=sc.num_speculative_tokens, hf_config=type(hf).__name__,
+               parallel_drafting=getattr(sc, "parallel_drafting", None),
                architectures=_jsonable(getattr(sc.draft_model_config, "architectures", None)))
     # as llama_eagle3.py / qwen3_eagle3.py and the model runner read them (hf_config attributes)
     for key in ("eagle_aux_hidden_state_layer_ids", "norm_before_residual", "num_aux_hidden_states", "target_hidden_size",
                 "draft_vocab_size", "hidden_size", "vocab_size", "norm_before_fc", "fc_norm", "norm_output", "attention_bias",
-                "num_heads", "medusa_fc_bias", "original_lm_head"):
+                "num_heads", "medusa_fc_bias", "original_lm_head", "pard_token"):
         if hasattr(hf, key):
             out[key] = _jsonable(getattr(hf, key))
     return out

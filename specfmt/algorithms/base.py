@@ -178,6 +178,10 @@ class Algorithm:
         """This algorithm's model-card part, or None when the card has no rows of its own."""
         return self if isinstance(self, Card) else None
 
+    def speculative_config(self, cfg: dict[str, Any]) -> dict[str, Any]:
+        """Keys the explicit ``--speculative-config`` needs beyond the draft, its method and k (none by default)."""
+        return {}
+
     def serving_note(self) -> str:
         """What to tell a user whose vLLM cannot serve this algorithm (empty when every release can)."""
         return ""

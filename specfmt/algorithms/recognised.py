@@ -45,9 +45,6 @@ class Recognised:
 
 
 RECOGNISED: dict[str, Recognised] = {r.name: r for r in (
-    Recognised("peagle", "P-EAGLE, EAGLE-3 with parallel drafting (an EAGLE-3 draft plus mask_hidden [1, 1, n_aux*H])",
-               "vLLM serves it as method eagle3 with parallel_drafting (speculators reader: update_peagle).",
-               "speculators models/peagle/config.py, core.py"),
     Recognised("dflash", "DFlash, a block draft over verifier taps (aux_hidden_state_layer_ids, mask_token_id, block_size)",
                "vLLM serves it as method dflash (speculators reader: update_dflash).", "speculators models/dflash/config.py, core.py"),
     Recognised("dflash2", "DFlash2, DFlash over the full vocabulary", "vLLM serves it through its dflash2 reader (update_dflash2).",
