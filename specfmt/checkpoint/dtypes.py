@@ -24,6 +24,19 @@ ST_DTYPES: dict[str, tuple[str, int]] = {
     "BOOL": ("bool", 1),
 }
 TORCH_TO_ST = {name: code for code, (name, _) in ST_DTYPES.items()}
+
+
+def nbytes(code: str, shape: "tuple[int, ...] | list[int]") -> int:
+    """Bytes of a tensor of safetensors dtype ``code`` and ``shape``: element size times element count.
+
+    Raises:
+        KeyError: ``code`` is not a safetensors dtype code (:data:`ST_DTYPES`).
+    """
+    n = ST_DTYPES[code][1]
+    for s in shape:
+        n *= s
+    return n
+
 FLOAT_CODES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
 #: floating dtypes a source may hold and be written from (float8 is never written)
 SOURCE_FLOATS = ("F16", "BF16", "F32", "F64")

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..errors import InputError
-from .dtypes import ST_DTYPES, torch_dtype_code
+from .dtypes import ST_DTYPES, nbytes, torch_dtype_code
 from .files import check_inside
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -49,10 +49,8 @@ class TensorInfo:
 
     @property
     def nbytes(self) -> int:
-        n = ST_DTYPES[self.dtype][1]
-        for s in self.shape:
-            n *= s
-        return n
+        """Bytes of the tensor: the element size of :attr:`dtype` times the element count."""
+        return nbytes(self.dtype, self.shape)
 
 
 class CheckpointReader:

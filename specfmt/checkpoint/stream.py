@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .dtypes import ST_DTYPES
+from .dtypes import nbytes
 from .finite import NonfiniteCounter, nonfinite_count
 from .writer import SafetensorsStreamWriter
 
@@ -76,10 +76,7 @@ class OutTensor:
     @property
     def nbytes(self) -> int:
         """Bytes written: the element size of :attr:`dtype` times the element count."""
-        n = ST_DTYPES[self.dtype][1]
-        for s in self.shape:
-            n *= s
-        return n
+        return nbytes(self.dtype, self.shape)
 
 
 class Refusals:
