@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
 from builders import write_safeailab
 from conftest import WORLD
+from test_validate_run import broken
 from fakehub import FakeHub
 from specfmt.algorithms import get as get_algorithm
 from specfmt import errors
@@ -283,20 +283,6 @@ def example(tmp_path_factory) -> Path:
     return out
 
 
-def _broken(example: Path, tmp_path: Path, cfg=None, tensors=None) -> Path:
-    dst = tmp_path / "broken"
-    dst.mkdir()
-    c = json.loads((example / "config.json").read_text())
-    t = load_file(str(example / "model.safetensors"))
-    if cfg:
-        cfg(c)
-    if tensors:
-        tensors(t)
-    (dst / "config.json").write_text(json.dumps(c, indent=2))
-    save_file(t, str(dst / "model.safetensors"))
-    return dst
-
-
 def _reworded_required(monkeypatch):
     """jsonschema's ``required`` rule, its message reworded so that it names no key."""
     from jsonschema import Draft202012Validator, ValidationError
@@ -315,7 +301,7 @@ def test_a_reworded_schema_message_keeps_its_cause(example, tmp_path, monkeypatc
     from specfmt.validation.run import validate_run
 
     _reworded_required(monkeypatch)
-    res = validate_run(_broken(example, tmp_path, cfg=lambda c: c.pop(key)), use_vllm=False, write=False)
+    res = validate_run(broken(example, tmp_path, cfg=lambda c: c.pop(key)), use_vllm=False, write=False)
     schema = next(c for c in res.report.checks if c.name == "schema")
     assert schema.status == "fail" and schema.details == ["$: a property this object must have is absent"]
     assert [f.keys for f in schema.findings] == [(key,)]
@@ -326,7 +312,7 @@ def test_a_reworded_tensor_detail_keeps_its_cause(example, tmp_path, monkeypatch
     from specfmt.validation import run, static
 
     monkeypatch.setattr(static, "_TENSOR_LABELS", {"missing": "absent", "unexpected": "extra", "misshaped": "shape"})
-    rep = validate_static(_broken(example, tmp_path, tensors=lambda t: t.pop("norm.weight")))
+    rep = validate_static(broken(example, tmp_path, tensors=lambda t: t.pop("norm.weight")))
     tensors = next(c for c in rep.checks if c.name == "tensors")
     assert tensors.status == "fail" and tensors.details == ["absent: norm.weight"]
     assert [(f.kind, f.tensor) for f in tensors.findings] == [("missing", "norm.weight")]
@@ -339,7 +325,7 @@ def test_a_reworded_verifier_problem_keeps_its_cause(example, tmp_path, monkeypa
     from specfmt.algorithms.eagle3 import Eagle3
     from specfmt.validation import run
 
-    folder = _broken(example, tmp_path, cfg=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 4, 40]))
+    folder = broken(example, tmp_path, cfg=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 4, 40]))
     rep = validate_static(folder)
     check = next(c for c in rep.checks if c.name == "verifier")
     assert check.status == "fail" and "tap layers [40]" in check.summary
@@ -366,7 +352,7 @@ def test_the_causes_a_finding_points_at_are_the_algorithms(example, tmp_path):
     from specfmt.algorithms.eagle3 import Eagle3
     from specfmt.validation import run
 
-    rep = validate_static(_broken(example, tmp_path, cfg=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 4, 40])))
+    rep = validate_static(broken(example, tmp_path, cfg=lambda c: c.update(eagle_aux_hidden_state_layer_ids=[1, 4, 40])))
     assert run._static_causes(rep, Eagle3()) == ["tap ids"]
 
     class Undeclared(Eagle3):
