@@ -336,3 +336,68 @@ def test_validate_run_gives_the_reference_acceptance_per_position_and_tries_ever
                                                       "sample_from_anchor true"]
     too_many = run_cli("validate", folder, "--run", "--no-vllm", "--prompts", prompts, "--num-speculative-tokens", 4)
     assert too_many.returncode != 0 and "proposing slots in its block of 4" in too_many.stdout + too_many.stderr
+
+
+# --------------------------------------------------------------------------- speculators' own outputs
+
+
+SAVE = r"""
+import json, sys, torch
+from speculators import SpeculatorModelConfig
+from speculators.models.dflash.core import DFlashDraftModel
+cfg = SpeculatorModelConfig.from_dict(json.loads(open(sys.argv[1]).read()))
+torch.manual_seed(0)
+model = DFlashDraftModel(cfg)
+with torch.no_grad():  # speculators leaves the verifier-owned parameters as NaN until they are loaded: random here
+    for name, p in model.named_parameters():
+        p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else 0.02 * torch.randn_like(p))
+    if model.d2t is not None:
+        model.t2d.copy_(torch.arange(model.t2d.numel()) < model.d2t.numel())
+        model.d2t.zero_()
+model.save_pretrained(sys.argv[2])
+"""
+
+
+def _speculators_world_config(verifier: str, *, vd: int, mask, non_causal) -> dict:
+    """What speculators' ``DFlashDraftModel.from_training_args`` writes for the world verifier (block 4, taps [2, 4, 6])."""
+    cfg = dflash_config(vd=vd, mask=mask, taps=[2, 4, 6], sliding_window_non_causal=non_causal)
+    cfg["speculators_config"]["verifier"]["name_or_path"] = verifier
+    cfg["transformer_layer_config"].update(vocab_size=2048, hidden_size=128, intermediate_size=384, head_dim=32, max_position_embeddings=2048)
+    for key in ("tie_word_embeddings", "target_hidden_size"):
+        cfg.pop(key)
+    return cfg
+
+
+def test_speculators_own_dflash_output_is_upgraded_and_validates_and_without_a_mask_token_is_refused(spec_env, tmp_path):
+    """DFlash drafts saved by speculators 0.9 (``DFlashDraftModel.save_pretrained``) for the world verifier: ``specfmt upgrade``
+    keeps every tensor as it is (no embedding; ``lm_head`` and ``d2t``/``t2d`` only with a draft vocabulary) and the fields,
+    writes ``sliding_window_non_causal`` true where speculators' default false would make vLLM build causal layers (with a
+    note), and the output validates; the same draft with speculators' default ``mask_token_id`` (null) is refused."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from conftest import REPO, run_cli
+
+    verifier = str((REPO / "examples" / "world-qwen3" / "verifier").resolve())
+    for name, vd, mask, nc in (("full", 2048, 2047, True), ("small", 1024, 2047, False), ("nomask", 2048, None, True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_speculators_world_config(verifier, vd=vd, mask=mask, non_causal=nc)))
+        r = spec_env.run("-c", SAVE, tmp_path / f"{name}.json", tmp_path / name)
+        assert r.returncode == 0, r.stderr[-3000:]
+    for name, vd in (("full", 2048), ("small", 1024)):
+        theirs = load_file(str(tmp_path / name / "model.safetensors"))
+        assert "embed_tokens.weight" not in theirs and ("lm_head.weight" in theirs) == (vd < 2048) and ("d2t" in theirs) == (vd < 2048)
+        up = run_cli("upgrade", tmp_path / name, "-o", tmp_path / f"up-{name}", "--verifier", verifier)
+        assert up.returncode == 0, up.stdout + up.stderr
+        v = run_cli("validate", tmp_path / f"up-{name}")
+        assert v.returncode == 0, v.stdout
+        out = json.loads((tmp_path / f"up-{name}" / "config.json").read_text())
+        assert out["speculators_model_type"] == "dflash" and out["architectures"] == ["DFlashSpeculator"] and out["mask_token_id"] == 2047
+        assert out["block_size"] == 4 and out["aux_hidden_state_layer_ids"] == [2, 4, 6] and out["draft_vocab_size"] == vd
+        assert out["sliding_window_non_causal"] is True and out["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
+        ours = load_file(str(tmp_path / f"up-{name}" / "model.safetensors"))
+        assert sorted(ours) == sorted(theirs) and all(torch.equal(ours[n], theirs[n]) for n in ours)
+        assert ("sliding_window_non_causal written true" in up.stdout + up.stderr) == (name == "small")
+    refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
+    assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr and not (tmp_path / "up2").exists()
