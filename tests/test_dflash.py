@@ -363,3 +363,19 @@ def test_speculators_own_dflash_output_is_upgraded_and_validates_and_without_a_m
         assert ("sliding_window_non_causal written true" in up.stdout + up.stderr) == (name == "small")
     refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
     assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr and not (tmp_path / "up2").exists()
+
+
+def test_the_vllm_weights_check_skips_only_vllms_own_mask_embedding():
+    """vLLM's DFlash model always holds ``model.mask_embedding`` [H] (zeros unless a ``mask_embedding.pt`` ships): no file
+    tensor feeds it, so ``validate --run``'s ``vllm_weights`` check skips it (``DFlash.vllm_only``) and nothing else."""
+    import torch
+
+    from specfmt.validation.weights import vllm_weight_mismatches
+
+    fc = torch.randn(4, 6)
+    held = {"model.fc.weight": fc.clone(), "model.mask_embedding": torch.zeros(4)}
+    algo = get("dflash")
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}, vllm_only=algo.vllm_only).problems == []
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}).problems == ["mask_embedding: not in the file; vLLM keeps its initial value"]
+    held["model.norm.weight"] = torch.ones(4)
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}, vllm_only=algo.vllm_only).problems == ["norm.weight: not in the file; vLLM keeps its initial value"]

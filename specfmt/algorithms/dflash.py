@@ -219,6 +219,8 @@ class DFlash(Algorithm, Reference, Card):
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     vllm_not_held = {"t2d": "vLLM maps draft ids with d2t alone; qwen3_dflash.py load_weights skips t2d"}
+    vllm_only = {"mask_embedding": "vLLM's [H] override of the mask token's embedding, zeros and unused unless a mask_embedding.pt "
+                                   "ships beside the weights (qwen3_dflash.py _read_mask_embedding)"}
     causes = CAUSES
     key_causes = {"aux_hidden_state_layer_ids": "tap ids", "mask_token_id": "mask token id", "sliding_window_non_causal": "block mask",
                   "sample_from_anchor": "anchor sampling"}
