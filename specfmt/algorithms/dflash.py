@@ -325,7 +325,9 @@ class DFlash(Algorithm, Reference, Card):
         return out
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
-        """k tokens per call from one block pass, as vLLM's ``DFlashProposer`` (``v1/spec_decode/dflash.py``): the context is
+        """k tokens per call from one block pass, as vLLM's ``DFlashProposer`` (``v1/spec_decode/dflash.py``; the query layout of
+        ``utils/cpu_triton_utils.py::_copy_and_expand_dflash_inputs_kernel_impl``: ids [bonus, mask × k] at positions last + 1 ..
+        last + 1 + k, slots 1..k sampled). The context is
         ``hidden_norm(fc(taps))`` of every verified position before the anchor (tap id j: ``hidden[j]``), at its own position;
         the block is the anchor (the newest token, at position T) and k mask tokens at T+1..T+k, embedded with the verifier's
         embedding (the draft's own when it ships one), non-causal; slot j proposes ``d2t``-mapped argmax for the token at T+j.
