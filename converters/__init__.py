@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specfmt.errors import InputError
 
-from . import eagle3, medusa, eagle, speculators, peagle, dflash  # noqa: F401, I001  (each registers itself; this order is --from auto's)
+from . import dflash, eagle3, medusa, eagle, speculators, peagle  # noqa: F401, I001  (each registers itself; this order is --from auto's: dflash first, its config decides)
 from .base import REGISTRY, Converter, Derived, Options, Plan, Rule, Source, TensorMove, register
 
 
