@@ -66,6 +66,7 @@ def main() -> None:
         size = sum(nbytes(s, d) for s, d in rc.tensors_of(rec).values())
         specfmt = [sys.executable, "-m", "specfmt"]
         tap_ids = ["--tap-ids", rec["expect"]["tap_ids"]] if rec["expect"].get("tap_ids") else []
+        tap_ids += ["--mask-token-id", str(rec["expect"]["mask_token_flag"])] if rec["expect"].get("mask_token_flag") is not None else []
         c = timed([*specfmt, "convert", "--from", rec["expect"]["from"], str(src), "-o", str(root / "out"), "--verifier", str(ver), *tap_ids])
         v = timed([*specfmt, "validate", str(root / "out"), "--verifier", str(ver)])
         rows.append({"record": slug, "source_bytes": size, "convert_s": round(c[0], 2), "convert_rss_mib": round(c[1]), "convert_rc": c[2],

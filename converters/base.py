@@ -236,12 +236,15 @@ class Options:
             ``layer-output`` or ``layer-input`` (:data:`converters.taps.TAP_READINGS`).
         dtype: output dtype for floating tensors (``float16``/``bfloat16``/``float32``),
             None keeps the source dtype.
+        mask_token_id: the mask token of a draft whose source does not record it (SpecForge's P-EAGLE);
+            a converter whose source records one refuses a different value.
     """
 
     speculative_tokens: int | None = None
     aux_layers: list[int] | None = None
     dtype: str | None = None
     tap_ids: str | None = None
+    mask_token_id: int | None = None
 
 
 @dataclass

@@ -159,6 +159,21 @@ def read_taps(cfg: dict[str, Any], opts: Options, num_layers: int, notes: list[s
     return _check_taps(taps, opts.aux_layers, num_layers)
 
 
+def read_output_taps(key: str, ids: list[int], opts: Options, num_layers: int, notes: list[str], why: str) -> list[int]:
+    """Ids that the source's own code reads as layer outputs (``why`` names that code, e.g. z-lab's and SpecForge's DFlash
+    ``extract_context_feature``: ``hidden_states[id + 1]``), so no ``--tap-ids`` is needed: vLLM's ids are ``id + 1``.
+
+    Raises:
+        ConversionError: ``--tap-ids layer-input``, ``--aux-layers`` other than the ids as read, or ids not distinct,
+            ascending and within the verifier (:func:`read_taps`' checks).
+    """
+    if opts.tap_ids not in (None, "layer-output"):
+        raise ConversionError(f"--tap-ids {opts.tap_ids} contradicts {why}, which reads layer outputs", where="config.json", hint="drop --tap-ids")
+    taps = [i + TAP_READINGS["layer-output"] for i in ids]
+    notes.append(f"{key} {ids} are layer outputs ({why}): vLLM tap ids {taps}")
+    return _check_taps(taps, opts.aux_layers, num_layers)
+
+
 def describe_taps(ids: Any) -> Any:
     """``inspect``'s tap figure: a research config's ids with both readings (:func:`read_taps`)."""
     if not ids:

@@ -190,7 +190,8 @@ def render_corpus(page: str, args: list[str], state: dict) -> str:
         outcome = exp["outcome"]
         if outcome == "converted":
             converted[exp.get("algorithm", "?")] += 1
-            what = f"converted to `{exp.get('algorithm')}`" + (f", `--tap-ids {exp['tap_ids']}`" if exp.get("tap_ids") else "")
+            what = (f"converted to `{exp.get('algorithm')}`" + (f", `--tap-ids {exp['tap_ids']}`" if exp.get("tap_ids") else "")
+                    + (f", `--mask-token-id {exp['mask_token_flag']}`" if exp.get("mask_token_flag") is not None else ""))
         else:
             refused[exp["inspect"].split("/")[0]] += 1
             what = "refused, named"

@@ -24,8 +24,6 @@ from .converters.base import Example, Seen
 from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
-from .algorithms.dflash import NATIVE_REFUSAL as DFLASH_REFUSAL
-from .algorithms.peagle import NATIVE_REFUSAL
 from .algorithms.recognised import recognised
 from .sources.resolve import resolve
 
@@ -186,7 +184,7 @@ def _mla_serving(seen: Seen) -> str:
 
 
 #: formats recognised before any converter's layouts: they resemble a draft a converter reads
-#: (a P-EAGLE draft is an EAGLE-3 draft plus ``mask_hidden``) or a causal LM, but are not one
+#: (an MLA EAGLE-3 draft has an EAGLE-3 draft's names) or a causal LM, but are not one
 NAMED = (
     Foreign("mtp", "deepseek", lambda s: s.has(r"model\.layers\.\d+\.eh_proj\.weight") and s.has(r"model\.layers\.\d+\.(enorm|hnorm)\.weight"),
             "model.layers.{N}.eh_proj / enorm / hnorm / shared_head: DeepSeek-V3-style MTP layers after the N decoder layers (also GLM-4.5)",
@@ -210,15 +208,9 @@ NAMED = (
             "self_attn.q_a_proj / kv_a_proj_with_mqa in the draft layer: an MLA attention layer (DeepSeek-V2/V3 style)",
             lambda s: {"architectures": s.config.get("architectures")}, _mla_serving,
             examples=(Example("TorchSpec kimi_k25_eagle3_mla", "https://github.com/lightseekorg/TorchSpec/blob/88ca60be2118bd3c328edf30b3cc8fa27fdd6fee/configs/draft_models/kimi_k25_eagle3_mla.json"),)),
-    Foreign("peagle", "specforge", lambda s: s.has(r"mask_hidden"),
-            "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=NATIVE_REFUSAL,
-            examples=(Example("SpecForge qwen3-8b-peagle", "https://github.com/sgl-project/SpecForge/blob/fd6b16fcdfb651aba500d1eb4c9bc5a946d7696d/configs/qwen3-8b-peagle.json"),)),
     Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
             "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),
             examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
-    Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict),
-            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=DFLASH_REFUSAL,
-            examples=(Example("SpecForge qwen3-8b-dflash", "https://github.com/sgl-project/SpecForge/blob/ffc4ab79a378a1f5005a89e8f6396f8404600ea5/configs/qwen3-8b-dflash.json"),)),
 )
 
 FOREIGN = (
@@ -278,6 +270,8 @@ def detect(folder: str | Path) -> Detection:
         return _foreign(foreign, seen, ev, summary)
 
     matches = [(c, lay) for c in REGISTRY.values() for lay in [c.layout_of(seen)] if lay is not None and c.claims(seen)]
+    # a variant of another converter that detects another format (P-EAGLE on EAGLE-3's) is the more specific reading
+    matches = [(c, lay) for c, lay in matches if not any(isinstance(o, type(c)) and o.detects_as != c.detects_as for o, _ in matches)]
     if matches:
         first, layout = matches[0]
         candidates = [c.name for c, _ in matches if c.detects_as == first.detects_as]

@@ -319,15 +319,19 @@ def test_mlp_speculator_is_named_with_the_vllm_releases_that_serve_it(tmp_path, 
 
 
 def test_explicit_from_on_a_named_format_says_what_it_is(tmp_path, verifier):
-    """--from eagle3 on a P-EAGLE draft: refused as P-EAGLE (how vLLM serves it), not with its tensor list."""
+    """--from eagle3 on an MLA EAGLE-3 draft: refused as what it is (how vLLM serves it), not with its tensor list;
+    on a P-EAGLE draft (converted since issue 25): refused naming the converter that reads it."""
     from builders import write_specforge
 
-    src = write_specforge(tmp_path / "src")
-    sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
-    sd["mask_hidden"] = torch.zeros(1, 1, 3 * 64, dtype=torch.bfloat16)
-    save_file(sd, str(src / "model.safetensors"))
-    with pytest.raises(ConversionError, match="--from eagle3: the source is peagle.*which no converter reads.*parallel drafting"):
-        convert("eagle3", str(src), tmp_path / "out", str(verifier))
+    for name, extra in (("mla", {"midlayer.self_attn.q_a_proj.weight": torch.zeros(8, 64, dtype=torch.bfloat16)}),
+                        ("peagle", {"mask_hidden": torch.zeros(1, 1, 3 * 64, dtype=torch.bfloat16)})):
+        src = write_specforge(tmp_path / name)
+        sd = __import__("safetensors.torch", fromlist=["load_file"]).load_file(str(src / "model.safetensors"))
+        save_file({**sd, **extra}, str(src / "model.safetensors"))
+    with pytest.raises(ConversionError, match="--from eagle3: the source is native-draft.*which no converter reads.*MLA"):
+        convert("eagle3", str(tmp_path / "mla"), tmp_path / "out", str(verifier))
+    with pytest.raises(ConversionError, match="--from eagle3 cannot read this source: it is a P-EAGLE research draft.*which --from peagle reads"):
+        convert("eagle3", str(tmp_path / "peagle"), tmp_path / "out", str(verifier))
 
 
 def test_v0_wrapper_token_map_refused(tmp_path, verifier):

@@ -339,3 +339,69 @@ def test_the_card_says_how_it_drafts_and_its_mask_token():
     rows = dict(get("peagle").card_rows(peagle_config()))
     assert rows["drafting"].startswith("k tokens in one parallel pass") and rows["mask token (`mask_token_id`, vLLM's `pard_token`)"] == str(MASK)
     assert list(rows)[:3] == [r for r, _ in get("eagle3").card_rows(peagle_config())][:3]
+
+
+# --------------------------------------------------------------------------- SpecForge's native layout
+
+
+def _specforge_peagle(folder: Path, mask: int | None = None, layers: int = 2) -> dict[str, torch.Tensor]:
+    """A SpecForge ``PEagleDraftModel`` checkpoint for the example verifier (``specforge/modeling/draft/peagle.py``): a plain
+    Llama config (``layers`` layers, ``draft_vocab_size``, no taps, ``mask_token_id`` only when given) and speculators' tensor
+    names (``layers.0`` EAGLE-3's first layer, ``mask_hidden`` [1, 1, 3·H]), random bfloat16 values, a valid vocabulary map."""
+    from safetensors.torch import save_file
+
+    cfg = _world_peagle("verifier", MASK)
+    cfg["transformer_layer_config"]["num_hidden_layers"] = layers
+    g = torch.Generator().manual_seed(3)
+    tensors = {}
+    for name, spec in get("peagle").expected_tensors({**cfg, "draft_vocab_size": 1024}).items():
+        if spec.kind == "float":
+            tensors[name] = (0.02 * torch.randn(spec.shape, generator=g)).to(torch.bfloat16)
+    used = torch.arange(1024) * 2
+    tensors["d2t"], tensors["t2d"] = used - torch.arange(1024), torch.zeros(2048, dtype=torch.bool).index_fill(0, used, True)
+    folder.mkdir()
+    save_file(tensors, str(folder / "model.safetensors"))
+    research = {"architectures": ["PEagleDraftModel"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": layers,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6, "max_position_embeddings": 128,
+                "rope_theta": 10000.0, "vocab_size": 2048, "draft_vocab_size": 1024, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                **({"mask_token_id": mask} if mask is not None else {})}
+    (folder / "config.json").write_text(json.dumps(research))
+    return tensors
+
+
+def test_specforges_native_peagle_layout_converts_with_the_mask_token_the_user_states(tmp_path):
+    """SpecForge's layout (its config records no mask token) is named by ``inspect``, refused by ``--from auto`` without
+    ``--mask-token-id`` (naming the option), and converted with it: every tensor kept bit for bit, all decoder layers,
+    EAGLE-3's default taps (SpecForge's [1, N//2-1, N-4] through SGLang's +1), the stated token written as ``mask_token_id``;
+    another token gives another config; a token the config does record cannot be contradicted; the output validates."""
+    from safetensors.torch import load_file
+
+    from conftest import WORLD, run_cli
+
+    verifier = str((WORLD / "verifier").resolve())
+    tensors = _specforge_peagle(tmp_path / "sf")
+    r = run_cli("inspect", tmp_path / "sf")
+    assert r.returncode == 0 and "peagle" in r.stdout and "specforge" in r.stdout, r.stdout
+    refused = run_cli("convert", "--from", "auto", tmp_path / "sf", "-o", tmp_path / "no", "--verifier", verifier)
+    assert refused.returncode != 0 and "mask_token_id is None" in refused.stderr and "--mask-token-id" in refused.stderr, refused.stderr
+    outs = {}
+    for mask in (7, 8):
+        r = run_cli("convert", "--from", "auto", tmp_path / "sf", "-o", tmp_path / f"m{mask}", "--verifier", verifier, "--mask-token-id", mask)
+        assert r.returncode == 0, r.stderr
+        outs[mask] = json.loads((tmp_path / f"m{mask}" / "config.json").read_text())
+    out = outs[7]
+    assert out["speculators_model_type"] == "peagle" and out["mask_token_id"] == 7 and outs[8]["mask_token_id"] == 8
+    assert out["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5] and out["transformer_layer_config"]["num_hidden_layers"] == 2
+    assert out["specfmt"]["source"]["layout"] == "specforge" and out["norm_before_residual"] is False
+    assert {k: v for k, v in out.items() if k not in ("mask_token_id", "specfmt")} == {k: v for k, v in outs[8].items() if k not in ("mask_token_id", "specfmt")}
+    written = load_file(str(tmp_path / "m7" / "model.safetensors"))
+    assert sorted(written) == sorted(tensors) and all(torch.equal(written[n], tensors[n]) for n in tensors)
+    v = run_cli("validate", tmp_path / "m7")
+    assert v.returncode == 0, v.stdout
+    _specforge_peagle(tmp_path / "stated", mask=7)
+    r = run_cli("convert", "--from", "peagle", tmp_path / "stated", "-o", tmp_path / "s8", "--verifier", verifier, "--mask-token-id", 8)
+    assert r.returncode != 0 and "--mask-token-id 8 contradicts the source's mask_token_id 7" in r.stderr, r.stderr
+    r = run_cli("convert", "--from", "peagle", tmp_path / "stated", "-o", tmp_path / "s7", "--verifier", verifier)
+    assert r.returncode == 0 and json.loads((tmp_path / "s7" / "config.json").read_text())["mask_token_id"] == 7, r.stderr
+    r = run_cli("convert", "--from", "peagle", tmp_path / "sf", "-o", tmp_path / "big", "--verifier", verifier, "--mask-token-id", 2048)
+    assert r.returncode != 0 and "mask token id 2048 is outside the vocabulary [0, 2048)" in r.stderr, r.stderr

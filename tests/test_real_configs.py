@@ -75,24 +75,34 @@ def test_record(slug, tmp_path):
                 pass
         line = e.value.one_line()
         assert f"{ids}:" in line and f"vLLM ids {[i + 1 for i in ids]}" in line and f"layer inputs ({ids})" in line and "--tap-ids layer-output" in line
-    with open_plan(exp["from"], str(src), str(ver), opts=Options(tap_ids=exp.get("tap_ids"))) as opened:
+    if exp.get("mask_token_flag") is not None:  # a mask token the config does not record: the user states it
+        with pytest.raises(SpecfmtError) as e:
+            with open_plan(exp["from"], str(src), str(ver), opts=Options(tap_ids=exp.get("tap_ids"))):
+                pass
+        assert e.value.one_line().startswith("mask_token_id is None: vLLM reads it as pard_token") and "--mask-token-id" in e.value.one_line()
+    with open_plan(exp["from"], str(src), str(ver), opts=Options(tap_ids=exp.get("tap_ids"), mask_token_id=exp.get("mask_token_flag"))) as opened:
         plan = opened.plan
         cfg = plan.config
         tlc = cfg.get("transformer_layer_config") or cfg
         assert cfg["speculators_model_type"] == exp["algorithm"]
         assert (cfg.get("dtype") or tlc.get("dtype")) == exp["dtype"]
         assert sorted({dt for _, dt in plan.output_shapes().values()}) == exp["written_dtypes"]
-        if exp["algorithm"] == "eagle3":
+        if exp["algorithm"] == "peagle":
+            assert cfg["mask_token_id"] == exp["mask_token_flag"] and tlc["num_hidden_layers"] == exp["num_hidden_layers"]
+        if exp["algorithm"] in ("eagle3", "peagle"):
             assert cfg["eagle_aux_hidden_state_layer_ids"] == exp["taps"]
             assert cfg["draft_vocab_size"] == exp["draft_vocab_size"]
             assert {k: cfg.get(k, False) for k in exp["norms"]} == exp["norms"]
-        if exp["algorithm"] in ("eagle", "eagle3"):
+        if exp["algorithm"] in ("eagle", "eagle3", "peagle"):
             assert [tlc["num_attention_heads"], tlc["num_key_value_heads"], tlc["head_dim"]] == exp["heads"]
         if exp["algorithm"] == "eagle":
             assert tlc["attention_bias"] is exp["attention_bias"]
             bias = [m for m in plan.moves if m.src == "fc.bias"]
             # the built fc.bias is zero: dropped, never folded
             assert all(m.action == "drop" and "zeros" in m.reason for m in bias) and not plan.derived
+        if exp["algorithm"] == "dflash":
+            assert [cfg["aux_hidden_state_layer_ids"], cfg["mask_token_id"], cfg["block_size"]] == [exp["taps"], exp["mask_token_id"], exp["block_size"]]
+            assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == exp["block_size"] - 1 and cfg["sliding_window_non_causal"] is True
         if exp["algorithm"] == "medusa":
             assert [cfg["num_heads"], cfg["num_hidden_layers"], cfg["medusa_fc_bias"]] == exp["medusa"]
         write_planned(opened, tmp_path / "out")

@@ -51,6 +51,8 @@ SOURCES = {
     "speculators-eagle": ("speculators", lambda d: write_speculators_eagle(d, VERIFIER, fusion_bias=True, **W1)),
     "speculators-peagle": ("speculators", lambda d: _write_speculators_peagle(d)),
     "speculators-dflash": ("speculators", lambda d: _write_speculators_dflash(d)),
+    "specforge-peagle": ("peagle", lambda d: (__import__("test_peagle")._specforge_peagle(d, mask=2047), d)[1]),  # the mask token in its config
+    "zlab-dflash": ("dflash", lambda d: (__import__("test_dflash_convert").zlab(d), d)[1]),
 }
 
 

@@ -45,11 +45,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..sources.verifier import VerifierInfo
 
 
-#: why ``convert`` refuses SpecForge's / z-lab's native DFlash layout (:mod:`specfmt.detect`): no converter reads it yet
-NATIVE_REFUSAL = ("DFlash, a block draft over verifier taps (aux_hidden_state_layer_ids, mask_token_id, block_size). vLLM builds DFlashDraftModel "
-                  "from this config (method dflash; vllm/model_executor/models/registry.py). specfmt reads speculators' own DFlash outputs "
-                  "(specfmt upgrade), not this layout: serve the folder as it is")
-
 #: why ``sliding_window_non_causal`` must be true when a draft layer has full attention
 CAUSAL_TRAP = ("vLLM builds every draft layer causal when it is false (update_dflash: dflash_config.causal = not sliding_window_non_causal, "
                "which qwen3_dflash.py _dflash_layer_causal applies to all layers), while speculators trains full-attention layers "
@@ -353,4 +348,4 @@ class DFlash(Algorithm, Reference, Card):
                 ("draft vocabulary", f"{vd:,} of the verifier's {v:,} ids" + (" (`d2t`/`t2d` map)" if vd != v else ""))] + super().card_rows(cfg)
 
 
-__all__ = ["CAUSAL_TRAP", "CAUSES", "NATIVE_REFUSAL", "DFlash", "DFlashConfig", "DFlashLayerConfig"]
+__all__ = ["CAUSAL_TRAP", "CAUSES", "DFlash", "DFlashConfig", "DFlashLayerConfig"]

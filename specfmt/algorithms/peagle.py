@@ -34,12 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 
-#: why ``convert`` refuses SpecForge's native P-EAGLE layout (:mod:`specfmt.detect`): no converter reads it yet
-NATIVE_REFUSAL = ("P-EAGLE, EAGLE-3 with parallel drafting (an EAGLE-3 draft plus mask_hidden [1, 1, n_aux*H]). vLLM builds PEagleDraftModel "
-                  "from this config (method eagle3 with parallel drafting; vllm/model_executor/models/registry.py). specfmt reads speculators' own "
-                  "P-EAGLE outputs (specfmt upgrade), not SpecForge's layout: serve the folder as it is")
-
-
 @register_config
 class PEagleConfig(Eagle3Config):
     """A P-EAGLE ``config.json`` (speculators ``PEagleSpeculatorConfig``; vLLM ``algos.update_peagle``):

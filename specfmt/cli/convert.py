@@ -75,13 +75,14 @@ def convert(
     speculative_tokens: Optional[int] = typer.Option(None, "--speculative-tokens", min=1, max=64, help="Speculative tokens vLLM drafts per step (default: 3; Medusa: its number of heads)."),
     aux_layers: Optional[str] = typer.Option(None, "--aux-layers", help="EAGLE-3 tap layer ids in vLLM's convention (the state entering layer j), e.g. 2,16,29 (default: from the source, else (2, N//2, N-3))."),
     tap_ids: Optional[str] = typer.Option(None, "--tap-ids", help="EAGLE-3, SpecForge/ModelOpt eagle_config tap ids: layer-output (SGLang/SpecForge; written +1) or layer-input (vLLM; written as given). Required when the source has such ids."),
+    mask_token_id: Optional[int] = typer.Option(None, "--mask-token-id", min=0, help="P-EAGLE/DFlash: the mask token the draft was trained with, where the source does not record it (SpecForge's P-EAGLE)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Cast floating tensors to float16, bfloat16 or float32 (default: keep)."),
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
 ) -> None:
     """Convert a research draft checkpoint into the specfmt format that `vllm serve OUT` runs."""
-    opts = Options(speculative_tokens=speculative_tokens, aux_layers=parse_layers(aux_layers), dtype=dtype, tap_ids=tap_ids)
+    opts = Options(speculative_tokens=speculative_tokens, aux_layers=parse_layers(aux_layers), dtype=dtype, tap_ids=tap_ids, mask_token_id=mask_token_id)
     _run_convert(source_format, src, output, verifier, opts, force=force, dry_run=dry_run, revision=revision)
 
 
