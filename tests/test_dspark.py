@@ -1,0 +1,183 @@
+"""DSpark (issue 25): DFlash plus a Markov logit-bias head and a confidence head.
+
+* the heads and the sequential drafting inside a block (``specfmt.algorithms.dspark_nn``) against
+  speculators 0.9's own ``MarkovHead`` / ``ConfidenceHead`` (``speculators/models/dspark/model_definitions.py``),
+  driven as ``DSparkDraftModel.forward`` drives them (``core.py``: ``prev_token_ids``, ``block_bias``,
+  the confidence features), in float64, for the three head types: equal to 1e-12; a one-slot shift of the
+  conditioning tokens, a dropped ``d2t`` or a Markov head left out each change the drafted block;
+* vLLM 0.30-0.33's own ``update_dspark`` (each release's ``algos.py``, loaded alone) on a DSpark config:
+  what it builds (``Qwen3DSparkModel``, ``dspark_bonus_anchor``, ``target_layer_ids`` = aux - 1, the Markov
+  and confidence fields), and the trap of an absent ``sample_from_anchor`` (vLLM reads False, speculators True).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specfmt.algorithms import dspark_nn
+from speculators_env import spec_env  # noqa: F401  (fixture)
+
+H, V, VD, R = 24, 61, 37, 8
+
+
+def heads_config(head_type: str = "vanilla", with_markov: bool = True, confidence: bool = True, draft_vocab: int | None = VD) -> dict:
+    return {"transformer_layer_config": {"vocab_size": V, "hidden_size": H}, "draft_vocab_size": draft_vocab, "markov_rank": R,
+            "markov_head_type": head_type, "enable_confidence_head": confidence, "confidence_head_with_markov": with_markov}
+
+
+def random_heads(cfg: dict, seed: int = 0) -> torch.nn.ModuleDict:
+    mods = dspark_nn.heads(cfg).double()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in mods.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+    return mods
+
+
+# --------------------------------------------------------------------------- the heads, sequentially
+
+
+def _block(seed: int, n: int = 3, m: int = 5, vd: int = VD):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(n, m, vd, generator=g, dtype=torch.float64), torch.randn(n, m, H, generator=g, dtype=torch.float64),
+            torch.randint(0, V, (n,), generator=g))
+
+
+@pytest.mark.parametrize("head_type", dspark_nn.HEAD_TYPES)
+def test_drafting_is_sequential_each_slot_conditioned_on_the_token_drafted_before_it(head_type):
+    mods = random_heads(heads_config(head_type, draft_vocab=None))
+    base, hidden, anchor = _block(1, vd=V)
+    tokens, logits, _ = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor)
+    assert tokens.shape == (3, 5) and (logits.argmax(-1) == tokens).all()
+    # teacher forcing with the drafted tokens is the same computation; with other tokens it is not
+    forced = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, given=tokens)
+    assert torch.equal(forced[1], logits)
+    other = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, given=(tokens + 1) % V)
+    assert torch.equal(other[1][:, 0], logits[:, 0]) and (other[1][:, 1:] - logits[:, 1:]).abs().max() > 1e-3
+
+
+def test_a_reduced_vocabulary_conditions_on_verifier_ids_through_d2t():
+    mods = random_heads(heads_config())
+    base, hidden, anchor = _block(2)
+    d2t = torch.randint(0, V - VD, (VD,), generator=torch.Generator().manual_seed(3))
+    tokens, logits, _ = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, d2t)
+    ids = logits.argmax(-1)
+    assert torch.equal(tokens, ids + d2t[ids])
+    without = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor)  # d2t dropped: conditioned on draft ids
+    assert (without[1][:, 1:] - logits[:, 1:]).abs().max() > 1e-3
+
+
+def test_the_markov_head_changes_the_draft():
+    mods = random_heads(heads_config(draft_vocab=None))
+    base, hidden, anchor = _block(4, vd=V)
+    tokens, _, _ = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor)
+    assert not torch.equal(tokens, base.argmax(-1))  # DFlash's parallel argmax is not DSpark's draft
+
+
+def test_a_markov_head_needs_a_rank_and_a_known_type():
+    with pytest.raises(ValueError):
+        dspark_nn.heads({**heads_config(), "markov_rank": 0})
+    with pytest.raises(ValueError):
+        dspark_nn.heads(heads_config("lstm"))
+
+
+# --------------------------------------------------------------------------- against speculators 0.9
+
+DRIVE = r"""
+import json, sys, torch
+from safetensors.torch import load_file, save_file
+from speculators.models.dspark.model_definitions import MarkovHead, ConfidenceHead
+folder = sys.argv[1]
+cfg = json.load(open(folder + "/cfg.json"))
+t = load_file(folder + "/in.safetensors")
+tl = cfg["transformer_layer_config"]
+H, V, r = tl["hidden_size"], tl["vocab_size"], cfg["markov_rank"]
+markov = MarkovHead(verifier_vocab_size=V, draft_vocab_size=cfg["draft_vocab_size"] or V, markov_rank=r, hidden_size=H,
+                    head_type=cfg["markov_head_type"]).double()
+conf = ConfidenceHead(H + (r if cfg["confidence_head_with_markov"] else 0)).double()
+state = load_file(folder + "/heads.safetensors")
+markov.load_state_dict({k[len("markov_head."):]: v for k, v in state.items() if k.startswith("markov_head.")}, strict=True)
+conf.load_state_dict({k[len("confidence_head."):]: v for k, v in state.items() if k.startswith("confidence_head.")}, strict=True)
+# DSparkDraftModel.forward with sample_from_anchor=True: slot k conditions on the block token at p+k (slot 0: the anchor)
+block_tokens = torch.cat([t["anchor"][:, None], t["tokens"]], dim=1)
+prev = block_tokens[:, :-1]
+hidden = t["hidden"]
+prev_emb = markov.prev_embeddings(prev)
+bias = markov.block_bias(prev_token_ids=prev, hidden_states=hidden, prev_emb=prev_emb)
+feats = torch.cat([hidden, prev_emb.to(hidden.dtype)], dim=-1) if cfg["confidence_head_with_markov"] else hidden
+save_file({"logits": (t["base"] + bias).contiguous(), "confidence": conf(feats).contiguous()}, folder + "/out.safetensors")
+"""
+
+
+@pytest.mark.parametrize("head_type,with_markov", [("vanilla", True), ("gated", True), ("rnn", False)])
+def test_the_heads_equal_speculators_markov_and_confidence_heads_in_float64(spec_env, tmp_path, head_type, with_markov):
+    """Our sequential draft, its tokens fed to speculators' training forward as the block's tokens (``core.py``:
+    ``prev_token_ids = block_tokens``), gives the same biased logits and confidence logits."""
+    cfg = heads_config(head_type, with_markov)
+    mods = random_heads(cfg, seed=5)
+    base, hidden, anchor = _block(6)
+    tokens, logits, embs = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor)
+    confidence = mods["confidence_head"](hidden, embs)
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    save_file({n: t.contiguous() for n, t in mods.state_dict().items()}, str(tmp_path / "heads.safetensors"))
+    save_file({"base": base, "hidden": hidden, "anchor": anchor, "tokens": tokens}, str(tmp_path / "in.safetensors"))
+    r = spec_env.run("-c", DRIVE, tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    theirs = load_file(str(tmp_path / "out.safetensors"))
+    assert (theirs["logits"] - logits).abs().max() < 1e-12 and (theirs["logits"].argmax(-1) == logits.argmax(-1)).all()
+    assert (theirs["confidence"] - confidence).abs().max() < 1e-12
+    # a one-slot shift of the conditioning tokens (the sample_from_anchor=False reading of a True draft) changes them
+    shifted = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, given=torch.cat([anchor[:, None], tokens[:, :-1]], 1))
+    assert (shifted[1] - theirs["logits"]).abs().max() > 1e-3
+
+
+# --------------------------------------------------------------------------- vLLM's own readers
+
+RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0")
+
+
+def release_algos(version: str):
+    """Release ``version``'s ``transformers_utils/configs/speculators/algos.py``, loaded alone (it imports nothing of vLLM)."""
+    import vllm_releases
+
+    path = vllm_releases.release(version) / "vllm" / "transformers_utils" / "configs" / "speculators" / "algos.py"
+    spec = importlib.util.spec_from_file_location(f"algos_{version.replace('.', '_')}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _speculators_dspark(**over) -> dict:
+    cfg = {"speculators_model_type": "dspark", "architectures": ["DSparkSpeculator"], "draft_vocab_size": VD, "block_size": 8,
+           "aux_hidden_state_layer_ids": [2, 5, 8], "mask_token_id": 60, "sample_from_anchor": True, "markov_rank": R,
+           "markov_head_type": "vanilla", "enable_confidence_head": True, "confidence_head_with_markov": True}
+    return {**cfg, **over}
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_reads_a_dspark_config_as_qwen3_dspark_with_taps_minus_one(release):
+    algos = release_algos(release)
+    cfg = _speculators_dspark()
+    out: dict = {}
+    algos.update_dspark(cfg, out)
+    assert out["architectures"] == ["Qwen3DSparkModel"]  # speculators' DSparkSpeculator is not one vLLM keeps
+    assert out["eagle_aux_hidden_state_layer_ids"] == [2, 5, 8] and out["target_layer_ids"] == [1, 4, 7]
+    assert out["sample_from_anchor"] is True and out["dspark_bonus_anchor"] is False
+    for key in ("mask_token_id", "markov_rank", "markov_head_type", "block_size", "enable_confidence_head", "confidence_head_with_markov",
+                "draft_vocab_size"):
+        assert out[key] == cfg[key], key
+    # the trap: speculators' default is sample_from_anchor=True, vLLM's reader takes an absent one as False
+    absent: dict = {}
+    algos.update_dspark({k: v for k, v in cfg.items() if k != "sample_from_anchor"}, absent)
+    assert absent["sample_from_anchor"] is False and absent["dspark_bonus_anchor"] is True
+    # SpecForge's architecture name is not kept: vLLM's registry maps DSparkDraftModel to DeepSeek-V4's DSpark
+    named: dict = {}
+    algos.update_dspark({**cfg, "architectures": ["DSparkDraftModel"]}, named)
+    assert named["architectures"] == ["Qwen3DSparkModel"]
+    with pytest.raises(KeyError):  # aux_hidden_state_layer_ids is required
+        algos.update_dspark({k: v for k, v in cfg.items() if k != "aux_hidden_state_layer_ids"}, {})
