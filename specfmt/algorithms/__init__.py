@@ -4,6 +4,7 @@
 * :mod:`~specfmt.algorithms.eagle`: EAGLE-1/2 and HASS;
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.peagle`: P-EAGLE, EAGLE-3 drafting k tokens in one pass (a subclass of EAGLE-3's);
+* :mod:`~specfmt.algorithms.dflash`: DFlash, a block drafted in one non-causal pass over the verifier's taps;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
 * :mod:`~specfmt.algorithms.base`: the contract, split by concern (:class:`~specfmt.algorithms.base.Algorithm`
   and the optional :class:`~specfmt.algorithms.base.Reference`, :class:`~specfmt.algorithms.base.Training`,
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..errors import ConfigSchemaError, Finding, InputError
 from ..format.schema import json_schema_findings
-from . import eagle3, eagle, medusa, peagle  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
+from . import eagle3, eagle, medusa, peagle, dflash  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
 from .base import REGISTRY, Algorithm, AlgorithmOptions, Variant
 
 
