@@ -25,6 +25,7 @@ from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
 from .algorithms.dflash import NATIVE_REFUSAL as DFLASH_REFUSAL
+from .algorithms.dspark import NATIVE_REFUSAL as DSPARK_REFUSAL
 from .algorithms.peagle import NATIVE_REFUSAL
 from .algorithms.recognised import recognised
 from .sources.resolve import resolve
@@ -214,7 +215,7 @@ NAMED = (
             "mask_hidden [1, 1, n*H] next to an EAGLE-3 first layer: a P-EAGLE (parallel drafting) draft", served=NATIVE_REFUSAL,
             examples=(Example("SpecForge qwen3-8b-peagle", "https://github.com/sgl-project/SpecForge/blob/fd6b16fcdfb651aba500d1eb4c9bc5a946d7696d/configs/qwen3-8b-peagle.json"),)),
     Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
-            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),
+            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=DSPARK_REFUSAL,
             examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
     Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict),
             "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=DFLASH_REFUSAL,

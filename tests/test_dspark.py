@@ -5,6 +5,9 @@
   driven as ``DSparkDraftModel.forward`` drives them (``core.py``: ``prev_token_ids``, ``block_bias``,
   the confidence features), in float64, for the three head types: equal to 1e-12; a one-slot shift of the
   conditioning tokens, a dropped ``d2t`` or a Markov head left out each change the drafted block;
+* the format: ``DSparkConfig(DFlashConfig)`` (the three fields whose vLLM default is not speculators' required),
+  its rules (a vanilla head; DFlash's block-mask rule replaced by DSpark reader's own), its tensor table, equal to the
+  state dict speculators 0.9's ``DSparkDraftModel`` saves; serving with method ``dspark``; the card;
 * vLLM 0.30-0.33's own ``update_dspark`` (each release's ``algos.py``, loaded alone) on a DSpark config:
   what it builds (``Qwen3DSparkModel``, ``dspark_bonus_anchor``, ``target_layer_ids`` = aux - 1, the Markov
   and confidence fields), and the trap of an absent ``sample_from_anchor`` (vLLM reads False, speculators True).
@@ -19,7 +22,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from specfmt.algorithms import dspark_nn
+from builders import _spec_block
+from specfmt.algorithms import dspark_nn, get, schema_violations
+from specfmt.algorithms.recognised import recognised
+from specfmt.serving import explicit_config
+from test_dflash import dflash_config
 from speculators_env import spec_env  # noqa: F401  (fixture)
 
 H, V, VD, R = 24, 61, 37, 8
@@ -37,6 +44,111 @@ def random_heads(cfg: dict, seed: int = 0) -> torch.nn.ModuleDict:
         for p in mods.parameters():
             p.copy_(0.5 * torch.randn(p.shape, generator=g, dtype=torch.float64))
     return mods
+
+
+# --------------------------------------------------------------------------- format
+
+
+def dspark_config(block: int = 4, vd: int = 97, anchor: bool = True, **more) -> dict:
+    """A DSpark config as speculators 0.9 saves one (``sliding_window_non_causal`` false, its default)."""
+    cfg = dflash_config(block=block, vd=vd, sample_from_anchor=anchor, sliding_window_non_causal=False)
+    cfg.update(architectures=["DSparkDraftModel"], speculators_model_type="dspark",
+               speculators_config=_spec_block("dspark", "verifier", k=block if anchor else block - 1), markov_rank=R,
+               markov_head_type="vanilla", enable_confidence_head=True, confidence_head_with_markov=True, **more)
+    return cfg
+
+
+def test_a_dspark_config_validates_and_is_no_longer_only_recognised():
+    cfg = dspark_config()
+    assert schema_violations(cfg) == [] and schema_violations(dspark_config(anchor=False)) == []
+    assert recognised("dspark") is None and get("dspark").title == "DSpark" and get("dspark").vllm_method == "dspark"
+    # vLLM's default differs from speculators' for these: a config without them is refused, not guessed
+    for key in ("sample_from_anchor", "enable_confidence_head", "confidence_head_with_markov", "markov_rank", "mask_token_id"):
+        assert any(key in p or key in m for p, m in schema_violations({k: v for k, v in cfg.items() if k != key})), key
+
+
+@pytest.mark.parametrize("change,path,words", [
+    ({"markov_head_type": "gated"}, "$.markov_head_type", "vLLM 0.30-0.33 builds the vanilla head alone"),
+    ({"markov_head_type": "lstm"}, "$.markov_head_type", ""),
+    ({"markov_rank": 0}, "$.markov_rank", ""),
+    ({"block_size": 6}, "$.speculators_config.proposal_methods[0].speculative_tokens", "4, but a block of 6 proposes 6 (block_size)"),
+    ({"sample_from_anchor": False}, "$.speculators_config.proposal_methods[0].speculative_tokens", "a block of 4 proposes 3"),
+    ({"mask_token_id": 97}, "$.mask_token_id", "outside the verifier vocabulary"),
+])
+def test_each_rule_names_its_field(change, path, words):
+    found = schema_violations({**dspark_config(), **change})
+    assert any(p == path and words in m for p, m in found), found
+
+
+def test_the_block_mask_rule_is_dspark_readers_not_dflashs():
+    """vLLM's update_dspark writes no dflash_config.causal: full-attention layers are non-causal whatever
+    sliding_window_non_causal says, sliding ones causal -- so true is the misreading, with sliding layers."""
+    assert schema_violations(dspark_config(sliding_window_non_causal=False)) == []
+    assert schema_violations(dspark_config(sliding_window_non_causal=True)) == []
+    cfg = dspark_config(sliding_window_non_causal=True)
+    cfg["transformer_layer_config"].update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    assert [(p, "causal" in m) for p, m in schema_violations(cfg)] == [("$.sliding_window_non_causal", True)]
+    cfg["sliding_window_non_causal"] = False
+    assert schema_violations(cfg) == []
+
+
+def test_the_tensor_table_is_dflashs_and_the_heads():
+    algo, cfg = get("dspark"), dspark_config(vd=64)
+    dflash = get("dflash").expected_tensors(dflash_config(vd=64))
+    specs = algo.expected_tensors(cfg)
+    assert {n: s for n, s in specs.items() if n in dflash} == dflash
+    heads = {n: s.shape for n, s in specs.items() if n not in dflash}
+    assert heads == {"markov_head.markov_w1.weight": (97, R), "markov_head.markov_w2.weight": (64, R),
+                     "confidence_head.proj.weight": (1, 32 + R), "confidence_head.proj.bias": (1,)}
+    assert algo.expected_tensors({**cfg, "confidence_head_with_markov": False})["confidence_head.proj.weight"].shape == (1, 32)
+    assert not any(n.startswith("confidence_head") for n in algo.expected_tensors({**cfg, "enable_confidence_head": False}))
+
+
+def test_serving_names_method_dspark_and_the_card_the_heads_and_the_gpu_build():
+    cfg = dspark_config()
+    assert explicit_config(cfg, "out") == {"model": "out", "method": "dspark", "num_speculative_tokens": 4}
+    rows = dict(get("dspark").card_rows(cfg))
+    assert rows["block size (`block_size`)"].startswith("4: 4 tokens per pass, from the anchor and every mask slot")
+    assert "rank 8, vanilla" in rows["Markov head (`markov_rank`, `markov_head_type`)"] and "Markov embedding" in rows["confidence head"]
+    assert "GPU only" in rows["vLLM build"]
+
+
+SAVE = r"""
+import json, sys, torch
+from transformers import AutoConfig
+from transformers.models.qwen3 import Qwen3Config
+from speculators.config import SpeculatorsConfig, VerifierConfig
+from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators.models.dspark import DSparkSpeculatorConfig
+from speculators.models.dspark.core import DSparkDraftModel
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+tl = Qwen3Config(**spec.pop("transformer_layer_config"))
+tl._attn_implementation = "sdpa"
+sc = spec.pop("speculators_config")
+cfg = DSparkSpeculatorConfig(transformer_layer_config=tl, **spec, speculators_config=SpeculatorsConfig(algorithm="dspark",
+    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=sc["proposal_methods"][0]["speculative_tokens"])],
+    default_proposal_method="greedy", verifier=VerifierConfig(name_or_path="verifier", architectures=["Qwen3ForCausalLM"])))
+DSparkDraftModel(cfg).save_pretrained(out)
+"""
+
+
+@pytest.mark.parametrize("vd", [97, 64])
+def test_speculators_own_dspark_output_has_exactly_the_tables_tensors_and_validates(spec_env, tmp_path, vd):
+    from safetensors import safe_open
+
+    mine = dspark_config(vd=vd)
+    fields = {k: mine[k] for k in ("transformer_layer_config", "draft_vocab_size", "block_size", "aux_hidden_state_layer_ids", "mask_token_id",
+                                   "sample_from_anchor", "markov_rank", "markov_head_type", "enable_confidence_head",
+                                   "confidence_head_with_markov", "speculators_config")}
+    r = spec_env.run("-c", SAVE, json.dumps(fields), tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert schema_violations(cfg) == []
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        saved = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    specs = get("dspark").expected_tensors(cfg)
+    assert set(saved) <= set(specs) and all(saved[n] == specs[n].shape for n in saved)
+    assert {n for n, s in specs.items() if s.required} <= set(saved)
 
 
 # --------------------------------------------------------------------------- the heads, sequentially
