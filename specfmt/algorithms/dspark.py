@@ -106,6 +106,8 @@ class DSpark(DFlash):
     title = "DSpark"
     vllm_method = "dspark"  # vLLM speculators/base.py: speculators_model_type is the method
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DSparkDraftModel`)."
+    cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"dspark speculative decoding\" "
+                         "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features)")
     causes = CAUSES
     key_causes = {**DFlash.key_causes, "markov_rank": "markov head", "sample_from_anchor": "markov order"}
 
