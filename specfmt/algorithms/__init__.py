@@ -12,7 +12,8 @@
   :class:`~specfmt.algorithms.base.Card`);
 * :mod:`~specfmt.algorithms.reference`: the base the reference proposers share;
 * :mod:`~specfmt.algorithms.nn_layers`, :mod:`~specfmt.algorithms.eagle3_nn`, :mod:`~specfmt.algorithms.eagle_nn`,
-  :mod:`~specfmt.algorithms.medusa_nn`, :mod:`~specfmt.algorithms.peagle_nn`: the drafts as ``torch.nn.Module`` classes (these modules import
+  :mod:`~specfmt.algorithms.medusa_nn`, :mod:`~specfmt.algorithms.peagle_nn`,
+  :mod:`~specfmt.algorithms.dflash_nn`: the drafts as ``torch.nn.Module`` classes (these modules import
   torch; the others import it only where a draft runs);
 * :mod:`~specfmt.algorithms.inventory`: tensors against the table their config implies.
 

@@ -34,8 +34,9 @@ from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_c
 from ..format.model import Forbidden, NonNegativeInt, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, Card, Reference, register
+from .base import Algorithm, Card, Proposer, Reference, Variant, register
 from .eagle3 import vocab_map_problems
+from .reference import ChainDrafter, VerifierStates
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -153,6 +154,42 @@ CAUSES = {
 }
 
 
+class _DFlashBlocks(ChainDrafter):
+    """DFlash drafting as vLLM's ``DFlashProposer`` runs it (see :meth:`DFlash.proposer`): one block pass per call."""
+
+    def __init__(self, draft, embed, head, mask_token_id: int, *, causal: bool = False, from_anchor: bool = False):
+        super().__init__()
+        self.draft, self.embed, self.head = draft, embed, head
+        self.mask_token_id, self.causal, self.from_anchor = mask_token_id, causal, from_anchor
+        self.targets = draft.target_ids()
+
+    def block_hidden(self, tokens: list[int], states: VerifierStates, k: int) -> "torch.Tensor":
+        """[S, H] the block's normed hidden states: S = k + 1 (the anchor and k mask slots), or k with ``from_anchor``."""
+        import torch
+
+        first = states.hidden[0]
+        dt, dev = first.dtype, first.device
+        d = self.draft.to(dev, dt)
+        T = len(tokens) - 1
+        aux = torch.cat([states.hidden[t][:T] for t in d.taps], dim=-1)
+        S = k if self.from_anchor else k + 1
+        ids = torch.tensor([tokens[-1]] + [self.mask_token_id] * (S - 1), device=self.embed.device)
+        block = self.embed[ids].to(dev, dt)[None]
+        out = d(block, d.context(aux)[None], torch.arange(T, device=dev), torch.arange(T, T + S, device=dev), causal=self.causal)
+        return out[0]
+
+    def block_logits(self, tokens: list[int], states: VerifierStates, k: int) -> "torch.Tensor":
+        """[k, Vd] the logits of the k proposing slots (slots 1..k; 0..k-1 with ``from_anchor``)."""
+        h = self.block_hidden(tokens, states, k)
+        return self.draft.logits(h if self.from_anchor else h[1:], self.head)
+
+    def propose_many(self, requests: list[tuple[list[int], VerifierStates]], k: int) -> list[list[int]]:
+        import torch
+
+        with torch.no_grad():
+            return [[int(self.targets[int(x)]) for x in self.block_logits(tokens, states, k).argmax(-1)] for tokens, states in requests]
+
+
 @register
 class DFlash(Algorithm, Reference, Card):
     """DFlash: format, checks, reference run (a block per pass) and card. ``specfmt train`` does not train it."""
@@ -230,6 +267,55 @@ class DFlash(Algorithm, Reference, Card):
         if "d2t" not in small and "t2d" not in small:
             return []
         return vocab_map_problems(small.get("d2t"), small.get("t2d"), cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"])
+
+    def speculative_token_limit(self, cfg: dict[str, Any]) -> tuple[int, str] | None:
+        """B - 1 (B with ``sample_from_anchor``): the slots of one block that propose."""
+        return DFlashConfig.of(cfg).proposals, f"proposing slots in its block of {cfg['block_size']}"
+
+    # -- reference run ---------------------------------------------------------------------------
+
+    def module_class(self) -> type:
+        from .dflash_nn import DFlashDraft
+
+        return DFlashDraft
+
+    def module(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None = None, share: bool = False):
+        """The draft (:class:`~specfmt.algorithms.dflash_nn.DFlashDraft`) with ``tensors`` loaded (strict; random when None;
+        ``share``: the tensors themselves, frozen); it has an ``lm_head`` of its own when Vd < V or ``tensors`` hold one.
+
+        Raises:
+            KeyError, RuntimeError: ``tensors`` do not fit the config.
+        """
+        own = cfg["draft_vocab_size"] < cfg["transformer_layer_config"]["vocab_size"] or (tensors is not None and "lm_head.weight" in tensors)
+        return layers.load_state(self.module_class()(cfg, own_head=own), tensors, share=share)
+
+    def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
+        """As written, then: taps ± 1 (the off-by-one between HF ``hidden_states[j]`` and vLLM's output of layer j, which
+        ``target_layer_ids = aux - 1`` settles); the mask token read as 0 (1 when it is 0); the block read causally (vLLM with
+        ``sliding_window_non_causal`` false); ``sample_from_anchor`` flipped (the proposals taken from the other slots)."""
+        out = [Variant(None, "as written", cfg)]
+        taps = list(cfg["aux_hidden_state_layer_ids"])
+        for label, alt in (("taps + 1", [t + 1 for t in taps]), ("taps - 1", [t - 1 for t in taps])):
+            if all(0 <= t < n_verifier_layers for t in alt):
+                out.append(Variant("tap ids", f"{label}: {alt}", {**cfg, "aux_hidden_state_layer_ids": alt}))
+        other = 1 if cfg["mask_token_id"] == 0 else 0
+        out.append(Variant("mask token id", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
+        out.append(Variant("block mask", "causal block mask", cfg, {"causal": True}))
+        anchor = not cfg.get("sample_from_anchor", False)
+        out.append(Variant("anchor sampling", f"sample_from_anchor {str(anchor).lower()}", {**cfg, "sample_from_anchor": anchor}))
+        return out
+
+    def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
+        """k tokens per call from one block pass, as vLLM's ``DFlashProposer`` (``v1/spec_decode/dflash.py``): the context is
+        ``hidden_norm(fc(taps))`` of every verified position before the anchor (tap id j: ``hidden[j]``), at its own position;
+        the block is the anchor (the newest token, at position T) and k mask tokens at T+1..T+k, embedded with the verifier's
+        embedding (the draft's own when it ships one), non-causal; slot j proposes ``d2t``-mapped argmax for the token at T+j.
+        ``sample_from_anchor``: k slots from the anchor's. ``lm_head``: the verifier's, used when the draft has none (Vd = V)."""
+        cfg = reading.cfg
+        draft = self.module(cfg, tensors, share=True).eval()
+        own = draft.embed_tokens if draft.embed_tokens is not None else embed
+        return _DFlashBlocks(draft, own, lm_head, int(cfg["mask_token_id"]), causal=bool(reading.extra.get("causal")),
+                             from_anchor=bool(cfg.get("sample_from_anchor")))
 
     # -- publishing ------------------------------------------------------------------------------
 
