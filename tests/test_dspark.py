@@ -193,7 +193,7 @@ def test_a_reduced_vocabulary_conditions_on_verifier_ids_through_d2t():
     mods = random_heads(heads_config())
     base, hidden, anchor = _block(2)
     d2t = torch.randint(0, V - VD, (VD,), generator=torch.Generator().manual_seed(3))
-    tokens, logits, _ = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, d2t)
+    tokens, logits, _ = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor, torch.arange(VD) + d2t)
     ids = logits.argmax(-1)
     assert torch.equal(tokens, ids + d2t[ids])
     without = dspark_nn.draft_block(mods["markov_head"], base, hidden, anchor)  # d2t dropped: conditioned on draft ids
@@ -309,3 +309,134 @@ def test_each_release_reads_a_dspark_config_as_qwen3_dspark_with_taps_minus_one(
     assert named["architectures"] == ["Qwen3DSparkModel"]
     with pytest.raises(KeyError):  # aux_hidden_state_layer_ids is required
         algos.update_dspark({k: v for k, v in cfg.items() if k != "aux_hidden_state_layer_ids"}, {})
+
+
+# --------------------------------------------------------------------------- the reference forward, whole
+
+
+def dspark_tensors(cfg: dict, seed: int = 0) -> dict:
+    """The draft's tensors, random in float64 (norms around 1), a consistent d2t/t2d for a draft vocabulary."""
+    module = get("dspark").module(cfg)
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for n, t in module.state_dict().items():
+        if n in ("d2t", "t2d"):
+            continue
+        r = torch.randn(t.shape, generator=g, dtype=torch.float64)
+        out[n] = 1 + 0.2 * r if n.endswith("norm.weight") else 0.3 * r
+    Vd, Vv = cfg["draft_vocab_size"], cfg["transformer_layer_config"]["vocab_size"]
+    if Vd < Vv:
+        ids = torch.randperm(Vv, generator=g)[:Vd].sort().values
+        out["d2t"], out["t2d"] = ids - torch.arange(Vd), torch.zeros(Vv, dtype=torch.bool)
+        out["t2d"][ids] = True
+    return out
+
+
+def test_the_proposer_drafts_the_block_sequentially_through_the_markov_head():
+    from test_dflash import N_LAYERS, _states, _verifier
+
+    cfg = dspark_config(vd=64)
+    tensors = dspark_tensors(cfg, seed=1)
+    embed, head = _verifier(2)
+    tokens, states = [5, 9, 11, 3, 40, 7, 21], _states(3, 6)
+    algo = get("dspark")
+    readings = algo.readings(cfg, N_LAYERS)
+    p = algo.proposer(readings[0], tensors, embed, head)
+    ids, logits, conf = p.drafted(tokens, states, 4)
+    assert logits.shape == (4, 64) and conf.shape == (4,) and p(tokens, states, 4) == ids.tolist()
+    targets = torch.arange(64) + tensors["d2t"]
+    assert ids.tolist() == [int(targets[j]) for j in logits.argmax(-1)] and all(tensors["t2d"][t] for t in ids)
+    # by hand: the block's slots (all 4: sample_from_anchor), each biased by the token before it
+    slots = p.draft.logits(p.block_hidden(tokens, states, 4), head)
+    prev = [tokens[-1], *ids[:-1].tolist()]
+    bias = tensors["markov_head.markov_w1.weight"][prev] @ tensors["markov_head.markov_w2.weight"].T
+    assert (slots + bias - logits).abs().max() < 1e-12
+    assert algo.speculative_token_limit(cfg) == (4, "proposing slots in its block of 4")
+
+
+def test_each_dspark_misreading_changes_the_proposals_logits():
+    from test_dflash import N_LAYERS, _states, _verifier
+
+    cfg = dspark_config(vd=64)
+    tensors = dspark_tensors(cfg, seed=8)
+    embed, head = _verifier(9)
+    tokens, states = [5, 9, 11, 3, 40, 7, 21, 60], _states(10, 7)
+    algo = get("dspark")
+    readings = algo.readings(cfg, N_LAYERS)
+    assert [r.cause for r in readings] == [None, "tap ids", "tap ids", "mask token id", "block mask", "anchor sampling", "markov head"]
+    assert {r.cause for r in readings if r.cause} <= set(algo.causes)
+    written = algo.proposer(readings[0], tensors, embed, head).block_logits(tokens, states, 4)
+    for r in readings[1:]:
+        other = algo.proposer(r, tensors, embed, head).block_logits(tokens, states, 4)
+        assert (other - written).abs().max() > 1e-3, r.label
+
+
+TAIL = r"""
+import speculators.models.dflash.core as fcore
+fcore.select_anchors = lambda loss_mask, n, block_size: (torch.tensor(anchors), torch.ones(len(anchors), dtype=torch.bool))
+drafted = load_file(folder + "/drafted.safetensors")["ids"]  # [n, B] the verifier ids our proposer drafted at each anchor
+with torch.no_grad():
+    hidden, logits, _, _, idx = model._backbone_forward(inputs["aux"][None], inputs["ids"][None], torch.ones(1, L),
+                                                        torch.zeros(1, L, tl.hidden_size, dtype=torch.float64),
+                                                        torch.zeros(1, L, dtype=torch.long), max_anchors=len(anchors))
+    n, B = len(anchors), model.block_size
+    # DSparkDraftModel.forward, sample_from_anchor=True: slot k conditions on the block's token at p+k (slot 0: the anchor);
+    # here the block's later tokens are the ones drafted, which is what inference conditions on
+    prev = torch.cat([inputs["ids"][torch.tensor(anchors)][:, None], drafted[:, :-1]], dim=1)
+    h = hidden.view(n, B, -1)
+    emb = model.markov_head.prev_embeddings(prev)
+    out = logits.view(n, B, -1) + model.markov_head.block_bias(prev_token_ids=prev, hidden_states=h, prev_emb=emb)
+    conf = model.confidence_head(torch.cat([h, emb.to(h.dtype)], dim=-1))
+save_file({"logits": out.contiguous(), "confidence": conf.contiguous()}, folder + "/logits.safetensors")
+print("REPORT " + json.dumps({"class": type(model).__name__, "missing": sorted(missing), "unexpected": sorted(unexpected),
+                              "sample_from_anchor": model.config.sample_from_anchor}))
+"""
+
+
+def _drive() -> str:
+    """test_dflash's driver of speculators' DFlash (float64 rotary, RMSNorm, eager softmax), building ``DSparkDraftModel`` and
+    ending in :data:`TAIL`."""
+    from test_dflash import DRIVE
+
+    head, _, _ = DRIVE.partition("core.select_anchors = ")
+    assert "model = core.DFlashDraftModel(cfg)" in head
+    return head.replace("model = core.DFlashDraftModel(cfg)", "import speculators.models.dspark.core as dcore\nmodel = dcore.DSparkDraftModel(cfg)") + TAIL
+
+
+@pytest.mark.parametrize("vd", [97, 64])
+def test_the_reference_equals_speculators_dspark_draft_model_in_float64(spec_env, tmp_path, vd):
+    """specfmt's :class:`~specfmt.algorithms.dspark_nn.DSparkDraft` run by the DSpark proposer against speculators 0.9's
+    ``DSparkDraftModel`` (``models/dspark/core.py``: ``_backbone_forward``, then ``markov_head.block_bias`` and ``confidence_head``
+    as its ``forward`` applies them, fed the tokens our proposer drafted): every slot's biased logits and confidence logits of
+    two blocks agree to 1e-6; the Markov head left out, a causal block, a tap shift and the wrong mask token each miss by far more."""
+    from test_dflash import N_LAYERS, _states, _verifier
+
+    cfg = dspark_config(vd=vd)
+    tensors = dspark_tensors(cfg, seed=5)
+    embed, head = _verifier(6)
+    tokens, states = [5, 9, 11, 3, 40, 7, 21, 60, 2, 33, 17, 8, 50], _states(7, 12)
+    anchors, B = [4, 8], cfg["block_size"]
+    algo = get("dspark")
+    by_label = {r.label: r for r in algo.readings(cfg, N_LAYERS)}
+    ours = {a: algo.proposer(by_label["as written"], tensors, embed, head).drafted(tokens[:a + 1], states.prefix(a), B) for a in anchors}
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
+    save_file({"embed": embed.contiguous(), "head": head.contiguous()}, str(folder / "verifier.safetensors"))
+    aux = torch.cat([states.hidden[t] for t in cfg["aux_hidden_state_layer_ids"]], dim=-1)
+    save_file({"aux": aux.contiguous(), "ids": torch.tensor(tokens[:aux.shape[0]])}, str(folder / "inputs.safetensors"))
+    save_file({"ids": torch.stack([ours[a][0] for a in anchors])}, str(folder / "drafted.safetensors"))
+    r = spec_env.run("-c", _drive(), folder, ",".join(map(str, anchors)))
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
+    assert line is not None, r.stderr[-3000:]
+    rep = json.loads(line[len("REPORT "):])
+    assert rep["class"] == "DSparkDraftModel" and rep["unexpected"] == [] and rep["sample_from_anchor"] is True, rep
+    assert set(rep["missing"]) <= {"verifier_lm_head.weight", "verifier_norm.weight"}, rep  # every draft tensor is loaded
+    theirs = load_file(str(folder / "logits.safetensors"))
+    for i, a in enumerate(anchors):
+        _, logits, conf = ours[a]
+        assert (logits - theirs["logits"][i]).abs().max() < 1e-6 and (conf - theirs["confidence"][i]).abs().max() < 1e-6, a
+        for label in ("without the Markov head", "causal block mask", "taps + 1: [2, 3, 5]", "taps - 1: [0, 1, 3]", "mask_token_id 0"):
+            other = algo.proposer(by_label[label], tensors, embed, head).block_logits(tokens[:a + 1], states.prefix(a), B)
+            assert (other - theirs["logits"][i]).abs().max() > 1e-3, (label, a)

@@ -25,15 +25,20 @@ decoding" -- the V1 model runner, the one the CPU build runs without Triton, ref
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
 from ..format.config import register_config
 from ..format.model import PositiveInt
 from ..format.tensors import TensorSpec
-from .base import register
-from .dflash import DFlash, DFlashConfig
+from .base import Proposer, Variant, register
+from .dflash import DFlash, DFlashConfig, _DFlashBlocks
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from .reference import VerifierStates
 
 #: why ``convert`` refuses SpecForge's native DSpark layout (:mod:`specfmt.detect`)
 NATIVE_REFUSAL = ("DSpark, DFlash with Markov and confidence heads (SpecForge's layout: markov_rank and the confidence fields inside "
@@ -91,9 +96,37 @@ class DSparkConfig(DFlashConfig):
 #: the misreadings of a DSpark checkpoint: DFlash's, and the Markov head's
 CAUSES = {
     **DFlash.causes,
-    "markov head": "the Markov head is left out: each slot's logits lack the bias from the token before it (a DFlash reading)",
-    "markov order": "each slot is conditioned on the token one slot off (sample_from_anchor's other block layout)",
+    "markov head": "the Markov head is left out: each slot's logits lack the bias from the token before it (the draft read as DFlash)",
 }
+
+
+class _DSparkBlocks(_DFlashBlocks):
+    """DSpark drafting as vLLM's ``DSparkSpeculator`` runs it (see :meth:`DSpark.proposer`): DFlash's block pass, then the
+    Markov head slot by slot (``markov``: False leaves it out)."""
+
+    def __init__(self, blocks: _DFlashBlocks, markov: bool):
+        super().__init__(blocks.draft, blocks.embed, blocks.head, blocks.mask_token_id, causal=blocks.causal, from_anchor=blocks.from_anchor)
+        self.markov = markov
+
+    def drafted(self, tokens: list[int], states: "VerifierStates", k: int) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor | None"]:
+        """(verifier ids [k], logits [k, Vd] with each slot's Markov bias, confidence logits [k] or None) of one block."""
+        import torch
+
+        from .dspark_nn import draft_block
+
+        h = self.block_hidden(tokens, states, k)
+        slots = h if self.from_anchor else h[1:]
+        base = self.draft.logits(slots, self.head)
+        if not self.markov:
+            return self.targets[base.argmax(-1)], base, None
+        anchor = torch.tensor([tokens[-1]], device=base.device)
+        ids, logits, embs = draft_block(self.draft.markov_head, base[None], slots[None], anchor, self.targets)
+        conf = self.draft.confidence_head(slots, embs[0]) if self.draft.confidence_head is not None else None
+        return ids[0], logits[0], conf
+
+    def block_logits(self, tokens: list[int], states: "VerifierStates", k: int) -> "torch.Tensor":
+        """[k, Vd] the proposing slots' logits, each with the bias of the token drafted before it: their argmax is the draft."""
+        return self.drafted(tokens, states, k)[1]
 
 
 @register
@@ -109,7 +142,7 @@ class DSpark(DFlash):
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"dspark speculative decoding\" "
                          "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features)")
     causes = CAUSES
-    key_causes = {**DFlash.key_causes, "markov_rank": "markov head", "sample_from_anchor": "markov order"}
+    key_causes = {**DFlash.key_causes, "markov_rank": "markov head"}
 
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         """DFlash's table (:meth:`DFlash.expected_tensors`) and the heads (speculators ``DSparkDraftModel``; vLLM ``qwen3_dspark.py``):
@@ -133,6 +166,23 @@ class DSpark(DFlash):
             specs["confidence_head.proj.weight"] = TensorSpec((1, c.hidden_size + (r if c.confidence_head_with_markov else 0)), why=why)
             specs["confidence_head.proj.bias"] = TensorSpec((1,), why=why)
         return specs
+
+    def module_class(self) -> type:
+        from .dspark_nn import DSparkDraft
+
+        return DSparkDraft
+
+    def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
+        """DFlash's (:meth:`DFlash.readings`: taps ± 1, mask token, causal block, ``sample_from_anchor`` flipped), then the
+        draft without its Markov head (served as DFlash: one parallel argmax)."""
+        return [*super().readings(cfg, n_verifier_layers), Variant("markov head", "without the Markov head", cfg, {"markov": False})]
+
+    def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
+        """k tokens per call, as vLLM's ``DSparkSpeculator._sample_sequential`` (greedy): DFlash's block pass (:meth:`DFlash.proposer`;
+        with ``sample_from_anchor`` the k slots from the anchor's), then slot by slot the argmax of its logits plus
+        ``markov_w2(markov_w1[prev])``, ``prev`` the anchor for the first slot and the token just drafted (a verifier id, through
+        ``d2t``) for each later one (:func:`~specfmt.algorithms.dspark_nn.draft_block`)."""
+        return _DSparkBlocks(super().proposer(reading, tensors, embed, lm_head), markov=reading.extra.get("markov", True))
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         """DFlash's rows, then the heads and where vLLM serves it."""

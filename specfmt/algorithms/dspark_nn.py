@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .dflash_nn import DFlashDraft
+
 #: the Markov head variants speculators 0.9 trains (``DSparkSpeculatorConfig.markov_head_type``)
 HEAD_TYPES = ("vanilla", "gated", "rnn")
 
@@ -111,8 +113,19 @@ def heads(cfg: dict[str, Any]) -> nn.ModuleDict:
     return out
 
 
+class DSparkDraft(DFlashDraft):
+    """The DSpark draft: :class:`~specfmt.algorithms.dflash_nn.DFlashDraft` and :func:`heads` (``markov_head``,
+    ``confidence_head``); state-dict names are the specfmt tensor names (speculators ``DSparkDraftModel``'s)."""
+
+    def __init__(self, cfg: dict[str, Any], own_head: bool | None = None):
+        super().__init__(cfg, own_head)
+        built = heads(cfg)
+        self.markov_head = built["markov_head"]
+        self.confidence_head = built["confidence_head"] if "confidence_head" in built else None
+
+
 def draft_block(markov: MarkovHead, base: torch.Tensor, hidden: torch.Tensor, anchor: torch.Tensor,
-                d2t: torch.Tensor | None = None, given: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                targets: torch.Tensor | None = None, given: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy sequential drafting of n blocks of m slots (vLLM ``DSparkSpeculator._sample_sequential``).
 
     Args:
@@ -120,7 +133,7 @@ def draft_block(markov: MarkovHead, base: torch.Tensor, hidden: torch.Tensor, an
         base: [n, m, Vd] the backbone's draft logits of each predicting slot.
         hidden: [n, m, H] the backbone's (final-norm) hidden state of each predicting slot.
         anchor: [n] the verifier id each block starts from (the last verified token).
-        d2t: [Vd] offsets to verifier ids (``target = draft + d2t[draft]``), None for a full vocabulary.
+        targets: [Vd] the verifier id of each draft id (``i + d2t[i]``), None for a full vocabulary.
         given: [n, m] verifier ids to condition on instead of the drafted ones (teacher forcing, as
             speculators' training forward does); None drafts greedily.
 
@@ -133,7 +146,7 @@ def draft_block(markov: MarkovHead, base: torch.Tensor, hidden: torch.Tensor, an
         bias, emb, state = markov.step(prev, hidden[:, i], state)
         out = base[:, i] + bias
         ids = out.argmax(-1)
-        tok = ids if d2t is None else ids + d2t.to(ids.device)[ids]
+        tok = ids if targets is None else targets.to(ids.device)[ids]
         tokens.append(tok)
         logits.append(out)
         embs.append(emb)
@@ -141,4 +154,4 @@ def draft_block(markov: MarkovHead, base: torch.Tensor, hidden: torch.Tensor, an
     return torch.stack(tokens, 1), torch.stack(logits, 1), torch.stack(embs, 1)
 
 
-__all__ = ["HEAD_TYPES", "ConfidenceHead", "MarkovHead", "draft_block", "heads"]
+__all__ = ["HEAD_TYPES", "ConfidenceHead", "DSparkDraft", "MarkovHead", "draft_block", "heads"]
