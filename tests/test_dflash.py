@@ -283,3 +283,56 @@ def test_each_dflash_misreading_changes_the_proposals_logits():
     written = proposing(readings[0])
     for r in readings[1:]:
         assert (proposing(r) - written).abs().max() > 1e-3, r.label
+
+
+# --------------------------------------------------------------------------- validate --run
+
+
+def write_world_dflash(folder, *, vd: int = 2048, seed: int = 0):
+    """A small random DFlash draft for the Qwen3 world verifier (``examples/world-qwen3/verifier``: 8 layers, H = 128,
+    V = 2048), as specfmt writes it: block 4, taps [2, 4, 6], mask token 2047; with a draft vocabulary when ``vd`` < V."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from conftest import REPO
+
+    folder.mkdir(parents=True)
+    spec = _spec_block("dflash", str((REPO / "examples" / "world-qwen3" / "verifier").resolve()), k=3)
+    spec["verifier"]["architectures"] = ["Qwen3ForCausalLM"]
+    cfg = {**dflash_config(), "speculators_config": spec, "draft_vocab_size": vd, "aux_hidden_state_layer_ids": [2, 4, 6], "mask_token_id": 2047,
+           "transformer_layer_config": {"model_type": "qwen3", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 1,
+                                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6,
+                                        "max_position_embeddings": 2048, "rope_theta": 10000.0}, "dtype": "float32"}
+    g = torch.Generator().manual_seed(seed)
+    tensors = {n: torch.ones_like(p) if n.endswith("norm.weight") else 0.02 * torch.randn(p.shape, generator=g)
+               for n, p in get("dflash").module(cfg).state_dict().items() if n not in ("d2t", "t2d")}
+    if vd < 2048:
+        tensors["d2t"] = torch.zeros(vd, dtype=torch.long)  # the first vd ids
+        tensors["t2d"] = torch.arange(2048) < vd
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    return folder, cfg
+
+
+def test_validate_run_gives_the_reference_acceptance_per_position_and_tries_every_misreading(tmp_path):
+    import json
+
+    from conftest import REPO, run_cli
+
+    folder, cfg = write_world_dflash(tmp_path / "draft", vd=1024)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join((REPO / "examples" / "world-qwen3" / "prompts.jsonl").read_text().splitlines(keepends=True)[:3]))
+    r = run_cli("validate", folder, "--run", "--no-vllm", "--prompts", prompts, "--max-tokens", 12)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((folder / "validation.json").read_text())
+    checks = {c["name"]: c["status"] for c in rep["checks"]}
+    assert checks["schema"] == checks["tensors"] == checks["vocab_map"] == checks["reference"] == "pass", checks
+    ref = rep["reference"]
+    assert rep["num_speculative_tokens"] == 3 and len(ref["acceptance_rate_per_position"]) == 3 and ref["num_drafts"] > 0
+    assert ref["num_draft_tokens"] == 3 * ref["num_drafts"]
+    assert [v["reading"] for v in rep["variants"]] == ["taps + 1: [3, 5, 7]", "taps - 1: [1, 3, 5]", "mask_token_id 0", "causal block mask",
+                                                      "sample_from_anchor true"]
+    too_many = run_cli("validate", folder, "--run", "--no-vllm", "--prompts", prompts, "--num-speculative-tokens", 4)
+    assert too_many.returncode != 0 and "proposing slots in its block of 4" in too_many.stdout + too_many.stderr
