@@ -440,3 +440,50 @@ def test_the_reference_equals_speculators_dspark_draft_model_in_float64(spec_env
         for label in ("without the Markov head", "causal block mask", "taps + 1: [2, 3, 5]", "taps - 1: [0, 1, 3]", "mask_token_id 0"):
             other = algo.proposer(by_label[label], tensors, embed, head).block_logits(tokens[:a + 1], states.prefix(a), B)
             assert (other - theirs["logits"][i]).abs().max() > 1e-3, (label, a)
+
+
+# --------------------------------------------------------------------------- validate --run
+
+SAVE_WORLD = r"""
+import sys, torch
+from transformers import AutoConfig
+from speculators.config import SpeculatorsConfig, VerifierConfig
+from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators.models.dspark import DSparkSpeculatorConfig
+from speculators.models.dspark.core import DSparkDraftModel
+ver, out = sys.argv[1], sys.argv[2]
+tl = AutoConfig.from_pretrained(ver)
+tl.num_hidden_layers, tl.layer_types, tl._attn_implementation = 1, ["full_attention"], "sdpa"
+cfg = DSparkSpeculatorConfig(transformer_layer_config=tl, draft_vocab_size=tl.vocab_size, block_size=4, aux_hidden_state_layer_ids=[2, 5, 7],
+    mask_token_id=tl.vocab_size - 1, sample_from_anchor=True, markov_rank=16,
+    speculators_config=SpeculatorsConfig(algorithm="dspark", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=4)],
+        default_proposal_method="greedy", verifier=VerifierConfig.from_pretrained(ver)))
+torch.manual_seed(0)
+DSparkDraftModel(cfg).save_pretrained(out)
+"""
+
+
+def test_speculators_world_dspark_draft_validates_as_it_is_and_runs_with_the_reference(spec_env, tmp_path):
+    """speculators 0.9's own DSpark output (``DSparkDraftModel.save_pretrained``, random weights) for the Qwen3 world's verifier
+    needs no conversion: ``validate --run`` passes, k = B = 4 slots per block, every misreading tried; vLLM's leg is skipped on
+    the CPU build with its reason."""
+    from conftest import REPO, run_cli
+    from specfmt.serving import CPU_BUILD, installed_distribution
+
+    verifier = (REPO / "examples" / "world-qwen3" / "verifier").resolve()
+    r = spec_env.run("-c", SAVE_WORLD, verifier, tmp_path / "draft")
+    assert r.returncode == 0, r.stderr[-3000:]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join((REPO / "examples" / "world-qwen3" / "prompts.jsonl").read_text().splitlines(keepends=True)[:2]))
+    cpu = (installed_distribution() or ("",))[0] == CPU_BUILD
+    r = run_cli("validate", tmp_path / "draft", "--run", *([] if cpu else ["--no-vllm"]), "--prompts", prompts, "--max-tokens", 8)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rep = json.loads((tmp_path / "draft" / "validation.json").read_text())
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert all(checks[n]["status"] == "pass" for n in ("schema", "tensors", "vocab_map", "reference")), checks
+    assert rep["num_speculative_tokens"] == 4 and len(rep["reference"]["acceptance_rate_per_position"]) == 4
+    assert rep["reference"]["num_draft_tokens"] == 4 * rep["reference"]["num_drafts"] > 0
+    assert [v["reading"] for v in rep["variants"]] == ["taps - 1: [1, 4, 6]", "mask_token_id 0", "causal block mask", "sample_from_anchor false",
+                                                      "without the Markov head"]
+    if cpu:
+        assert checks["vllm"]["status"] == "skip" and "dspark speculative decoding" in checks["vllm"]["summary"], checks["vllm"]
