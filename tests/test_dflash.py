@@ -10,24 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from builders import _spec_block
+import builders_dflash
+from builders_dflash import dflash_config, write_world_dflash
 from specfmt.algorithms import get, schema_violations
 from specfmt.algorithms.recognised import recognised
-from specfmt.format.versions import SPECULATORS_VERSION
 from specfmt.serving import explicit_config
 from speculators_env import spec_env  # noqa: F401  (fixture)
 
-H, V, N_LAYERS, TAPS, MASK, B = 32, 97, 6, [1, 2, 4], 95, 4
-
-
-def dflash_config(block: int = B, vd: int = V, mask: int = MASK, taps=TAPS, layers: int = 1, **more) -> dict:
-    return {"architectures": ["DFlashSpeculator"], "speculators_model_type": "dflash", "speculators_version": SPECULATORS_VERSION,
-            "speculators_config": _spec_block("dflash", "verifier", k=block - 1 + bool(more.get("sample_from_anchor"))),
-            "transformer_layer_config": {"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": 48,
-                                         "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-                                         "rms_norm_eps": 1e-6, "max_position_embeddings": 128, "rope_theta": 10000.0},
-            "draft_vocab_size": vd, "block_size": block, "target_hidden_size": None, "aux_hidden_state_layer_ids": list(taps),
-            "mask_token_id": mask, "sliding_window_non_causal": True, "sample_from_anchor": False, "tie_word_embeddings": False, **more}
+H, V, N_LAYERS, TAPS, MASK, B = builders_dflash.H, builders_dflash.V, 6, builders_dflash.TAPS, builders_dflash.MASK, builders_dflash.B
 
 
 # --------------------------------------------------------------------------- format
@@ -288,34 +278,6 @@ def test_each_dflash_misreading_changes_the_proposals_logits():
 # --------------------------------------------------------------------------- validate --run
 
 
-def write_world_dflash(folder, *, vd: int = 2048, seed: int = 0):
-    """A small random DFlash draft for the Qwen3 world verifier (``examples/world-qwen3/verifier``: 8 layers, H = 128,
-    V = 2048), as specfmt writes it: block 4, taps [2, 4, 6], mask token 2047; with a draft vocabulary when ``vd`` < V."""
-    import json
-
-    import torch
-    from safetensors.torch import save_file
-
-    from conftest import REPO
-
-    folder.mkdir(parents=True)
-    spec = _spec_block("dflash", str((REPO / "examples" / "world-qwen3" / "verifier").resolve()), k=3)
-    spec["verifier"]["architectures"] = ["Qwen3ForCausalLM"]
-    cfg = {**dflash_config(), "speculators_config": spec, "draft_vocab_size": vd, "aux_hidden_state_layer_ids": [2, 4, 6], "mask_token_id": 2047,
-           "transformer_layer_config": {"model_type": "qwen3", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 1,
-                                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6,
-                                        "max_position_embeddings": 2048, "rope_theta": 10000.0}, "dtype": "float32"}
-    g = torch.Generator().manual_seed(seed)
-    tensors = {n: torch.ones_like(p) if n.endswith("norm.weight") else 0.02 * torch.randn(p.shape, generator=g)
-               for n, p in get("dflash").module(cfg).state_dict().items() if n not in ("d2t", "t2d")}
-    if vd < 2048:
-        tensors["d2t"] = torch.zeros(vd, dtype=torch.long)  # the first vd ids
-        tensors["t2d"] = torch.arange(2048) < vd
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    return folder, cfg
-
-
 def test_validate_run_gives_the_reference_acceptance_per_position_and_tries_every_misreading(tmp_path):
     import json
 
@@ -336,3 +298,68 @@ def test_validate_run_gives_the_reference_acceptance_per_position_and_tries_ever
                                                       "sample_from_anchor true"]
     too_many = run_cli("validate", folder, "--run", "--no-vllm", "--prompts", prompts, "--num-speculative-tokens", 4)
     assert too_many.returncode != 0 and "proposing slots in its block of 4" in too_many.stdout + too_many.stderr
+
+
+# --------------------------------------------------------------------------- speculators' own outputs
+
+
+SAVE = r"""
+import json, sys, torch
+from speculators import SpeculatorModelConfig
+from speculators.models.dflash.core import DFlashDraftModel
+cfg = SpeculatorModelConfig.from_dict(json.loads(open(sys.argv[1]).read()))
+torch.manual_seed(0)
+model = DFlashDraftModel(cfg)
+with torch.no_grad():  # speculators leaves the verifier-owned parameters as NaN until they are loaded: random here
+    for name, p in model.named_parameters():
+        p.copy_(torch.ones_like(p) if name.endswith("norm.weight") else 0.02 * torch.randn_like(p))
+    if model.d2t is not None:
+        model.t2d.copy_(torch.arange(model.t2d.numel()) < model.d2t.numel())
+        model.d2t.zero_()
+model.save_pretrained(sys.argv[2])
+"""
+
+
+def _speculators_world_config(verifier: str, *, vd: int, mask, non_causal) -> dict:
+    """What speculators' ``DFlashDraftModel.from_training_args`` writes for the world verifier (block 4, taps [2, 4, 6])."""
+    cfg = dflash_config(vd=vd, mask=mask, taps=[2, 4, 6], sliding_window_non_causal=non_causal)
+    cfg["speculators_config"]["verifier"]["name_or_path"] = verifier
+    cfg["transformer_layer_config"].update(vocab_size=2048, hidden_size=128, intermediate_size=384, head_dim=32, max_position_embeddings=2048)
+    for key in ("tie_word_embeddings", "target_hidden_size"):
+        cfg.pop(key)
+    return cfg
+
+
+def test_speculators_own_dflash_output_is_upgraded_and_validates_and_without_a_mask_token_is_refused(spec_env, tmp_path):
+    """DFlash drafts saved by speculators 0.9 (``DFlashDraftModel.save_pretrained``) for the world verifier: ``specfmt upgrade``
+    keeps every tensor as it is (no embedding; ``lm_head`` and ``d2t``/``t2d`` only with a draft vocabulary) and the fields,
+    writes ``sliding_window_non_causal`` true where speculators' default false would make vLLM build causal layers (with a
+    note), and the output validates; the same draft with speculators' default ``mask_token_id`` (null) is refused."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+
+    from conftest import REPO, run_cli
+
+    verifier = str((REPO / "examples" / "world-qwen3" / "verifier").resolve())
+    for name, vd, mask, nc in (("full", 2048, 2047, True), ("small", 1024, 2047, False), ("nomask", 2048, None, True)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(_speculators_world_config(verifier, vd=vd, mask=mask, non_causal=nc)))
+        r = spec_env.run("-c", SAVE, tmp_path / f"{name}.json", tmp_path / name)
+        assert r.returncode == 0, r.stderr[-3000:]
+    for name, vd in (("full", 2048), ("small", 1024)):
+        theirs = load_file(str(tmp_path / name / "model.safetensors"))
+        assert "embed_tokens.weight" not in theirs and ("lm_head.weight" in theirs) == (vd < 2048) and ("d2t" in theirs) == (vd < 2048)
+        up = run_cli("upgrade", tmp_path / name, "-o", tmp_path / f"up-{name}", "--verifier", verifier)
+        assert up.returncode == 0, up.stdout + up.stderr
+        v = run_cli("validate", tmp_path / f"up-{name}")
+        assert v.returncode == 0, v.stdout
+        out = json.loads((tmp_path / f"up-{name}" / "config.json").read_text())
+        assert out["speculators_model_type"] == "dflash" and out["architectures"] == ["DFlashSpeculator"] and out["mask_token_id"] == 2047
+        assert out["block_size"] == 4 and out["aux_hidden_state_layer_ids"] == [2, 4, 6] and out["draft_vocab_size"] == vd
+        assert out["sliding_window_non_causal"] is True and out["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
+        ours = load_file(str(tmp_path / f"up-{name}" / "model.safetensors"))
+        assert sorted(ours) == sorted(theirs) and all(torch.equal(ours[n], theirs[n]) for n in ours)
+        assert ("sliding_window_non_causal written true" in up.stdout + up.stderr) == (name == "small")
+    refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
+    assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr and not (tmp_path / "up2").exists()

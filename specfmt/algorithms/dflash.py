@@ -119,6 +119,23 @@ class DFlashConfig(SpeculatorConfig):
         """Tokens one pass proposes: B - 1, or B with ``sample_from_anchor``."""
         return self.block_size if self.sample_from_anchor else self.block_size - 1
 
+    @classmethod
+    def build(cls, verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, draft_vocab_size: int, block_size: int, taps: list[int],
+              mask_token_id: int, sliding_window_non_causal: bool, sample_from_anchor: bool = False, target_hidden_size: int | None = None,
+              dtype: str, **more: Any) -> "DFlashConfig":
+        """A new config (without provenance), as converters write it: k = B - 1 (B with ``sample_from_anchor``); ``more``:
+        a variant's own fields, written after DFlash's.
+
+        Raises:
+            pydantic.ValidationError: a value of the wrong type (a specfmt bug).
+        """
+        layer = tlc.dump() if isinstance(tlc, DecoderConfig) else dict(tlc)
+        k = block_size if sample_from_anchor else block_size - 1
+        return cls(architectures=[cls.architecture], **cls.head(verifier, k), transformer_layer_config=layer, draft_vocab_size=draft_vocab_size,
+                   block_size=block_size, target_hidden_size=target_hidden_size, aux_hidden_state_layer_ids=list(taps), mask_token_id=mask_token_id,
+                   sliding_window_non_causal=sliding_window_non_causal, sample_from_anchor=sample_from_anchor, **more,
+                   tie_word_embeddings=False, dtype=dtype)
+
     def violations(self) -> list[tuple[str, str]]:
         """Beyond the shared rules: Vd <= V; ``mask_token_id`` < V; taps ascending and >= 1 (vLLM reads
         id - 1 as a layer's output); k = B - 1 (B with ``sample_from_anchor``: vLLM runs a block of 1 + k,
