@@ -515,3 +515,84 @@ def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuse
     for rel, rec in got.items():
         assert not rec["ok"] and rec["stage"] == "engine config", (rel, rec)
         assert "Model Runner V1 does not support: dspark speculative decoding" in rec["error"], (rel, rec)
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+@pytest.fixture(scope="module")
+def speculators_world_draft(tmp_path_factory):
+    """speculators 0.9's own DSpark output for the Qwen3 world's verifier (``SAVE_WORLD``), saved once for the module."""
+    from conftest import REPO
+    from speculators_env import speculators_env
+
+    folder = tmp_path_factory.mktemp("spec") / "draft"
+    r = speculators_env().run("-c", SAVE_WORLD, (REPO / "examples" / "world-qwen3" / "verifier").resolve(), folder)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return folder
+
+
+def _variant(src, dst, **change):
+    """A copy of ``src`` with config fields changed (None: removed)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    for k, v in change.items():
+        if v is None:
+            cfg.pop(k, None)
+        else:
+            cfg[k] = v
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+def test_specfmt_upgrade_keeps_every_tensor_and_writes_a_valid_dspark_config(speculators_world_draft, tmp_path):
+    from conftest import run_cli
+    from specfmt.validation.static import validate_static
+
+    r = run_cli("upgrade", speculators_world_draft, "-o", tmp_path / "out")
+    assert r.returncode == 0, r.stdout + r.stderr
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    src = json.loads((speculators_world_draft / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "dspark" and cfg["architectures"] == ["DSparkSpeculator"]
+    for key in ("block_size", "aux_hidden_state_layer_ids", "mask_token_id", "sample_from_anchor", "markov_rank", "markov_head_type",
+                "enable_confidence_head", "confidence_head_with_markov", "sliding_window_non_causal", "draft_vocab_size"):
+        assert cfg[key] == src[key], key  # sliding_window_non_causal too: DFlash's rewrite does not apply to DSpark
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 4
+    mine, theirs = load_file(str(tmp_path / "out" / "model.safetensors")), load_file(str(speculators_world_draft / "model.safetensors"))
+    assert set(mine) == set(theirs) and all(torch.equal(mine[n], theirs[n]) for n in mine)
+    assert validate_static(tmp_path / "out").ok
+
+
+def test_absent_head_fields_are_written_as_speculators_defaults_with_a_note(speculators_world_draft, tmp_path):
+    from specfmt.convert import convert
+
+    src = _variant(speculators_world_draft, tmp_path / "src", sample_from_anchor=None, enable_confidence_head=None, confidence_head_with_markov=None)
+    from conftest import REPO
+
+    res = convert("speculators", str(src), tmp_path / "out", str((REPO / "examples" / "world-qwen3" / "verifier").resolve()))
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg["sample_from_anchor"] is cfg["enable_confidence_head"] is cfg["confidence_head_with_markov"] is True
+    notes = " ".join(res.plan.notes)
+    assert all(f"{k} absent: written True, speculators' default, where vLLM's reader would take false" in notes
+               for k in ("sample_from_anchor", "enable_confidence_head", "confidence_head_with_markov"))
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"markov_head_type": "gated"}, "vLLM 0.30-0.33 builds the vanilla head alone"),
+    ({"markov_rank": 0}, "config field markov_rank must be a positive integer, not 0"),  # the field check, before planning
+    ({"markov_rank": 8}, "markov_head.markov_w1.weight is [2048, 16], but this config needs [2048, 8]"),
+    ({"confidence_head_with_markov": False}, "confidence_head.proj.weight is [1, 144], but this config needs [1, 128]"),
+    ({"mask_token_id": None}, "mask_token_id is None"),
+])
+def test_what_the_converter_refuses(speculators_world_draft, tmp_path, change, words):
+    from conftest import REPO
+    from specfmt.convert import convert
+    from specfmt.errors import SpecfmtError
+
+    src = _variant(speculators_world_draft, tmp_path / "src", **change)
+    with pytest.raises(SpecfmtError) as e:
+        convert("speculators", str(src), tmp_path / "out", str((REPO / "examples" / "world-qwen3" / "verifier").resolve()))
+    assert words in e.value.one_line(), e.value.one_line()
+    assert not (tmp_path / "out").exists()
