@@ -138,3 +138,70 @@ def test_each_release_reads_a_dflash2_config_into_dflash_config(release):
     absent: dict = {}  # copied only when present: qwen3_dflash2.py then stops on draft_config["conv_kernel_size"]
     algos.update_dflash2({k: v for k, v in cfg.items() if k != "conv_kernel_size"}, absent)
     assert "conv_kernel_size" not in absent["dflash_config"]
+
+
+# --------------------------------------------------------------------------- conversion
+
+
+@pytest.fixture(scope="module")
+def speculators_dflash2(tmp_path_factory):
+    """speculators 0.9's own DFlash2 output (``SAVE``) for a verifier of V = 97, H = 32."""
+    from speculators_env import speculators_env
+
+    mine = dflash2_config()
+    fields = {k: mine[k] for k in ("transformer_layer_config", "draft_vocab_size", "block_size", "aux_hidden_state_layer_ids", "mask_token_id",
+                                   "conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k", "speculators_config")}
+    folder = tmp_path_factory.mktemp("spec") / "draft"
+    r = speculators_env().run("-c", SAVE, json.dumps(fields), folder)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return folder
+
+
+def _convert(folder, tmp_path, **change):
+    """speculators' output with config fields changed (None: removed), through ``specfmt upgrade``'s converter, for a verifier
+    of the draft's sizes (a config.json alone)."""
+    import shutil
+
+    from specfmt.convert import convert
+
+    src, ver = tmp_path / "src", tmp_path / "verifier"
+    shutil.copytree(folder, src)
+    cfg = json.loads((src / "config.json").read_text())
+    for k, v in change.items():
+        if v is None:
+            cfg.pop(k)
+        else:
+            cfg[k] = v
+    (src / "config.json").write_text(json.dumps(cfg))
+    ver.mkdir()
+    (ver / "config.json").write_text(json.dumps({**cfg["transformer_layer_config"], "num_hidden_layers": 6, "architectures": ["Qwen3ForCausalLM"]}))
+    return convert("speculators", str(src), tmp_path / "out", str(ver))
+
+
+def test_specfmt_upgrade_keeps_every_tensor_and_writes_a_valid_dflash2_config(speculators_dflash2, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from specfmt.validation.static import validate_static
+
+    res = _convert(speculators_dflash2, tmp_path, selector_top_k=None)
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "dflash2" and cfg["architectures"] == ["DFlash2DraftModel"]
+    assert [cfg[k] for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "sliding_window_non_causal")] == [2, 8, 16, True]
+    assert cfg["selector_top_k"] == 16 and "selector_top_k absent: written 16, speculators' default" in " ".join(res.plan.notes)
+    mine, theirs = load_file(str(tmp_path / "out" / "model.safetensors")), load_file(str(speculators_dflash2 / "model.safetensors"))
+    assert set(mine) == set(theirs) and all(torch.equal(mine[n], theirs[n]) for n in mine)
+    assert validate_static(tmp_path / "out").checks[1].status == "pass"
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"selector_rank": 8}, "candidate_selector.predecessor_codebook is [97, 16], but this config needs [97, 8]"),
+    ({"conv_kernel_size": 3}, "layers.0.attention_conv.base_kernel is [2, 2, 32], but this config needs [2, 3, 32]"),
+    ({"conv_group_size": None}, "layers.0.attention_conv.kernel_projection.weight is [16, 32], but this config needs [8, 32]"),  # default 16, trained 8
+])
+def test_what_the_dflash2_converter_refuses(speculators_dflash2, tmp_path, change, words):
+    from specfmt.errors import SpecfmtError
+
+    with pytest.raises(SpecfmtError) as e:
+        _convert(speculators_dflash2, tmp_path, **change)
+    assert words in e.value.one_line(), e.value.one_line()
