@@ -26,7 +26,7 @@ from builders import _spec_block
 from specfmt.algorithms import dspark_nn, get, schema_violations
 from specfmt.algorithms.recognised import recognised
 from specfmt.serving import explicit_config
-from test_dflash import dflash_config
+from builders_dflash import dflash_config
 from speculators_env import spec_env  # noqa: F401  (fixture)
 
 H, V, VD, R = 24, 61, 37, 8
