@@ -24,7 +24,7 @@ from .converters.base import Example, Seen
 from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
-from .algorithms.recognised import recognised
+from .algorithms.dspark import NATIVE_REFUSAL as DSPARK_REFUSAL
 from .sources.resolve import resolve
 
 
@@ -163,13 +163,6 @@ def _mtp_serving(seen: Seen) -> str:
             "(vLLM 0.30-0.33; the per-model aliases deepseek_mtp, qwen3_next_mtp, mimo_mtp, glm4_moe_mtp are rewritten to mtp)")
 
 
-def _recognised(name: str, arch: str, method: str) -> str:
-    r = recognised(name)
-    assert r is not None
-    return (f"{r.title}. vLLM builds {arch} from this config (method {method}; vllm/model_executor/models/registry.py). "
-            "specfmt does not convert it: serve the folder as it is")
-
-
 #: EAGLE-3 drafts with an MLA attention layer (Kimi K2/K2.5, DeepSeek): vLLM builds them natively
 #: (``deepseek_eagle3.py``, registered as Eagle3DeepseekV2ForCausalLM and Eagle3DeepseekV3ForCausalLM)
 _MLA_DRAFT = r"(midlayer|layers\.\d+)\.(\d+\.)?self_attn\.(kv_a_proj_with_mqa|q_a_proj)\.weight"
@@ -209,7 +202,7 @@ NAMED = (
             lambda s: {"architectures": s.config.get("architectures")}, _mla_serving,
             examples=(Example("TorchSpec kimi_k25_eagle3_mla", "https://github.com/lightseekorg/TorchSpec/blob/88ca60be2118bd3c328edf30b3cc8fa27fdd6fee/configs/draft_models/kimi_k25_eagle3_mla.json"),)),
     Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
-            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),
+            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=DSPARK_REFUSAL,
             examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
 )
 

@@ -288,6 +288,8 @@ def serving_lines(cfg: dict[str, Any], draft: str, version: str | None = None, *
     if distribution == CPU_BUILD:
         lines.append(f"note: vLLM's CPU build ({CPU_BUILD}) starts its server through the module: its `vllm` command looks for a "
                      f"distribution named {GPU_BUILD} and stops; on the GPU build the same line is `vllm serve MODEL ...`")
+    if distribution == CPU_BUILD and algo.cpu_build_refusal:
+        lines.append(f"note: not on vLLM's CPU build ({CPU_BUILD}): {algo.cpu_build_refusal}; these lines run on the GPU build")
     note = algo.serving_note()
     if note:
         lines.append(f"note: {note}")
@@ -309,6 +311,8 @@ def serving_summary(cfg: dict[str, Any], *, distribution: str | None = None) -> 
     auto = [r for r in served if auto_detects(Version(r), verifier)]
     parts = [f"vLLM {_releases(served)} serve{'s' if len(served) == 1 else ''} it as {algo.vllm_method}"]
     later = [r for r in served if r not in auto]
+    if (distribution or (installed_distribution() or (GPU_BUILD,))[0]) == CPU_BUILD and algo.cpu_build_refusal:
+        return "warn", f"{parts[0]} on the GPU build; not on the CPU build ({CPU_BUILD}) installed here: {algo.cpu_build_refusal}"
     if later:
         parts.append(f"`{launcher}` works on {_releases(auto)}; {_releases(later)} need{'s' if len(later) == 1 else ''} the explicit form "
                      f"(`specfmt serve-command OUT`) because {auto_refusal(later[0], verifier)}")

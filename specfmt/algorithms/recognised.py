@@ -45,10 +45,6 @@ class Recognised:
 
 
 RECOGNISED: dict[str, Recognised] = {r.name: r for r in (
-    Recognised("dflash2", "DFlash2, DFlash over the full vocabulary", "vLLM serves it through its dflash2 reader (update_dflash2).",
-               "speculators models/dflash2/config.py, core.py"),
-    Recognised("dspark", "DSpark, DFlash with Markov and confidence heads", "vLLM serves it as method dspark (update_dspark).",
-               "speculators models/dspark/config.py, core.py"),
     Recognised("mtp", "a multi-token-prediction draft trained by speculators", "vLLM's speculators reader has no mtp type (0.30-0.33).",
                "speculators models/mtp/config.py, core.py"),
     Recognised("xpress", "an XPress draft (speculators 0.9)", "vLLM's speculators reader has no xpress type (0.30-0.33).",

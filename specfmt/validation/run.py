@@ -61,6 +61,7 @@ from ..algorithms.base import Algorithm, Variant
 from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError, VLLMRunError
 from ..format.config import speculative_tokens
+from ..serving import CPU_BUILD, installed_distribution
 from ..sources.resolve import resolve
 from ..sources.placement import Placement, resolve_placement
 from ..sources.verifier import Verifier
@@ -370,6 +371,8 @@ def validate_run(
     tensors, ref_res = done
     if not use_vllm:
         _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
+    elif algo.cpu_build_refusal and (installed_distribution() or ("",))[0] == CPU_BUILD:
+        _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], f"vLLM's CPU build cannot run {algo.title}: {algo.cpu_build_refusal}")
     else:
         _give_back_gpu(placement, ver)
         _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
