@@ -218,9 +218,9 @@ PEAGLE_LR = 1e-3
 def peagle_config(eagle3_cfg: dict) -> dict:
     """config.json of a P-EAGLE draft as speculators 0.9.0 writes it (``PEagleSpeculatorConfig(Eagle3SpeculatorConfig)``,
     ``models/peagle/config.py``): the EAGLE-3 draft's fields, ``speculators_model_type`` / ``algorithm`` ``peagle``,
-    ``architectures`` ``["PEagleSpeculator"]``, ``mask_token_id``, and its default ``embed_requires_grad: true``."""
+    ``architectures`` ``["PEagleDraftModel"]`` (the class that saves it, as ``Eagle3DraftModel`` for EAGLE-3), ``mask_token_id``, and its default ``embed_requires_grad: true``."""
     cfg = json.loads(json.dumps(eagle3_cfg))
-    cfg.update(architectures=["PEagleSpeculator"], auto_map={"": "config.PEagleSpeculatorConfig"}, embed_requires_grad=True,
+    cfg.update(architectures=["PEagleDraftModel"], auto_map={"": "config.PEagleSpeculatorConfig"}, embed_requires_grad=True,
                mask_token_id=PEAGLE_MASK_TOKEN, speculators_model_type="peagle")
     cfg["speculators_config"]["algorithm"] = "peagle"
     return cfg
@@ -492,7 +492,7 @@ Readings tried by the reference: {'; '.join(f"{x['reading']} -> {x['mean_accepta
 Built with `python examples/make_world_qwen3.py --peagle` (the verifier and `{DRAFT_DIR}/` are kept as they are).
 
 * Saved as speculators 0.9.0's `PEagleDraftModel.save_pretrained` writes it: `config.json` is the EAGLE-3
-  draft's with `speculators_model_type: peagle`, `architectures: ["PEagleSpeculator"]`,
+  draft's with `speculators_model_type: peagle`, `architectures: ["PEagleDraftModel"]`,
   `auto_map: {{"": "config.PEagleSpeculatorConfig"}}`, `embed_requires_grad: true` (its default) and
   `mask_token_id: {p['mask_token_id']}` (the `<|pad|>` token, which the corpus never holds; vLLM's `pard_token`);
   `config.py` is speculators' `models/peagle/config.py` (vendored in `examples/vendor/`); `model.safetensors`

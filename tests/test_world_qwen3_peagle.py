@@ -74,7 +74,7 @@ def test_it_is_the_eagle3_draft_in_speculators_peagle_layout():
     assert (DRAFT / "config.json").read_text() == json.dumps(cfg, indent=2, sort_keys=True) + "\n"
     changed = {k for k in cfg if cfg[k] != e3.get(k)}
     assert changed == {"architectures", "auto_map", "embed_requires_grad", "mask_token_id", "speculators_config", "speculators_model_type"}
-    assert cfg["speculators_model_type"] == "peagle" and cfg["architectures"] == ["PEagleSpeculator"] and cfg["mask_token_id"] == 2
+    assert cfg["speculators_model_type"] == "peagle" and cfg["architectures"] == ["PEagleDraftModel"] and cfg["mask_token_id"] == 2
     assert cfg["speculators_config"] == {**e3["speculators_config"], "algorithm": "peagle"}
     assert tensor_names(DRAFT / "model.safetensors") == tensor_names(EAGLE3 / "model.safetensors") | {"mask_hidden"}
     assert sum(p.stat().st_size for p in WORLD.rglob("*") if p.is_file()) < 15e6  # issue #18
