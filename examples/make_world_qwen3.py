@@ -353,7 +353,6 @@ def record_validation(out: Path, validation: Path, key: str = "validate_run") ->
         "reference": {k: x for k, x in (v.get("reference") or {}).items() if k in keep},
         "vllm": {k: x for k, x in (v.get("vllm") or {}).items() if k in keep or k in ("method", "draft_class", "form", "command", "parallel_drafting")},
         "variants": v.get("variants"),
-        **({"speculative_config": v["vllm"].get("speculative_config_override")} if key != "validate_run" and v.get("vllm") else {}),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
 
@@ -473,8 +472,8 @@ def peagle_readme(out: Path, manifest: dict) -> str:
         ref, vl = run["reference"], run["vllm"]
         gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
         served = f"""`specfmt validate {PEAGLE_DIR}-converted --run` ({run['prompts']} held-out prompts x {run['max_tokens']} tokens, k = {run['k']});
-vLLM attached `{vl.get('draft_class')}` as `{vl.get('method')}` ({vl.get('form')} form, speculative config
-`{json.dumps(run.get('speculative_config'))}`):
+vLLM started as `vllm serve OUT` ({vl.get('form')} form) read the config as `PeagleQwen3ForCausalLM` (its registry
+builds `{vl.get('draft_class')}`), method `{vl.get('method')}`, `parallel_drafting: {str(vl.get('parallel_drafting', False)).lower()}`:
 
 | | reference ({ref.get('dtype')}) | {vl.get('engine', 'vLLM')} CPU ({vl.get('dtype')}) |
 |---|---|---|

@@ -5,7 +5,7 @@ with specfmt's P-EAGLE module, saved as speculators 0.9 saves a P-EAGLE draft.
 * the layout is speculators' own (speculators loads it as ``PEagleDraftModel`` and saves the same bytes);
 * the reference run (parallel drafting, k = 3) reproduces world.json and is clearly above a random draft of the
   same shape; the mask token matters; drafting it sequentially is recorded, not failed on (a serving mode);
-* vLLM 0.32 (CPU) serves it in parallel (``vllm serve OUT``: ``PeagleQwen3ForCausalLM``, method ``eagle3``,
+* vLLM 0.32 (CPU) serves it in parallel (``vllm serve OUT``: ``PeagleQwen3ForCausalLM``, which its registry builds as ``Eagle3Qwen3ForCausalLM``, method ``eagle3``,
   ``parallel_drafting``), tokens equal to the verifier alone, per position within 0.1 of the reference; served
   in the explicit form without ``"parallel_drafting": true`` it runs sequentially and its figures leave the
   reference's tolerance and look like the reference's sequential reading -- the misreading is caught.
@@ -133,7 +133,7 @@ def test_vllm_serves_it_in_parallel_and_catches_it_served_sequentially(converted
     assert res.report.ok, res.report.to_json()
     assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
     ref, vl = res.reference, res.vllm
-    assert vl["method"] == "eagle3" and vl["draft_class"] == "PeagleQwen3ForCausalLM" and vl["form"] == "auto" and vl["parallel_drafting"] is True
+    assert vl["method"] == "eagle3" and vl["draft_class"] == "Eagle3Qwen3ForCausalLM" and vl["form"] == "auto" and vl["parallel_drafting"] is True
     gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
     assert len(gaps) == K and max(gaps) <= 0.1
     assert rnd.parallel_drafting is True and rnd.mean_acceptance_length <= 1.1 < vl["mean_acceptance_length"] - 0.4
