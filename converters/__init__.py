@@ -2,7 +2,7 @@
 
 One module per source format, each registering a :class:`~specfmt.converters.base.Converter`
 under its ``--from`` name: :mod:`.eagle3`, :mod:`.eagle` (EAGLE-1/2 and HASS), :mod:`.medusa`
-and :mod:`.speculators` (older speculators checkpoints, handed to the others), :mod:`.peagle` (P-EAGLE, on EAGLE-3's converter). :mod:`.taps` holds
+and :mod:`.speculators` (older speculators checkpoints, handed to the others), :mod:`.peagle` (P-EAGLE, on EAGLE-3's converter), :mod:`.dflash` (speculators' DFlash outputs). :mod:`.taps` holds
 the tap convention that drafts fusing verifier layers share (EAGLE-3 now, DFlash next).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specfmt.errors import InputError
 
-from . import eagle3, medusa, eagle, speculators, peagle  # noqa: F401, I001  (each registers itself; this order is --from auto's)
+from . import eagle3, medusa, eagle, dflash, speculators, peagle  # noqa: F401, I001  (each registers itself; this order is --from auto's)
 from .base import REGISTRY, Converter, Derived, Options, Plan, Rule, Source, TensorMove, register
 
 

@@ -54,7 +54,7 @@ class SpeculatorsConverter(Converter):
              "converted: the algorithm is read from `speculators_config.algorithm` and k from `draft_tokens`; the tree proposal is "
              "written as greedy, with a note (a proposal method is an inference setting, not a weight)",
              (Example("speculators PR #31, vLLM PR #20436", note="the dialect's code only, never merged; no published checkpoint found"),)),
-        Case("other algorithms (`dflash`, `dspark`, `mtp`, ...; `peagle` goes to `--from peagle`)", "**refused**: vLLM serves them as they are"),
+        Case("other algorithms (`dspark`, `mtp`, ...; `peagle` and `dflash` go to `--from peagle` / `--from dflash`)", "**refused**: vLLM serves them as they are"),
     )
 
     def plan(self, src: Source, opts: Options) -> Plan:

@@ -24,6 +24,7 @@ from .converters.base import Example, Seen
 from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
+from .algorithms.dflash import NATIVE_REFUSAL as DFLASH_REFUSAL
 from .algorithms.peagle import NATIVE_REFUSAL
 from .algorithms.recognised import recognised
 from .sources.resolve import resolve
@@ -216,7 +217,7 @@ NAMED = (
             "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=_recognised("dspark", "DSparkDraftModel", "dspark"),
             examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
     Foreign("dflash", "specforge", lambda s: isinstance(s.config.get("dflash_config"), dict),
-            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=_recognised("dflash", "DFlashDraftModel", "dflash"),
+            "config has dflash_config (target_layer_ids, mask_token_id): a DFlash block draft", served=DFLASH_REFUSAL,
             examples=(Example("SpecForge qwen3-8b-dflash", "https://github.com/sgl-project/SpecForge/blob/ffc4ab79a378a1f5005a89e8f6396f8404600ea5/configs/qwen3-8b-dflash.json"),)),
 )
 

@@ -58,12 +58,12 @@ def violations(schema_path: Path, cfg) -> list[tuple[str, str]]:
 
 NEW = REPO / "schemas" / "config-v1.schema.json"
 #: the algorithms added to v1 after it was frozen here (issue 25): branches of their own; v1's answer to every other config stands
-ADDED = ("peagle",)
+ADDED = ("peagle", "dflash")
 
 
 def _as_v1(message: str) -> str:
     """A message as v1 worded it: the ``speculators_model_type`` enum listed only v1's algorithms."""
-    for name in ADDED:
+    for name in reversed(ADDED):  # the last added is listed last
         message = message.replace(f", {name!r}]", "]")
     return message
 

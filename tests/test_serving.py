@@ -133,7 +133,7 @@ def test_a_failed_schema_lists_finite_once_and_a_speculators_output_is_pointed_a
     assert any(f"specfmt upgrade {out}" in d for d in schema.details)
 
 
-@pytest.mark.parametrize("algo", ["dflash", "dflash2", "dspark", "mtp", "xpress"])  # peagle: validated since issue 25 (test_peagle.py)
+@pytest.mark.parametrize("algo", ["dflash2", "dspark", "mtp", "xpress"])  # peagle, dflash: validated since issue 25 (test_peagle.py, test_dflash.py)
 def test_configs_speculators_writes_are_recognised_never_unknown(eagle3, tmp_path, algo):
     import shutil
 

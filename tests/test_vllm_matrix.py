@@ -50,6 +50,7 @@ SOURCES = {
     "modelopt": ("speculators", lambda d: write_speculators_eagle3(d, VERIFIER, style="modelopt", draft_vocab=1024, **W1)),
     "speculators-eagle": ("speculators", lambda d: write_speculators_eagle(d, VERIFIER, fusion_bias=True, **W1)),
     "speculators-peagle": ("speculators", lambda d: _write_speculators_peagle(d)),
+    "speculators-dflash": ("speculators", lambda d: _write_speculators_dflash(d)),
 }
 
 
@@ -66,6 +67,20 @@ def _write_speculators_peagle(folder: Path) -> Path:
     sd = load_file(str(folder / "model.safetensors"))
     sd["mask_hidden"] = torch.randn(1, 1, len(cfg["eagle_aux_hidden_state_layer_ids"]) * W1["hidden"], generator=torch.Generator().manual_seed(8)).to(torch.bfloat16)
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+def _write_speculators_dflash(folder: Path) -> Path:
+    """A DFlash output in speculators 0.9's fields and names (built here): ``DFlashSpeculator``, block 4, taps [2, 4, 6], a draft
+    vocabulary (``lm_head``, ``d2t``/``t2d``), speculators' default ``sliding_window_non_causal`` false (speculators ``models/dflash``)."""
+    from builders_dflash import write_world_dflash
+
+    write_world_dflash(folder, vd=1024, seed=4)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg.update(speculators_version="0.9.0", sliding_window_non_causal=False)
+    for key in ("tie_word_embeddings", "target_hidden_size", "dtype"):
+        cfg.pop(key)
     (folder / "config.json").write_text(json.dumps(cfg))
     return folder
 
@@ -172,6 +187,11 @@ def test_the_printed_serve_command_is_accepted_by_the_release_with_our_fields(re
                 assert rec["parallel_drafting"] is True and rec["pard_token"] == cfg["mask_token_id"], (name, rec)
                 assert rec["architectures"] == ["PeagleLlamaForCausalLM"], (name, rec)
                 assert rec["eagle_aux_hidden_state_layer_ids"] == cfg["eagle_aux_hidden_state_layer_ids"], (name, rec)
+            if algo.name == "dflash":  # update_dflash: taps - 1, our mask token, non-causal, a block of 1 + k
+                assert rec["architectures"] == ["DFlashDraftModel"] and rec["draft_vocab_size"] == cfg["draft_vocab_size"], (name, rec)
+                assert rec["dflash_config"] == {"mask_token_id": cfg["mask_token_id"], "target_layer_ids": [t - 1 for t in cfg["aux_hidden_state_layer_ids"]],
+                                                "sample_from_anchor": False, "causal": False}, (name, rec)
+                assert rec["k"] == cfg["block_size"] - 1, (name, rec)
         if algo.name == "peagle":  # the trap issue 25 measured: named eagle3 without parallel_drafting, it drafts sequentially
             assert got[f"{name}/explicit"]["parallel_drafting"] is False, (name, got[f"{name}/explicit"])
         # the explicit form with the method serves every served algorithm on every release

@@ -161,7 +161,7 @@ def _describe(vllm_config) -> dict:
     # as llama_eagle3.py / qwen3_eagle3.py and the model runner read them (hf_config attributes)
     for key in ("eagle_aux_hidden_state_layer_ids", "norm_before_residual", "num_aux_hidden_states", "target_hidden_size",
                 "draft_vocab_size", "hidden_size", "vocab_size", "norm_before_fc", "fc_norm", "norm_output", "attention_bias",
-                "num_heads", "medusa_fc_bias", "original_lm_head", "pard_token"):
+                "num_heads", "medusa_fc_bias", "original_lm_head", "pard_token", "dflash_config"):
         if hasattr(hf, key):
             out[key] = _jsonable(getattr(hf, key))
     return out

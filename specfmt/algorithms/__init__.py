@@ -4,13 +4,15 @@
 * :mod:`~specfmt.algorithms.eagle`: EAGLE-1/2 and HASS;
 * :mod:`~specfmt.algorithms.medusa`: Medusa heads;
 * :mod:`~specfmt.algorithms.peagle`: P-EAGLE, EAGLE-3 drafting k tokens in one pass (a subclass of EAGLE-3's);
+* :mod:`~specfmt.algorithms.dflash`: DFlash, a block drafted in one non-causal pass over the verifier's taps;
 * :mod:`~specfmt.algorithms.layers`: the draft decoder-layer families they share;
 * :mod:`~specfmt.algorithms.base`: the contract, split by concern (:class:`~specfmt.algorithms.base.Algorithm`
   and the optional :class:`~specfmt.algorithms.base.Reference`, :class:`~specfmt.algorithms.base.Training`,
   :class:`~specfmt.algorithms.base.Card`);
 * :mod:`~specfmt.algorithms.reference`: the base the reference proposers share;
 * :mod:`~specfmt.algorithms.nn_layers`, :mod:`~specfmt.algorithms.eagle3_nn`, :mod:`~specfmt.algorithms.eagle_nn`,
-  :mod:`~specfmt.algorithms.medusa_nn`, :mod:`~specfmt.algorithms.peagle_nn`: the drafts as ``torch.nn.Module`` classes (these modules import
+  :mod:`~specfmt.algorithms.medusa_nn`, :mod:`~specfmt.algorithms.peagle_nn`,
+  :mod:`~specfmt.algorithms.dflash_nn`: the drafts as ``torch.nn.Module`` classes (these modules import
   torch; the others import it only where a draft runs);
 * :mod:`~specfmt.algorithms.inventory`: tensors against the table their config implies.
 
@@ -26,7 +28,7 @@ from typing import Any
 
 from ..errors import ConfigSchemaError, Finding, InputError
 from ..format.schema import json_schema_findings
-from . import eagle3, eagle, medusa, peagle  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
+from . import eagle3, eagle, medusa, peagle, dflash  # noqa: F401, I001  (each registers itself; EAGLE-3 first)
 from .base import REGISTRY, Algorithm, AlgorithmOptions, Variant
 
 

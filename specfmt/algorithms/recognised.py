@@ -45,8 +45,6 @@ class Recognised:
 
 
 RECOGNISED: dict[str, Recognised] = {r.name: r for r in (
-    Recognised("dflash", "DFlash, a block draft over verifier taps (aux_hidden_state_layer_ids, mask_token_id, block_size)",
-               "vLLM serves it as method dflash (speculators reader: update_dflash).", "speculators models/dflash/config.py, core.py"),
     Recognised("dflash2", "DFlash2, DFlash over the full vocabulary", "vLLM serves it through its dflash2 reader (update_dflash2).",
                "speculators models/dflash2/config.py, core.py"),
     Recognised("dspark", "DSpark, DFlash with Markov and confidence heads", "vLLM serves it as method dspark (update_dspark).",
