@@ -206,6 +206,7 @@ PEAGLE_DIR = "peagle-speculators"
 #: the source of speculators 0.9.0's ``models/peagle/config.py`` (``PEagleSpeculatorConfig``), which its
 #: ``save_pretrained`` copies next to a P-EAGLE config.json; vendored so the world builds offline
 SPECULATORS_PEAGLE_CONFIG_PY = HERE / "vendor" / "speculators-0.9.0-peagle-config.py"
+SPECULATORS_DFLASH_CONFIG_PY = HERE / "vendor" / "speculators-0.9.0-dflash-config.py"
 PEAGLE_MASK_TOKEN = mw.PAD_ID    # a token the corpus never holds: the parallel positions' input (vLLM's pard_token)
 PEAGLE_K = 3                     # depths trained and served: the verified pass and k-1 = 2 mask positions
 PEAGLE_STEPS = 600
@@ -245,6 +246,20 @@ def peagle_mask(T: int, k: int) -> torch.Tensor:
 def _peagle_data(verifier_dir: Path, train: dict, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(ids [C, L], aux [C, L, n_aux·H], labels [C, L])`` for PEAGLE_CHUNKS windows of the training text (seeded),
     the verifier's tap states and its greedy token at each position as a draft-vocabulary id (-100 outside it)."""
+    cfg = json.loads((verifier_dir.parent / DRAFT_DIR / "config.json").read_text())
+    ids, aux, greedy = _verifier_windows(verifier_dir, train, cfg["eagle_aux_hidden_state_layer_ids"])
+    to_draft = torch.full((len(_vocab(verifier_dir)),), -100, dtype=torch.long)
+    to_draft[targets] = torch.arange(len(targets))
+    return ids, aux, to_draft[greedy]
+
+
+def _vocab(verifier_dir: Path) -> range:
+    return range(json.loads((verifier_dir / "config.json").read_text())["vocab_size"])
+
+
+def _verifier_windows(verifier_dir: Path, train: dict, taps: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids [C, L], aux [C, L, n_aux·H], greedy [C, L])``: PEAGLE_CHUNKS windows of PEAGLE_SEQ tokens of the training
+    text (seeded), the verifier's states at ``taps`` (HF ``hidden_states`` ids) and its greedy token after each position."""
     from tokenizers import Tokenizer
     from transformers import AutoModelForCausalLM
 
@@ -254,16 +269,13 @@ def _peagle_data(verifier_dir: Path, train: dict, targets: torch.Tensor) -> tupl
     starts = torch.randint(0, len(stream) - PEAGLE_SEQ, (PEAGLE_CHUNKS,), generator=g)
     ids = torch.stack([stream[s:s + PEAGLE_SEQ] for s in starts.tolist()])
     verifier = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
-    cfg = json.loads((verifier_dir.parent / DRAFT_DIR / "config.json").read_text())
-    to_draft = torch.full((verifier.config.vocab_size,), -100, dtype=torch.long)
-    to_draft[targets] = torch.arange(len(targets))
-    aux, labels = [], []
+    aux, greedy = [], []
     with torch.no_grad():
         for row in ids.split(8):
             out = verifier(row, output_hidden_states=True)
-            aux.append(torch.cat([out.hidden_states[t] for t in cfg["eagle_aux_hidden_state_layer_ids"]], dim=-1))
-            labels.append(to_draft[out.logits.argmax(-1)])
-    return ids, torch.cat(aux), torch.cat(labels)
+            aux.append(torch.cat([out.hidden_states[t] for t in taps], dim=-1))
+            greedy.append(out.logits.argmax(-1))
+    return ids, torch.cat(aux), torch.cat(greedy)
 
 
 def fit_peagle(cfg: dict, tensors: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
@@ -336,6 +348,123 @@ def make_peagle(out: Path, train: dict, steps: int) -> dict:
     save_peagle(cfg, trained, out / PEAGLE_DIR)
     stats["mask_token_id"] = PEAGLE_MASK_TOKEN
     stats["heldout"] = mw.heldout_acceptance(out, PEAGLE_DIR, "speculators")
+    return stats
+
+
+# --------------------------------------------------------------------------- the DFlash draft (issue 25)
+
+DFLASH_DIR = "dflash-speculators"
+DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the other drafts
+DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
+DFLASH_STEPS = 600
+DFLASH_LR = 3e-3
+
+
+def dflash_config(verifier_dir: Path) -> dict:
+    """config.json of a DFlash draft as speculators 0.9.0 writes it (``DFlashSpeculatorConfig``, ``models/dflash/config.py``;
+    ``architectures`` the class that saves it): one Qwen3 layer of the verifier's shapes (full attention: DFlash's block
+    sees itself both ways), the full vocabulary (the verifier's ``lm_head``; nothing of it saved), block DFLASH_BLOCK."""
+    from transformers import AutoConfig, Qwen3Config
+
+    v = AutoConfig.from_pretrained(verifier_dir)
+    layer = Qwen3Config(
+        vocab_size=v.vocab_size, hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=1,
+        num_attention_heads=v.num_attention_heads, num_key_value_heads=v.num_key_value_heads, hidden_act="silu",
+        max_position_embeddings=v.max_position_embeddings, initializer_range=v.initializer_range, rms_norm_eps=v.rms_norm_eps,
+        head_dim=v.head_dim, tie_word_embeddings=False)
+    layer.rope_parameters = dict(v.rope_parameters)
+    tlc = layer.to_diff_dict()
+    tlc.pop("transformers_version")
+    return {
+        "architectures": ["DFlashDraftModel"], "auto_map": {"": "config.DFlashSpeculatorConfig"},
+        "aux_hidden_state_layer_ids": DFLASH_TAPS, "block_size": DFLASH_BLOCK, "draft_vocab_size": v.vocab_size, "dtype": "float32",
+        "mask_token_id": PEAGLE_MASK_TOKEN, "sample_from_anchor": False, "sliding_window_non_causal": True,
+        "speculators_config": {
+            "algorithm": "dflash", "default_proposal_method": "greedy",
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": DFLASH_BLOCK - 1, "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": "../verifier"},
+        },
+        "speculators_model_type": "dflash", "speculators_version": SPECULATORS_VERSION, "target_hidden_size": None,
+        "tie_word_embeddings": False, "transformer_layer_config": tlc, "transformers_version": TRANSFORMERS_VERSION,
+    }
+
+
+def dflash_mask(L: int, anchors: torch.Tensor, B: int) -> torch.Tensor:
+    """[n·B, L + n·B] attention (True = attend) of n blocks over a window's L context positions and the blocks: block p
+    sees the context positions before p and its own B positions, both ways -- speculators' ``create_anchor_block_mask_mod``
+    (``models/dflash/attention.py``), one block per anchor as vLLM's ``DFlashProposer`` runs it."""
+    n = len(anchors)
+    q_anchor = anchors.repeat_interleave(B)
+    sees_context = torch.arange(L)[None, :] < q_anchor[:, None]
+    sees_block = torch.arange(n).repeat_interleave(B)[:, None] == torch.arange(n).repeat_interleave(B)[None, :]
+    return torch.cat([sees_context, sees_block], dim=1)
+
+
+def fit_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
+    """Train the DFlash draft from its initialisation (normal(0, 0.02), norms 1; seeded) with specfmt's module
+    (``specfmt.algorithms.dflash_nn.DFlashDraft``, the reference's layers): per step, PEAGLE_BATCH windows of the
+    training text, every anchor p >= 1 of each in one pass under :func:`dflash_mask` (context: the positions before p;
+    block: token p and the mask token at p+1..p+B-1, non-causal), cross-entropy of slot j against the frozen verifier's
+    greedy token after position p+j-1; the verifier's embedding and ``lm_head``, frozen. AdamW lr DFLASH_LR, cosine.
+    Returns ``(figures, tensors)``."""
+    from safetensors.torch import load_file
+
+    from specfmt.algorithms import get
+
+    t0 = time.time()
+    torch.manual_seed(mw.SEED + 27)
+    draft = get("dflash").module(cfg)
+    with torch.no_grad():
+        for n, p in draft.named_parameters():
+            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else 0.02 * torch.randn_like(p))
+    vt = load_file(str(verifier_dir / "model.safetensors"))
+    embed, head = vt["model.embed_tokens.weight"], vt["lm_head.weight"]
+    ids, aux, greedy = _verifier_windows(verifier_dir, train, DFLASH_TAPS)
+    B, L = DFLASH_BLOCK, PEAGLE_SEQ
+    opt = torch.optim.AdamW(draft.parameters(), lr=DFLASH_LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    g = torch.Generator().manual_seed(mw.SEED + 28)
+    hits, seen = torch.zeros(B - 1), torch.zeros(B - 1)
+    P = torch.arange(1, L - B + 1)  # every anchor with a context: blocks at p .. p+B-1, all in one pass
+    mask, block_pos = dflash_mask(L, P, B), (P[:, None] + torch.arange(B)).flatten()
+    key_pos = torch.cat([torch.arange(L), block_pos])
+    slot = torch.arange(B).repeat(len(P))
+    target_at = (P[:, None] + torch.arange(B) - 1).flatten()  # slot j >= 1 of anchor p: the verifier's token after p+j-1
+    for step in range(steps):
+        rows = torch.randint(0, PEAGLE_CHUNKS, (PEAGLE_BATCH,), generator=g)
+        tok = torch.where(slot == 0, ids[rows][:, (P[:, None] + 0 * torch.arange(B)).flatten()], PEAGLE_MASK_TOKEN)
+        x, context = embed[tok], draft.context(aux[rows])
+        for layer in draft.layers:  # DFlashDraft.forward with every anchor's block in one pass (its _block_attend, this mask)
+            x = x + draft._block_attend(layer.self_attn, layer.input_layernorm(x), context, block_pos, key_pos, mask)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        logits = draft.logits(draft.norm(x[:, slot > 0]), head)
+        y = greedy[rows][:, target_at[slot > 0]]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step >= steps - 50:
+            ok = (logits.argmax(-1) == y).view(PEAGLE_BATCH, len(P), B - 1)
+            hits += ok.sum((0, 1))
+            seen += ok.shape[0] * ok.shape[1]
+        if step % 50 == 0 or step == steps - 1:
+            print(f"dflash step {step}: loss {loss.item():.3f}")
+    print("dflash accuracy per slot (last 50 steps):", (hits / seen).tolist())
+    out = {n: t.detach().clone() for n, t in draft.state_dict().items()}
+    return {"steps": steps, "windows": PEAGLE_CHUNKS, "window": L, "batch": PEAGLE_BATCH, "anchors": len(P), "lr": DFLASH_LR,
+            "seconds": round(time.time() - t0), "accuracy": [round(x, 3) for x in (hits / seen).tolist()]}, out
+
+
+def make_dflash(out: Path, train: dict, steps: int) -> dict:
+    """The DFlash draft ``OUT/dflash-speculators`` (saved as speculators 0.9.0's ``DFlashDraftModel.save_pretrained``: no
+    ``embed_tokens``, no ``lm_head`` at the full vocabulary) and its held-out figures."""
+    cfg = dflash_config(out / "verifier")
+    stats, trained = fit_dflash(cfg, out / "verifier", train, steps)
+    shutil.rmtree(out / DFLASH_DIR, ignore_errors=True)
+    save_speculators(cfg, trained, out / DFLASH_DIR, config_py=SPECULATORS_DFLASH_CONFIG_PY)
+    stats["mask_token_id"] = PEAGLE_MASK_TOKEN
+    stats["heldout"] = mw.heldout_acceptance(out, DFLASH_DIR, "speculators")
     return stats
 
 
@@ -525,6 +654,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record-peagle", metavar="VALIDATION_JSON", help="as --record, for the P-EAGLE draft's validate --run")
     ap.add_argument("--readme-only", action="store_true", help="rewrite README.md from world.json")
     ap.add_argument("--peagle", action="store_true", help="keep the verifier and the EAGLE-3 draft in --out; (re)build the P-EAGLE draft")
+    ap.add_argument("--dflash", action="store_true", help="keep the verifier and the other drafts in --out; (re)build the DFlash draft")
+    ap.add_argument("--dflash-steps", type=int, default=DFLASH_STEPS, help="DFlash training steps")
     ap.add_argument("--peagle-steps", type=int, default=PEAGLE_STEPS, help="P-EAGLE training steps")
     args = ap.parse_args(argv)
 
@@ -542,6 +673,13 @@ def main(argv: list[str] | None = None) -> None:
         write_readme(out, json.loads((out / MANIFEST).read_text()))
         return
     train, heldout = mw.build_corpus()
+    if args.dflash:
+        manifest = json.loads((out / MANIFEST).read_text())
+        manifest.pop("dflash_validate_run", None)  # measured on the previous DFlash draft
+        manifest["dflash"] = make_dflash(out, train, args.dflash_steps)
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        write_readme(out, manifest)
+        return
     if args.peagle:
         manifest = json.loads((out / MANIFEST).read_text())
         manifest.pop("peagle_validate_run", None)  # measured on the previous P-EAGLE draft
