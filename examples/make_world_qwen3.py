@@ -356,7 +356,7 @@ def make_peagle(out: Path, train: dict, steps: int) -> dict:
 DFLASH_DIR = "dflash-speculators"
 DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the other drafts
 DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
-DFLASH_STEPS = 600
+DFLASH_STEPS = 800
 DFLASH_LR = 3e-3
 
 

@@ -219,6 +219,8 @@ class DFlash(Algorithm, Reference, Card):
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     vllm_not_held = {"t2d": "vLLM maps draft ids with d2t alone; qwen3_dflash.py load_weights skips t2d"}
+    vllm_unused = {"mask_embedding": "qwen3_dflash.py uses it only when a mask_embedding.pt ships beside the weights "
+                                     "(has_separate_mask_embedding), which speculators never writes; else the mask token's embedding"}
     causes = CAUSES
     key_causes = {"aux_hidden_state_layer_ids": "tap ids", "mask_token_id": "mask token id", "sliding_window_non_causal": "block mask",
                   "sample_from_anchor": "anchor sampling"}
