@@ -363,3 +363,62 @@ def test_speculators_own_dflash_output_is_upgraded_and_validates_and_without_a_m
         assert ("sliding_window_non_causal written true" in up.stdout + up.stderr) == (name == "small")
     refused = run_cli("upgrade", tmp_path / "nomask", "-o", tmp_path / "up2", "--verifier", verifier)
     assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr and not (tmp_path / "up2").exists()
+
+
+def test_the_vllm_weights_check_skips_only_vllms_own_mask_embedding():
+    """vLLM's DFlash model always holds ``model.mask_embedding`` [H] (zeros unless a ``mask_embedding.pt`` ships): no file
+    tensor feeds it, so ``validate --run``'s ``vllm_weights`` check skips it (``DFlash.vllm_only``) and nothing else."""
+    import torch
+
+    from specfmt.validation.weights import vllm_weight_mismatches
+
+    fc = torch.randn(4, 6)
+    held = {"model.fc.weight": fc.clone(), "model.mask_embedding": torch.zeros(4)}
+    algo = get("dflash")
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}, vllm_only=algo.vllm_only).problems == []
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}).problems == ["mask_embedding: not in the file; vLLM keeps its initial value"]
+    held["model.norm.weight"] = torch.ones(4)
+    assert vllm_weight_mismatches(held, {"fc.weight": fc}, vllm_only=algo.vllm_only).problems == ["norm.weight: not in the file; vLLM keeps its initial value"]
+
+
+@pytest.mark.parametrize("change,words", [
+    ({"mask_token_id": None}, "mask_token_id is None"),
+    ({"mask_token_id": "2047"}, "mask_token_id"),
+    ({"aux_hidden_state_layer_ids": None}, "aux_hidden_state_layer_ids is None"),
+    ({"aux_hidden_state_layer_ids": [2, 4]}, "fc.weight [128, 384], but 2 taps of width 128 need [128, 256]"),
+    ({"transformer_layer_config": None}, "transformer_layer_config"),
+    ({"block_size": 6}, "speculative_tokens 3, but a block of 6 proposes 5"),
+    ({"sample_from_anchor": True}, "speculative_tokens 3, but a block of 4 proposes 4"),
+])
+def test_the_converter_refuses_in_one_line_what_it_cannot_read_exactly(tmp_path, change, words):
+    import json
+
+    from specfmt.convert import convert
+    from specfmt.errors import SpecfmtError
+
+    folder, cfg = write_world_dflash(tmp_path / "src")
+    (folder / "config.json").write_text(json.dumps({**cfg, **change}))
+    with pytest.raises(SpecfmtError) as e:
+        convert("speculators", str(folder), tmp_path / "out", cfg["speculators_config"]["verifier"]["name_or_path"])  # specfmt upgrade
+    assert words in e.value.one_line() and "\n" not in e.value.one_line() and not (tmp_path / "out").exists()
+
+
+def test_the_converter_refuses_a_k_the_block_does_not_propose(tmp_path):
+    from specfmt.converters.base import Options
+    from specfmt.convert import convert
+    from specfmt.errors import ConversionError
+
+    folder, cfg = write_world_dflash(tmp_path / "src")
+    verifier = cfg["speculators_config"]["verifier"]["name_or_path"]
+    with pytest.raises(ConversionError, match="speculative_tokens 2, but a block of 4 proposes 3"):
+        convert("speculators", str(folder), tmp_path / "out", verifier, opts=Options(speculative_tokens=2))
+    convert("speculators", str(folder), tmp_path / "ok", verifier)
+    assert schema_violations(__import__("json").loads((tmp_path / "ok" / "config.json").read_text())) == []
+
+
+def test_taps_beyond_the_verifier_are_a_finding_on_the_field():
+    from types import SimpleNamespace
+
+    found = get("dflash").verifier_problems(dflash_config(taps=[2, 4, 8]), SimpleNamespace(num_hidden_layers=8))
+    assert [(f.path, f.message) for f in found] == [("$.aux_hidden_state_layer_ids", "tap layers [8] are not below the verifier's 8 layers")]
+    assert get("dflash").verifier_problems(dflash_config(taps=[2, 4, 7]), SimpleNamespace(num_hidden_layers=8)) == []

@@ -159,8 +159,8 @@ class Algorithm:
     vllm_aliases: ClassVar[dict[str, str]] = {}
     #: file tensors vLLM keeps no copy of, and why (``validate --run``'s ``vllm_weights`` check does not look for them)
     vllm_not_held: ClassVar[dict[str, str]] = {}
-    #: vLLM parameters (file names) with no counterpart in the file that vLLM's forward does not use, and why
-    vllm_unused: ClassVar[dict[str, str]] = {}
+    #: vLLM parameters (file names, ``model.`` dropped) no file tensor feeds, and why (the ``vllm_weights`` check skips them)
+    vllm_only: ClassVar[dict[str, str]] = {}
     #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
     vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()
     #: what other tools make of the output (the model card and ``docs/serving.md`` say it)

@@ -219,8 +219,8 @@ class DFlash(Algorithm, Reference, Card):
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     vllm_not_held = {"t2d": "vLLM maps draft ids with d2t alone; qwen3_dflash.py load_weights skips t2d"}
-    vllm_unused = {"mask_embedding": "qwen3_dflash.py uses it only when a mask_embedding.pt ships beside the weights "
-                                     "(has_separate_mask_embedding), which speculators never writes; else the mask token's embedding"}
+    vllm_only = {"mask_embedding": "vLLM's [H] override of the mask token's embedding, zeros and unused unless a mask_embedding.pt "
+                                   "ships beside the weights (qwen3_dflash.py _read_mask_embedding)"}
     causes = CAUSES
     key_causes = {"aux_hidden_state_layer_ids": "tap ids", "mask_token_id": "mask token id", "sliding_window_non_causal": "block mask",
                   "sample_from_anchor": "anchor sampling"}
@@ -325,7 +325,9 @@ class DFlash(Algorithm, Reference, Card):
         return out
 
     def proposer(self, reading: Variant, tensors: dict[str, "torch.Tensor"], embed: "torch.Tensor", lm_head: "torch.Tensor") -> Proposer:
-        """k tokens per call from one block pass, as vLLM's ``DFlashProposer`` (``v1/spec_decode/dflash.py``): the context is
+        """k tokens per call from one block pass, as vLLM's ``DFlashProposer`` (``v1/spec_decode/dflash.py``; the query layout of
+        ``utils/cpu_triton_utils.py::_copy_and_expand_dflash_inputs_kernel_impl``: ids [bonus, mask × k] at positions last + 1 ..
+        last + 1 + k, slots 1..k sampled). The context is
         ``hidden_norm(fc(taps))`` of every verified position before the anchor (tap id j: ``hidden[j]``), at its own position;
         the block is the anchor (the newest token, at position T) and k mask tokens at T+1..T+k, embedded with the verifier's
         embedding (the draft's own when it ships one), non-causal; slot j proposes ``d2t``-mapped argmax for the token at T+j.

@@ -814,7 +814,7 @@ def _weights_check(run: vllm_run.VLLMRun, held: str | None, tensors: dict[str, "
     shared = {"embed_tokens": ver.embedding, "lm_head": ver.lm_head}
     try:
         check = vllm_weight_mismatches(held, tensors, shares=run.draft_shares, verifier=lambda m: shared[m](), aliases=algo.vllm_aliases,
-                                       not_held=algo.vllm_not_held, unused=algo.vllm_unused)
+                                       not_held=algo.vllm_not_held, vllm_only=algo.vllm_only)
     except (OSError, ValueError, RuntimeError) as e:
         return FAIL, f"the tensors vLLM holds cannot be read back: {str(e).splitlines()[0][:200]}", []
     if check.problems:

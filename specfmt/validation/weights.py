@@ -148,7 +148,7 @@ def vllm_weight_mismatches(
     verifier: "Callable[[str], torch.Tensor] | None" = None,
     aliases: Mapping[str, str] | None = None,
     not_held: Mapping[str, str] | None = None,
-    unused: Mapping[str, str] | None = None,
+    vllm_only: Mapping[str, str] | None = None,
 ) -> WeightCheck:
     """Compare every tensor vLLM holds for the draft with the file's, element by element (the module's rules).
 
@@ -163,7 +163,7 @@ def vllm_weight_mismatches(
             input embedding, ``lm_head``: its output head); needed only when a module is shared.
         aliases: vLLM names that are not the file's (the algorithm's ``vllm_aliases``).
         not_held: ``{file tensor: why}``: file tensors vLLM keeps no copy of (the algorithm's ``vllm_not_held``).
-        unused: ``{vLLM parameter: why}`` (by file name): parameters vLLM holds but does not use, not compared (``vllm_unused``).
+        vllm_only: ``{name: why}``: vLLM parameters no file tensor feeds, not compared (the algorithm's ``vllm_only``).
 
     Returns:
         A :class:`WeightCheck`; ``problems`` empty when vLLM holds exactly the file.
@@ -176,7 +176,7 @@ def vllm_weight_mismatches(
     for name in sorted(held):
         got = held[name]
         module, names = file_names(name, aliases or {})
-        if set(names) <= set(unused or {}):
+        if all(n in (vllm_only or {}) for n in names):
             continue
         cmp.count(got)
         if (shares or {}).get(module):
