@@ -356,7 +356,7 @@ def make_peagle(out: Path, train: dict, steps: int) -> dict:
 DFLASH_DIR = "dflash-speculators"
 DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the other drafts
 DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
-DFLASH_STEPS = 800
+DFLASH_STEPS = 400
 DFLASH_LR = 3e-3
 
 
@@ -586,7 +586,7 @@ and tensor by tensor with drafts speculators 0.9.0 itself saved, and loaded back
 
 {run_text}
 """
-    (out / "README.md").write_text(text + peagle_readme(out, manifest))
+    (out / "README.md").write_text(text + peagle_readme(out, manifest) + dflash_readme(manifest))
 
 
 def peagle_readme(out: Path, manifest: dict) -> str:
@@ -643,6 +643,42 @@ Built with `python examples/make_world_qwen3.py --peagle` (the verifier and `{DR
 """
 
 
+def dflash_readme(manifest: dict) -> str:
+    """The README's DFlash section ("" before ``--dflash`` has built the draft)."""
+    p = manifest.get("dflash")
+    if not p:
+        return ""
+    fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    h, run = p["heldout"], manifest.get("dflash_validate_run")
+    served = "Not recorded yet: `python examples/make_world_qwen3.py --record-dflash OUT/validation.json`."
+    if run:
+        ref, vl = run["reference"], run["vllm"]
+        gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+        served = f"""`specfmt validate OUT --run` ({run['prompts']} held-out prompts x {run['max_tokens']} tokens, k = {run['k']}); vLLM started
+as `vllm serve OUT` ({vl.get('form')} form) attached `{vl.get('draft_class')}`, method `{vl.get('method')}`:
+reference (float32) mean acceptance length **{ref['mean_acceptance_length']:.3f}** (per position {fmt(ref['acceptance_rate_per_position'])}),
+{vl.get('engine')} CPU ({vl.get('dtype')}) **{vl['mean_acceptance_length']:.3f}** (per position {fmt(vl['acceptance_rate_per_position'])});
+largest per-position gap {max(gaps):.3f} (tolerance 0.1). Checks: {', '.join(f'{k} {x}' for k, x in run['checks'].items())}."""
+    return f"""
+## `{DFLASH_DIR}/`: a DFlash draft (issue 25)
+
+Built with `python examples/make_world_qwen3.py --dflash` (everything else is kept as it is). One Qwen3 layer of the
+verifier's shapes drafting a block of {DFLASH_BLOCK} (the anchor and {DFLASH_BLOCK - 1} mask slots, non-causal) over the taps
+`aux_hidden_state_layer_ids: {DFLASH_TAPS}` (vLLM reads the outputs of layers {[t - 1 for t in DFLASH_TAPS]}), mask token
+{p['mask_token_id']}, the verifier's embedding and `lm_head` (full vocabulary: speculators saves neither). Saved as speculators
+0.9.0's `DFlashDraftModel.save_pretrained` writes it (`config.py`: its `models/dflash/config.py`, vendored). Trained
+from its initialisation with specfmt's DFlash module (`specfmt.algorithms.dflash_nn`): {p['steps']} steps of {p['batch']}
+windows x {p['window']} tokens, every one of {p['anchors']} anchors per window in one pass (speculators' anchor-block
+mask), AdamW lr {p['lr']:g}, {p['seconds']} s; top-1 agreement over the last 50 steps per slot: {fmt(p['accuracy'])}.
+Held-out reference run (k = 3): mean acceptance length **{h['mean_acceptance_length']:.3f}**, per position
+{fmt(h['acceptance_rate_per_position'])}: short training on a shared 2-core machine; the point is the engine's agreement.
+
+### In vLLM
+
+{served}
+"""
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(HERE / "world-qwen3"), help="output folder (default: examples/world-qwen3)")
@@ -652,6 +688,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--record", metavar="VALIDATION_JSON", help="store the figures of a `specfmt validate OUT --run` "
                     "(OUT/validation.json) in world.json and rewrite README.md")
     ap.add_argument("--record-peagle", metavar="VALIDATION_JSON", help="as --record, for the P-EAGLE draft's validate --run")
+    ap.add_argument("--record-dflash", metavar="VALIDATION_JSON", help="as --record, for the DFlash draft's validate --run")
     ap.add_argument("--readme-only", action="store_true", help="rewrite README.md from world.json")
     ap.add_argument("--peagle", action="store_true", help="keep the verifier and the EAGLE-3 draft in --out; (re)build the P-EAGLE draft")
     ap.add_argument("--dflash", action="store_true", help="keep the verifier and the other drafts in --out; (re)build the DFlash draft")
@@ -665,7 +702,9 @@ def main(argv: list[str] | None = None) -> None:
     # verifier step against 1.2-2.3 s with one.
     torch.set_num_threads(THREADS)
     out = Path(args.out)
-    if args.record or args.record_peagle or args.readme_only:
+    if args.record or args.record_peagle or args.record_dflash or args.readme_only:
+        if args.record_dflash:
+            record_validation(out, Path(args.record_dflash), "dflash_validate_run")
         if args.record:
             record_validation(out, Path(args.record))
         if args.record_peagle:
