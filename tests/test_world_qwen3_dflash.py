@@ -5,7 +5,7 @@ saves a DFlash draft.
 
 * the layout is speculators' own (speculators loads it as ``DFlashDraftModel`` and saves the same bytes);
 * the reference run (a block per pass, k = 3) reproduces world.json, clearly above a random draft of the same shape;
-  a tap shift, the mask token and a causal block each lower it;
+  a tap shift, the mask token and anchor sampling each lower it (a causal block does not, at this draft's figures);
 * vLLM 0.32 (CPU) serves it (``vllm serve OUT``, method ``dflash``): see the ``vllm`` test.
 """
 
@@ -102,8 +102,11 @@ def test_reference_figures_are_the_worlds_and_clearly_above_a_random_draft(conve
     rnd = _reference(random_draft).reference
     assert rnd["mean_acceptance_length"] <= 1.05 and got["mean_acceptance_length"] >= rnd["mean_acceptance_length"] + 0.2
     by_label = {v["reading"]: v["mean_acceptance_length"] for v in res.variants}
-    for label in ("taps + 1: [3, 5, 7]", "mask_token_id 0", "causal block mask"):
+    for label in ("taps + 1: [3, 5, 7]", "taps - 1: [1, 3, 5]", "mask_token_id 0", "sample_from_anchor true"):
         assert by_label[label] < got["mean_acceptance_length"], label
+    # a causal block changes the logits (tests/test_dflash.py), but this short-trained draft, accepted almost only at its
+    # first slot, proposes the same greedy tokens on these prompts either way
+    assert by_label["causal block mask"] <= got["mean_acceptance_length"]
 
 
 
