@@ -122,6 +122,9 @@ def test_vllm_serves_it_as_dflash_qwen3_and_agrees_with_the_reference(converted,
                            min_acceptance_length=1.2, write=False)
         rnd = vllm_run.generate(str(random_draft), res.prompts.ids, max_tokens=MAX_TOKENS)
         assert host.engines == 3
+    print(f"\nDFlash figures: reference {res.reference['mean_acceptance_length']} {res.reference['acceptance_rate_per_position']}; "
+          f"vLLM {res.vllm['mean_acceptance_length']} {res.vllm['acceptance_rate_per_position']}; random draft in vLLM "
+          f"{rnd.mean_acceptance_length:.4f} {rnd.accepted_per_position}/{rnd.num_drafts}")
     st = {c.name: c.status for c in res.report.checks}
     assert res.report.ok, res.report.to_json()
     assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st

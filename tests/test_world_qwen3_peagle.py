@@ -129,6 +129,10 @@ def test_vllm_serves_it_in_parallel_and_catches_it_served_sequentially(converted
         seq = vllm_run.generate(str(WORLD / "verifier"), ids, max_tokens=MAX_TOKENS,
                                 speculative_config={"model": str(converted), "method": "eagle3", "num_speculative_tokens": K})
         assert host.engines == 4
+    print(f"\nP-EAGLE figures: reference {res.reference['mean_acceptance_length']} {res.reference['acceptance_rate_per_position']}; "
+          f"vLLM {res.vllm['mean_acceptance_length']} {res.vllm['acceptance_rate_per_position']}; random draft in vLLM "
+          f"{rnd.mean_acceptance_length:.4f} {rnd.accepted_per_position}/{rnd.num_drafts}; without parallel drafting in vLLM "
+          f"{seq.mean_acceptance_length:.4f} {seq.accepted_per_position}/{seq.num_drafts}")
     st = {c.name: c.status for c in res.report.checks}
     assert res.report.ok, res.report.to_json()
     assert all(st[n] == "pass" for n in ("reference", "variants", "vllm", "vllm_exact", "vllm_weights", "agreement", "acceptance")), st
