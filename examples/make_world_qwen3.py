@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shutil
 import sys
 import sysconfig
@@ -137,7 +138,7 @@ def speculators_config(verifier_dir: Path, taps: list[int], draft_vocab: int, dt
     }
 
 
-def save_speculators(cfg: dict, tensors: dict, out_dir: Path) -> None:
+def save_speculators(cfg: dict, tensors: dict, out_dir: Path, config_py: Path = SPECULATORS_CONFIG_PY) -> None:
     """Write the draft as speculators 0.9.0's ``Eagle3DraftModel.save_pretrained``: ``config.json``
     (``json.dumps(indent=2, sort_keys=True)`` + newline, as transformers' ``to_json_file``),
     ``config.py``, and ``model.safetensors`` with ``{"format": "pt"}`` metadata holding every
@@ -149,7 +150,7 @@ def save_speculators(cfg: dict, tensors: dict, out_dir: Path) -> None:
     sd = {n: (t.to(dtype) if t.is_floating_point() else t).contiguous() for n, t in sorted(tensors.items())}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
-    shutil.copyfile(SPECULATORS_CONFIG_PY, out_dir / "config.py")
+    shutil.copyfile(config_py, out_dir / "config.py")
     save_file(sd, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     for p in out_dir.iterdir():  # speculators writes 0600; make the world readable
         p.chmod(0o644)
@@ -199,19 +200,287 @@ def make_draft(out: Path, train_paths: list[Path], steps: int) -> dict:
     return stats
 
 
-def record_validation(out: Path, validation: Path) -> None:
+# --------------------------------------------------------------------------- the P-EAGLE draft (issue 25)
+
+PEAGLE_DIR = "peagle-speculators"
+#: the source of speculators 0.9.0's ``models/peagle/config.py`` (``PEagleSpeculatorConfig``), which its
+#: ``save_pretrained`` copies next to a P-EAGLE config.json; vendored so the world builds offline
+SPECULATORS_PEAGLE_CONFIG_PY = HERE / "vendor" / "speculators-0.9.0-peagle-config.py"
+SPECULATORS_DFLASH_CONFIG_PY = HERE / "vendor" / "speculators-0.9.0-dflash-config.py"
+PEAGLE_MASK_TOKEN = mw.PAD_ID    # a token the corpus never holds: the parallel positions' input (vLLM's pard_token)
+PEAGLE_K = 3                     # depths trained and served: the verified pass and k-1 = 2 mask positions
+PEAGLE_STEPS = 600
+PEAGLE_CHUNKS = 512              # training windows of PEAGLE_SEQ tokens, the verifier's states computed once
+PEAGLE_SEQ = 128
+PEAGLE_BATCH = 8
+PEAGLE_LR = 1e-3
+
+
+def peagle_config(eagle3_cfg: dict) -> dict:
+    """config.json of a P-EAGLE draft as speculators 0.9.0 writes it (``PEagleSpeculatorConfig(Eagle3SpeculatorConfig)``,
+    ``models/peagle/config.py``): the EAGLE-3 draft's fields, ``speculators_model_type`` / ``algorithm`` ``peagle``,
+    ``architectures`` ``["PEagleDraftModel"]`` (the class that saves it, as ``Eagle3DraftModel`` for EAGLE-3), ``mask_token_id``, and its default ``embed_requires_grad: true``."""
+    cfg = json.loads(json.dumps(eagle3_cfg))
+    cfg.update(architectures=["PEagleDraftModel"], auto_map={"": "config.PEagleSpeculatorConfig"}, embed_requires_grad=True,
+               mask_token_id=PEAGLE_MASK_TOKEN, speculators_model_type="peagle")
+    cfg["speculators_config"]["algorithm"] = "peagle"
+    return cfg
+
+
+def peagle_mask(T: int, k: int) -> torch.Tensor:
+    """[S, S] attention (True = attend), S = T + T·(k-1): T verified positions (causal), then for each anchor a
+    its k-1 mask positions (depth d = 1..k-1), which see the verified positions <= a and the depths <= d of
+    their own anchor -- speculators' ``create_peagle_mask_mod`` (``models/peagle/attention.py``), which is what
+    vLLM's parallel drafting computes at the last verified position (k-1 ``pard_token`` slots appended)."""
+    m = k - 1
+    S = T + T * m
+    anchor = torch.cat([torch.arange(T), torch.arange(T).repeat_interleave(m)])
+    depth = torch.cat([torch.zeros(T, dtype=torch.long), torch.arange(1, k).repeat(T)])
+    verified = torch.arange(S) < T
+    q_a, k_a, q_d, k_d = anchor[:, None], anchor[None, :], depth[:, None], depth[None, :]
+    sees_verified = verified[None, :] & (k_a <= q_a)
+    sees_own = ~verified[None, :] & ~verified[:, None] & (k_a == q_a) & (k_d <= q_d)
+    return sees_verified | sees_own
+
+
+def _peagle_data(verifier_dir: Path, train: dict, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids [C, L], aux [C, L, n_aux·H], labels [C, L])`` for PEAGLE_CHUNKS windows of the training text (seeded),
+    the verifier's tap states and its greedy token at each position as a draft-vocabulary id (-100 outside it)."""
+    cfg = json.loads((verifier_dir.parent / DRAFT_DIR / "config.json").read_text())
+    ids, aux, greedy = _verifier_windows(verifier_dir, train, cfg["eagle_aux_hidden_state_layer_ids"])
+    to_draft = torch.full((len(_vocab(verifier_dir)),), -100, dtype=torch.long)
+    to_draft[targets] = torch.arange(len(targets))
+    return ids, aux, to_draft[greedy]
+
+
+def _vocab(verifier_dir: Path) -> range:
+    return range(json.loads((verifier_dir / "config.json").read_text())["vocab_size"])
+
+
+def _verifier_windows(verifier_dir: Path, train: dict, taps: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(ids [C, L], aux [C, L, n_aux·H], greedy [C, L])``: PEAGLE_CHUNKS windows of PEAGLE_SEQ tokens of the training
+    text (seeded), the verifier's states at ``taps`` (HF ``hidden_states`` ids) and its greedy token after each position."""
+    from tokenizers import Tokenizer
+    from transformers import AutoModelForCausalLM
+
+    tok = Tokenizer.from_file(str(verifier_dir / "tokenizer.json"))
+    stream = torch.tensor([t for d in mw.encode_docs(tok, train) for t in d])
+    g = torch.Generator().manual_seed(mw.SEED + 25)
+    starts = torch.randint(0, len(stream) - PEAGLE_SEQ, (PEAGLE_CHUNKS,), generator=g)
+    ids = torch.stack([stream[s:s + PEAGLE_SEQ] for s in starts.tolist()])
+    verifier = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
+    aux, greedy = [], []
+    with torch.no_grad():
+        for row in ids.split(8):
+            out = verifier(row, output_hidden_states=True)
+            aux.append(torch.cat([out.hidden_states[t] for t in taps], dim=-1))
+            greedy.append(out.logits.argmax(-1))
+    return ids, torch.cat(aux), torch.cat(greedy)
+
+
+def fit_peagle(cfg: dict, tensors: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
+    """Train the P-EAGLE draft's parallel positions: start from the world's EAGLE-3 draft, ``mask_hidden`` at the mean
+    tap state of the training windows, then ``steps`` AdamW steps (lr PEAGLE_LR, cosine) of cross-entropy against
+    the frozen verifier's greedy tokens at every verified position (depth 0: the token after next) and at each mask
+    position (depth d at anchor a: the token a+d+2), one pass per window under :func:`peagle_mask`, every draft
+    tensor trained but the embedding (the verifier's). specfmt's module (``specfmt.algorithms.peagle_nn``) runs it.
+    Returns ``(figures, tensors)``."""
+    from specfmt.algorithms import get
+
+    t0 = time.time()
+    width = len(cfg["eagle_aux_hidden_state_layer_ids"]) * cfg["transformer_layer_config"]["hidden_size"]
+    draft = get("peagle").module(cfg, {**{n: t.clone() for n, t in tensors.items()}, "mask_hidden": torch.zeros(1, 1, width)})
+    embed = tensors["embed_tokens.weight"]
+    ids, aux, labels = _peagle_data(verifier_dir, train, draft.target_ids())
+    with torch.no_grad():
+        draft.mask_hidden.copy_(aux.mean(dim=(0, 1)).reshape(1, 1, -1))
+    T, m = PEAGLE_SEQ - 1, PEAGLE_K - 1
+    mask, positions = peagle_mask(T, PEAGLE_K), torch.cat([torch.arange(T), (torch.arange(T)[:, None] + torch.arange(1, PEAGLE_K)).flatten()])
+    # targets: verified position i -> the verifier's token at i+1; anchor a, depth d -> at a+1+d (beyond the window: none)
+    at = torch.cat([torch.arange(T) + 1, (torch.arange(T)[:, None] + 1 + torch.arange(1, PEAGLE_K)).flatten()])
+    inside = at < PEAGLE_SEQ
+    depth = torch.cat([torch.zeros(T, dtype=torch.long), torch.arange(1, PEAGLE_K).repeat(T)])
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=PEAGLE_LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    g = torch.Generator().manual_seed(mw.SEED + 26)
+    hits = torch.zeros(PEAGLE_K)
+    seen = torch.zeros(PEAGLE_K)
+    for step in range(steps):
+        rows = torch.randint(0, PEAGLE_CHUNKS, (PEAGLE_BATCH,), generator=g)
+        tok_in = torch.cat([ids[rows, 1:], torch.full((PEAGLE_BATCH, T * m), PEAGLE_MASK_TOKEN)], dim=1)
+        hidden = torch.cat([draft.combine(aux[rows, :T]), draft.mask_features().expand(PEAGLE_BATCH, T * m, -1)], dim=1)
+        logits, _, _ = draft(embed[tok_in], hidden, positions, mask=mask)
+        y = torch.where(inside, labels[rows][:, at.clamp(max=PEAGLE_SEQ - 1)], -100)
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step >= steps - 50:
+            ok = (logits.argmax(-1) == y) & (y >= 0)
+            for d in range(PEAGLE_K):
+                hits[d] += ok[:, depth == d].sum()
+                seen[d] += (y[:, depth == d] >= 0).sum()
+        if step % 50 == 0 or step == steps - 1:
+            print(f"peagle step {step}: loss {loss.item():.3f}")
+    out = {n: t.detach().clone() for n, t in draft.state_dict().items()}
+    out["embed_tokens.weight"] = embed
+    print("peagle accuracy per depth (last 50 steps):", (hits / seen.clamp(min=1)).tolist())
+    return {"steps": steps, "windows": PEAGLE_CHUNKS, "window": PEAGLE_SEQ, "batch": PEAGLE_BATCH, "lr": PEAGLE_LR,
+            "seconds": round(time.time() - t0), "accuracy": [round(x, 3) for x in (hits / seen.clamp(min=1)).tolist()]}, out
+
+
+def save_peagle(cfg: dict, tensors: dict, out_dir: Path) -> None:
+    """As speculators 0.9.0's ``PEagleDraftModel.save_pretrained``: :func:`save_speculators` with the P-EAGLE config class's source."""
+    save_speculators(cfg, tensors, out_dir, config_py=SPECULATORS_PEAGLE_CONFIG_PY)
+
+
+def make_peagle(out: Path, train: dict, steps: int) -> dict:
+    """The P-EAGLE draft ``OUT/peagle-speculators`` from ``OUT/eagle3-speculators`` (left as it is), and its held-out figures."""
+    from safetensors.torch import load_file
+
+    eagle3 = json.loads((out / DRAFT_DIR / "config.json").read_text())
+    cfg = peagle_config(eagle3)
+    tensors = load_file(str(out / DRAFT_DIR / "model.safetensors"))
+    stats, trained = fit_peagle(cfg, tensors, out / "verifier", train, steps)
+    shutil.rmtree(out / PEAGLE_DIR, ignore_errors=True)
+    save_peagle(cfg, trained, out / PEAGLE_DIR)
+    stats["mask_token_id"] = PEAGLE_MASK_TOKEN
+    stats["heldout"] = mw.heldout_acceptance(out, PEAGLE_DIR, "speculators")
+    return stats
+
+
+# --------------------------------------------------------------------------- the DFlash draft (issue 25)
+
+DFLASH_DIR = "dflash-speculators"
+DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the other drafts
+DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
+DFLASH_STEPS = 400
+DFLASH_LR = 3e-3
+
+
+def dflash_config(verifier_dir: Path) -> dict:
+    """config.json of a DFlash draft as speculators 0.9.0 writes it (``DFlashSpeculatorConfig``, ``models/dflash/config.py``;
+    ``architectures`` the class that saves it): one Qwen3 layer of the verifier's shapes (full attention: DFlash's block
+    sees itself both ways), the full vocabulary (the verifier's ``lm_head``; nothing of it saved), block DFLASH_BLOCK."""
+    from transformers import AutoConfig, Qwen3Config
+
+    v = AutoConfig.from_pretrained(verifier_dir)
+    layer = Qwen3Config(
+        vocab_size=v.vocab_size, hidden_size=v.hidden_size, intermediate_size=v.intermediate_size, num_hidden_layers=1,
+        num_attention_heads=v.num_attention_heads, num_key_value_heads=v.num_key_value_heads, hidden_act="silu",
+        max_position_embeddings=v.max_position_embeddings, initializer_range=v.initializer_range, rms_norm_eps=v.rms_norm_eps,
+        head_dim=v.head_dim, tie_word_embeddings=False)
+    layer.rope_parameters = dict(v.rope_parameters)
+    tlc = layer.to_diff_dict()
+    tlc.pop("transformers_version")
+    return {
+        "architectures": ["DFlashDraftModel"], "auto_map": {"": "config.DFlashSpeculatorConfig"},
+        "aux_hidden_state_layer_ids": DFLASH_TAPS, "block_size": DFLASH_BLOCK, "draft_vocab_size": v.vocab_size, "dtype": "float32",
+        "mask_token_id": PEAGLE_MASK_TOKEN, "sample_from_anchor": False, "sliding_window_non_causal": True,
+        "speculators_config": {
+            "algorithm": "dflash", "default_proposal_method": "greedy",
+            "proposal_methods": [{"accept_tolerance": 0.0, "proposal_type": "greedy", "speculative_tokens": DFLASH_BLOCK - 1, "verifier_accept_k": 1}],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": "../verifier"},
+        },
+        "speculators_model_type": "dflash", "speculators_version": SPECULATORS_VERSION, "target_hidden_size": None,
+        "tie_word_embeddings": False, "transformer_layer_config": tlc, "transformers_version": TRANSFORMERS_VERSION,
+    }
+
+
+def dflash_mask(L: int, anchors: torch.Tensor, B: int) -> torch.Tensor:
+    """[n·B, L + n·B] attention (True = attend) of n blocks over a window's L context positions and the blocks: block p
+    sees the context positions before p and its own B positions, both ways -- speculators' ``create_anchor_block_mask_mod``
+    (``models/dflash/attention.py``), one block per anchor as vLLM's ``DFlashProposer`` runs it."""
+    n = len(anchors)
+    q_anchor = anchors.repeat_interleave(B)
+    sees_context = torch.arange(L)[None, :] < q_anchor[:, None]
+    sees_block = torch.arange(n).repeat_interleave(B)[:, None] == torch.arange(n).repeat_interleave(B)[None, :]
+    return torch.cat([sees_context, sees_block], dim=1)
+
+
+def fit_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
+    """Train the DFlash draft from its initialisation (normal(0, 0.02), norms 1; seeded) with specfmt's module
+    (``specfmt.algorithms.dflash_nn.DFlashDraft``, the reference's layers): per step, PEAGLE_BATCH windows of the
+    training text, every anchor p >= 1 of each in one pass under :func:`dflash_mask` (context: the positions before p;
+    block: token p and the mask token at p+1..p+B-1, non-causal), cross-entropy of slot j against the frozen verifier's
+    greedy token after position p+j-1; the verifier's embedding and ``lm_head``, frozen. AdamW lr DFLASH_LR, cosine.
+    Returns ``(figures, tensors)``."""
+    from safetensors.torch import load_file
+
+    from specfmt.algorithms import get
+
+    t0 = time.time()
+    torch.manual_seed(mw.SEED + 27)
+    draft = get("dflash").module(cfg)
+    with torch.no_grad():
+        for n, p in draft.named_parameters():
+            p.copy_(torch.ones_like(p) if n.endswith("norm.weight") else 0.02 * torch.randn_like(p))
+    vt = load_file(str(verifier_dir / "model.safetensors"))
+    embed, head = vt["model.embed_tokens.weight"], vt["lm_head.weight"]
+    ids, aux, greedy = _verifier_windows(verifier_dir, train, DFLASH_TAPS)
+    B, L = DFLASH_BLOCK, PEAGLE_SEQ
+    opt = torch.optim.AdamW(draft.parameters(), lr=DFLASH_LR, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    g = torch.Generator().manual_seed(mw.SEED + 28)
+    hits, seen = torch.zeros(B - 1), torch.zeros(B - 1)
+    P = torch.arange(1, L - B + 1)  # every anchor with a context: blocks at p .. p+B-1, all in one pass
+    mask, block_pos = dflash_mask(L, P, B), (P[:, None] + torch.arange(B)).flatten()
+    key_pos = torch.cat([torch.arange(L), block_pos])
+    slot = torch.arange(B).repeat(len(P))
+    target_at = (P[:, None] + torch.arange(B) - 1).flatten()  # slot j >= 1 of anchor p: the verifier's token after p+j-1
+    for step in range(steps):
+        rows = torch.randint(0, PEAGLE_CHUNKS, (PEAGLE_BATCH,), generator=g)
+        tok = torch.where(slot == 0, ids[rows][:, (P[:, None] + 0 * torch.arange(B)).flatten()], PEAGLE_MASK_TOKEN)
+        x, context = embed[tok], draft.context(aux[rows])
+        for layer in draft.layers:  # DFlashDraft.forward with every anchor's block in one pass (its _block_attend, this mask)
+            x = x + draft._block_attend(layer.self_attn, layer.input_layernorm(x), context, block_pos, key_pos, mask)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        logits = draft.logits(draft.norm(x[:, slot > 0]), head)
+        y = greedy[rows][:, target_at[slot > 0]]
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step >= steps - 50:
+            ok = (logits.argmax(-1) == y).view(PEAGLE_BATCH, len(P), B - 1)
+            hits += ok.sum((0, 1))
+            seen += ok.shape[0] * ok.shape[1]
+        if step % 50 == 0 or step == steps - 1:
+            print(f"dflash step {step}: loss {loss.item():.3f}")
+    print("dflash accuracy per slot (last 50 steps):", (hits / seen).tolist())
+    out = {n: t.detach().clone() for n, t in draft.state_dict().items()}
+    return {"steps": steps, "windows": PEAGLE_CHUNKS, "window": L, "batch": PEAGLE_BATCH, "anchors": len(P), "lr": DFLASH_LR,
+            "seconds": round(time.time() - t0), "accuracy": [round(x, 3) for x in (hits / seen).tolist()]}, out
+
+
+def make_dflash(out: Path, train: dict, steps: int) -> dict:
+    """The DFlash draft ``OUT/dflash-speculators`` (saved as speculators 0.9.0's ``DFlashDraftModel.save_pretrained``: no
+    ``embed_tokens``, no ``lm_head`` at the full vocabulary) and its held-out figures."""
+    cfg = dflash_config(out / "verifier")
+    stats, trained = fit_dflash(cfg, out / "verifier", train, steps)
+    shutil.rmtree(out / DFLASH_DIR, ignore_errors=True)
+    save_speculators(cfg, trained, out / DFLASH_DIR, config_py=SPECULATORS_DFLASH_CONFIG_PY)
+    stats["mask_token_id"] = PEAGLE_MASK_TOKEN
+    stats["heldout"] = mw.heldout_acceptance(out, DFLASH_DIR, "speculators")
+    return stats
+
+
+def record_validation(out: Path, validation: Path, key: str = "validate_run") -> None:
     """Copy the figures of a ``specfmt validate OUT --run`` (its ``validation.json``, vLLM run
-    included) into ``world.json`` under ``validate_run``."""
+    included) into ``world.json`` under ``key`` (``validate_run``; the P-EAGLE draft's: ``peagle_validate_run``)."""
     v = json.loads(validation.read_text())
     keep = ("num_drafts", "num_draft_tokens", "num_accepted_tokens", "accepted_per_position", "acceptance_rate_per_position",
             "mean_acceptance_length", "engine", "device", "dtype")
     manifest = json.loads((out / MANIFEST).read_text())
-    manifest["validate_run"] = {
+    manifest[key] = {
         "k": v.get("num_speculative_tokens"), "max_tokens": v.get("max_tokens"), "prompts": (v.get("prompts") or {}).get("count"),
         "passed": v.get("passed"),
         "checks": {c["name"]: c["status"] for c in v["checks"]},
         "reference": {k: x for k, x in (v.get("reference") or {}).items() if k in keep},
-        "vllm": {k: x for k, x in (v.get("vllm") or {}).items() if k in keep or k in ("method", "draft_class", "form", "command")},
+        "vllm": {k: x for k, x in (v.get("vllm") or {}).items() if k in keep or k in ("method", "draft_class", "form", "command", "parallel_drafting")},
         "variants": v.get("variants"),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -317,7 +586,97 @@ and tensor by tensor with drafts speculators 0.9.0 itself saved, and loaded back
 
 {run_text}
 """
-    (out / "README.md").write_text(text)
+    (out / "README.md").write_text(text + peagle_readme(out, manifest) + dflash_readme(manifest))
+
+
+def peagle_readme(out: Path, manifest: dict) -> str:
+    """The README's P-EAGLE section ("" before ``--peagle`` has built the draft)."""
+    p = manifest.get("peagle")
+    if not p:
+        return ""
+    fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    h, e3 = p["heldout"], manifest["draft"]["heldout"]
+    run = manifest.get("peagle_validate_run")
+    if run:
+        ref, vl = run["reference"], run["vllm"]
+        gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+        served = f"""`specfmt validate {PEAGLE_DIR}-converted --run` ({run['prompts']} held-out prompts x {run['max_tokens']} tokens, k = {run['k']});
+vLLM started as `vllm serve OUT` ({vl.get('form')} form) read the config as `PeagleQwen3ForCausalLM` (its registry
+builds `{vl.get('draft_class')}`), method `{vl.get('method')}`, `parallel_drafting: {str(vl.get('parallel_drafting', False)).lower()}`:
+
+| | reference ({ref.get('dtype')}) | {vl.get('engine', 'vLLM')} CPU ({vl.get('dtype')}) |
+|---|---|---|
+| mean acceptance length | **{ref['mean_acceptance_length']:.3f}** | **{vl['mean_acceptance_length']:.3f}** |
+| acceptance rate per position | {fmt(ref['acceptance_rate_per_position'])} | {fmt(vl['acceptance_rate_per_position'])} |
+| drafts | {ref['num_drafts']} | {vl['num_drafts']} |
+
+Largest per-position gap {max(gaps):.3f} (tolerance 0.1). Checks: {', '.join(f'{k} {x}' for k, x in run['checks'].items())}.
+Readings tried by the reference: {'; '.join(f"{x['reading']} -> {x['mean_acceptance_length']:.3f}" for x in run['variants'] or [])}."""
+    else:
+        served = "Not recorded yet: `specfmt validate OUT --run` on the converted draft, then `python examples/make_world_qwen3.py --record-peagle OUT/validation.json`."
+    return f"""
+## `{PEAGLE_DIR}/`: a P-EAGLE draft (issue 25)
+
+Built with `python examples/make_world_qwen3.py --peagle` (the verifier and `{DRAFT_DIR}/` are kept as they are).
+
+* Saved as speculators 0.9.0's `PEagleDraftModel.save_pretrained` writes it: `config.json` is the EAGLE-3
+  draft's with `speculators_model_type: peagle`, `architectures: ["PEagleDraftModel"]`,
+  `auto_map: {{"": "config.PEagleSpeculatorConfig"}}`, `embed_requires_grad: true` (its default) and
+  `mask_token_id: {p['mask_token_id']}` (the `<|pad|>` token, which the corpus never holds; vLLM's `pard_token`);
+  `config.py` is speculators' `models/peagle/config.py` (vendored in `examples/vendor/`); `model.safetensors`
+  holds the EAGLE-3 tensors and `mask_hidden` [1, 1, 384].
+* Not trained by speculators' trainer (it reads hidden states that a vLLM server generates,
+  `speculators/data_generation/vllm_client.py`, and sets its device to `cuda` when no accelerator is present,
+  `train/trainer.py`). Trained here instead with specfmt's P-EAGLE module (`specfmt.algorithms.peagle_nn`):
+  started from `{DRAFT_DIR}/`, `mask_hidden` at the mean tap state, then {p['steps']} steps of {p['batch']} windows x
+  {p['window']} tokens ({p['windows']} windows of the training text), AdamW lr {p['lr']:g}, cross-entropy against the
+  frozen verifier's greedy tokens at every verified position and at the {PEAGLE_K - 1} mask positions of every
+  anchor (speculators' COD mask, `models/peagle/attention.py`), {p['seconds']} s; top-1 agreement over the last 50
+  steps per depth: {fmt(p['accuracy'])}.
+* Held-out reference run (k = 3, 32 tokens per prompt, parallel drafting): mean acceptance length
+  **{h['mean_acceptance_length']:.3f}**, per position {fmt(h['acceptance_rate_per_position'])} (the EAGLE-3 draft,
+  drafting sequentially: {e3['mean_acceptance_length']:.3f}). P-EAGLE trades acceptance for one draft pass per step.
+
+### In vLLM
+
+{served}
+"""
+
+
+def dflash_readme(manifest: dict) -> str:
+    """The README's DFlash section ("" before ``--dflash`` has built the draft)."""
+    p = manifest.get("dflash")
+    if not p:
+        return ""
+    fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    h, run = p["heldout"], manifest.get("dflash_validate_run")
+    served = "Not recorded yet: `python examples/make_world_qwen3.py --record-dflash OUT/validation.json`."
+    if run:
+        ref, vl = run["reference"], run["vllm"]
+        gaps = [abs(a - b) for a, b in zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"])]
+        served = f"""`specfmt validate OUT --run` ({run['prompts']} held-out prompts x {run['max_tokens']} tokens, k = {run['k']}); vLLM started
+as `vllm serve OUT` ({vl.get('form')} form) attached `{vl.get('draft_class')}`, method `{vl.get('method')}`:
+reference (float32) mean acceptance length **{ref['mean_acceptance_length']:.3f}** (per position {fmt(ref['acceptance_rate_per_position'])}),
+{vl.get('engine')} CPU ({vl.get('dtype')}) **{vl['mean_acceptance_length']:.3f}** (per position {fmt(vl['acceptance_rate_per_position'])});
+largest per-position gap {max(gaps):.3f} (tolerance 0.1). Checks: {', '.join(f'{k} {x}' for k, x in run['checks'].items())}."""
+    return f"""
+## `{DFLASH_DIR}/`: a DFlash draft (issue 25)
+
+Built with `python examples/make_world_qwen3.py --dflash` (everything else is kept as it is). One Qwen3 layer of the
+verifier's shapes drafting a block of {DFLASH_BLOCK} (the anchor and {DFLASH_BLOCK - 1} mask slots, non-causal) over the taps
+`aux_hidden_state_layer_ids: {DFLASH_TAPS}` (vLLM reads the outputs of layers {[t - 1 for t in DFLASH_TAPS]}), mask token
+{p['mask_token_id']}, the verifier's embedding and `lm_head` (full vocabulary: speculators saves neither). Saved as speculators
+0.9.0's `DFlashDraftModel.save_pretrained` writes it (`config.py`: its `models/dflash/config.py`, vendored). Trained
+from its initialisation with specfmt's DFlash module (`specfmt.algorithms.dflash_nn`): {p['steps']} steps of {p['batch']}
+windows x {p['window']} tokens, every one of {p['anchors']} anchors per window in one pass (speculators' anchor-block
+mask), AdamW lr {p['lr']:g}, {p['seconds']} s; top-1 agreement over the last 50 steps per slot: {fmt(p['accuracy'])}.
+Held-out reference run (k = 3): mean acceptance length **{h['mean_acceptance_length']:.3f}**, per position
+{fmt(h['acceptance_rate_per_position'])}: short training on a shared 2-core machine; the point is the engine's agreement.
+
+### In vLLM
+
+{served}
+"""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -328,7 +687,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--drafts-only", action="store_true", help="keep the verifier and prompts in --out; retrain the draft")
     ap.add_argument("--record", metavar="VALIDATION_JSON", help="store the figures of a `specfmt validate OUT --run` "
                     "(OUT/validation.json) in world.json and rewrite README.md")
+    ap.add_argument("--record-peagle", metavar="VALIDATION_JSON", help="as --record, for the P-EAGLE draft's validate --run")
+    ap.add_argument("--record-dflash", metavar="VALIDATION_JSON", help="as --record, for the DFlash draft's validate --run")
     ap.add_argument("--readme-only", action="store_true", help="rewrite README.md from world.json")
+    ap.add_argument("--peagle", action="store_true", help="keep the verifier and the EAGLE-3 draft in --out; (re)build the P-EAGLE draft")
+    ap.add_argument("--dflash", action="store_true", help="keep the verifier and the other drafts in --out; (re)build the DFlash draft")
+    ap.add_argument("--dflash-steps", type=int, default=DFLASH_STEPS, help="DFlash training steps")
+    ap.add_argument("--peagle-steps", type=int, default=PEAGLE_STEPS, help="P-EAGLE training steps")
     args = ap.parse_args(argv)
 
     t_start = time.time()
@@ -337,12 +702,30 @@ def main(argv: list[str] | None = None) -> None:
     # verifier step against 1.2-2.3 s with one.
     torch.set_num_threads(THREADS)
     out = Path(args.out)
-    if args.record or args.readme_only:
+    if args.record or args.record_peagle or args.record_dflash or args.readme_only:
+        if args.record_dflash:
+            record_validation(out, Path(args.record_dflash), "dflash_validate_run")
         if args.record:
             record_validation(out, Path(args.record))
+        if args.record_peagle:
+            record_validation(out, Path(args.record_peagle), "peagle_validate_run")
         write_readme(out, json.loads((out / MANIFEST).read_text()))
         return
     train, heldout = mw.build_corpus()
+    if args.dflash:
+        manifest = json.loads((out / MANIFEST).read_text())
+        manifest.pop("dflash_validate_run", None)  # measured on the previous DFlash draft
+        manifest["dflash"] = make_dflash(out, train, args.dflash_steps)
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        write_readme(out, manifest)
+        return
+    if args.peagle:
+        manifest = json.loads((out / MANIFEST).read_text())
+        manifest.pop("peagle_validate_run", None)  # measured on the previous P-EAGLE draft
+        manifest["peagle"] = make_peagle(out, train, args.peagle_steps)
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        write_readme(out, manifest)
+        return
     if args.drafts_only:
         manifest = json.loads((out / MANIFEST).read_text())
     else:

@@ -56,12 +56,15 @@ class Variant:
         cfg: the config of this reading.
         extra: what else the algorithm's proposer needs to read it this way (e.g. how ``d2t`` maps,
             or ``qk_norm: False`` for Qwen3 layers read without their q/k norms).
+        rival: False for another way to serve the file as it is (P-EAGLE drafted sequentially), which may be
+            accepted more often yet is no sign the file is misread: its figure is recorded, never failed on.
     """
 
     cause: str | None
     label: str
     cfg: dict[str, Any]
     extra: dict[str, Any] = field(default_factory=dict)
+    rival: bool = True
 
 
 #: ``propose(tokens, states, k) -> k draft token ids`` (see :mod:`specfmt.algorithms.reference`)

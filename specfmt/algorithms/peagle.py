@@ -145,9 +145,11 @@ class PEagle(Eagle3):
     def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
         """EAGLE-3's (:meth:`Eagle3.readings`) but ``norm_output`` flipped (nothing is fed back in a parallel
         pass, so it changes nothing), then: served without parallel drafting (a sequential EAGLE-3 chain,
-        where ``norm_output`` matters again); the mask token read as 0 (vLLM's padding id), or as 1 when it is 0."""
+        where ``norm_output`` matters again; not a rival: a draft that starts from an EAGLE-3 draft may be accepted
+        more often that way, only slower, so ``validate --run`` records its figure and the ``agreement``
+        check names it when vLLM's figures look like it); the mask token read as 0 (vLLM's padding id), or as 1 when it is 0."""
         out = [r for r in super().readings(cfg, n_verifier_layers) if r.cfg.get("norm_output") == cfg.get("norm_output")]
-        out.append(Variant("parallel drafting", "served without parallel drafting (sequential EAGLE-3)", cfg, {"sequential": True}))
+        out.append(Variant("parallel drafting", "served without parallel drafting (sequential EAGLE-3)", cfg, {"sequential": True}, rival=False))
         other = 1 if cfg["mask_token_id"] == 0 else 0
         out.append(Variant("mask token id", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
         return out

@@ -66,6 +66,7 @@ class VLLMRun:
         draft_shares: ``{"embed_tokens": bool, "lm_head": bool}``: whether vLLM replaced
             the draft's module by the verifier's (``llm_base_proposer._maybe_share_*``).
         num_speculative_tokens: the k vLLM ran with.
+        parallel_drafting: whether vLLM drafted the k tokens in one pass (its ``parallel_drafting``; None without a draft).
         dtype: the dtype vLLM ran the models in.
         vllm_version: ``vllm.__version__``.
     """
@@ -82,6 +83,7 @@ class VLLMRun:
     draft_linear_shapes: dict[str, list] = field(default_factory=dict)
     draft_shares: dict[str, bool] = field(default_factory=dict)
     num_speculative_tokens: int | None = None
+    parallel_drafting: bool | None = None
     dtype: str | None = None
     vllm_version: str | None = None
 
@@ -352,6 +354,7 @@ def _engine(spec: dict) -> dict:
     sc = llm.llm_engine.vllm_config.speculative_config
     result["speculative_method"] = getattr(sc, "method", None) if sc else None
     result["num_speculative_tokens"] = getattr(sc, "num_speculative_tokens", None) if sc else None
+    result["parallel_drafting"] = bool(getattr(sc, "parallel_drafting", False)) if sc else None
     result["dtype"] = str(llm.llm_engine.vllm_config.model_config.dtype).replace("torch.", "")
     result["vllm_version"] = vllm.__version__
     per_pos: list[int] = []
