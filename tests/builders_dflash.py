@@ -18,7 +18,7 @@ def dflash_config(block: int = B, vd: int = V, mask: int = MASK, taps=TAPS, laye
             "speculators_config": _spec_block("dflash", "verifier", k=block - 1 + bool(more.get("sample_from_anchor"))),
             "transformer_layer_config": {"model_type": "qwen3", "vocab_size": V, "hidden_size": H, "intermediate_size": 48,
                                          "num_hidden_layers": layers, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8,
-                                         "rms_norm_eps": 1e-6, "max_position_embeddings": 128, "rope_theta": 10000.0},
+                                         "rms_norm_eps": 1e-6, "hidden_act": "silu", "max_position_embeddings": 128, "rope_theta": 10000.0},
             "draft_vocab_size": vd, "block_size": block, "target_hidden_size": None, "aux_hidden_state_layer_ids": list(taps),
             "mask_token_id": mask, "sliding_window_non_causal": True, "sample_from_anchor": False, "tie_word_embeddings": False, **more}
 
@@ -36,7 +36,7 @@ def write_world_dflash(folder, *, vd: int = 2048, seed: int = 0):
     spec["verifier"]["architectures"] = ["Qwen3ForCausalLM"]
     cfg = {**dflash_config(), "speculators_config": spec, "draft_vocab_size": vd, "aux_hidden_state_layer_ids": [2, 4, 6], "mask_token_id": 2047,
            "transformer_layer_config": {"model_type": "qwen3", "vocab_size": 2048, "hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 1,
-                                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6,
+                                        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-6, "hidden_act": "silu",
                                         "max_position_embeddings": 2048, "rope_theta": 10000.0}, "dtype": "float32"}
     g = torch.Generator().manual_seed(seed)
     tensors = {n: torch.ones_like(p) if n.endswith("norm.weight") else 0.02 * torch.randn(p.shape, generator=g)

