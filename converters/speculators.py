@@ -76,7 +76,7 @@ class SpeculatorsConverter(Converter):
             raise ConversionError(
                 f"speculators_model_type {algo!r} cannot be upgraded by this specfmt ({known})",
                 where="config.json",
-                hint="dflash and mtp checkpoints are served by vLLM as they are",
+                hint="mtp checkpoints are served by vLLM as they are",
             )
         k = opts.speculative_tokens or _speculative_tokens(cfg)
         opts = replace(opts, speculative_tokens=k)

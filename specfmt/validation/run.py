@@ -380,8 +380,9 @@ def validate_run(
     _acceptance_check(result, min_acceptance_length)
     if not rep.ok:
         result.causes = list(dict.fromkeys(result.causes + _static_causes(rep, algo)))
-        if not result.causes:
-            result.causes = [c for c in CAUSES]
+        if not result.causes:  # the algorithm's own causes, not every algorithm's
+            own = algo.reference.causes if algo is not None and algo.reference is not None else algorithm_causes()
+            result.causes = [*UNLOADED_TENSORS, *own]
     return _finish(folder, result, write)
 
 
