@@ -1,4 +1,4 @@
-"""``--from dspark``: DSpark drafts -> specfmt (speculators ``dspark``); ``specfmt upgrade`` of speculators' own.
+"""``--from dspark``: DSpark drafts -> specfmt (speculators ``dspark``): SpecForge's layout, and ``specfmt upgrade`` of speculators' own.
 
 A DSpark draft (:mod:`specfmt.algorithms.dspark`) saved by speculators 0.9 (``DSparkDraftModel.save_pretrained``) is a
 DFlash draft (:mod:`.dflash` reads that part: every rule applies) plus ``markov_head.markov_w1`` [V, r],
@@ -101,7 +101,8 @@ def _speculators_dspark(seen: Seen) -> bool:
 class DSparkConverter(DFlashConverter):
     name = "dspark"
     label = "DSpark"
-    summary = "DSpark drafts (DFlash with Markov and confidence heads): speculators 0.9's own (`DSparkDraftModel`), upgraded and checked"
+    summary = ("DSpark drafts (DFlash with Markov and confidence heads): SpecForge's layout (the heads' fields in dflash_config), "
+               "and speculators 0.9's own (`DSparkDraftModel`), upgraded and checked")
     detects_as = "dspark"
     upgrades = "dspark"
     rules = (Rule(r"markov_head\.markov_w[12]\.weight", KEEP), Rule(r"confidence_head\.proj\.(weight|bias)", KEEP), *DFlashConverter.rules)
