@@ -196,3 +196,24 @@ def test_specforges_dspark_draft_model_equals_the_reference_on_the_converted_out
     for reading in readings[1:]:  # taps ± 1, mask token, causal block, anchor sampling (SpecForge's spec_generate), no Markov head
         other = algo.proposer(reading, tensors, embed, head).block_logits(tokens, states, B)
         assert other.shape != theirs["logits"].shape or (other - theirs["logits"]).abs().max() > 1e-3, reading.label
+
+
+def _releases() -> list[str]:
+    from test_dspark import RELEASES
+
+    return list(RELEASES)
+
+
+@pytest.mark.parametrize("release", _releases())
+def test_each_release_reads_the_converted_specforge_draft_as_its_training_meant(tmp_path, release):
+    """vLLM 0.30-0.33's own ``update_dspark`` on the output: Qwen3DSparkModel, SpecForge's ids back as ``target_layer_ids``,
+    every slot proposing (``dspark_bonus_anchor`` false), the heads' fields at the top level where ``qwen3_dspark.py`` reads them."""
+    from test_dspark import release_algos
+
+    cfg = _cfg(tmp_path, "src")
+    out: dict = {}
+    release_algos(release).update_dspark(cfg, out)
+    assert out["architectures"] == ["Qwen3DSparkModel"] and out["target_layer_ids"] == IDS
+    assert out["sample_from_anchor"] is True and out["dspark_bonus_anchor"] is False
+    assert [out["markov_rank"], out["markov_head_type"], out["mask_token_id"], out["block_size"]] == [R, "vanilla", MASK, B]
+    assert out["enable_confidence_head"] is True and out["confidence_head_with_markov"] is True
