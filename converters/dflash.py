@@ -35,7 +35,7 @@ What the conversion decides, and its sources:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 from specfmt.algorithms.dflash import CAUSAL_TRAP, DFlashConfig
 from specfmt.algorithms.layers import decoder_config
@@ -157,6 +157,8 @@ class DFlashConverter(Converter):
         Case("`--speculative-tokens` other than block_size − 1", "**refused**: vLLM runs a block of 1 + k"),
     )
     fallback_layout = "speculators"
+    #: the research layout's block: false, slot i predicts anchor + i (k = B − 1); true, slot j predicts anchor + j + 1 (k = B)
+    research_from_anchor: ClassVar[bool] = False
 
     def describe(self, seen: Seen) -> tuple[list[str], dict[str, Any]]:
         dc = _dc(seen.config)
@@ -249,7 +251,7 @@ class DFlashConverter(Converter):
             raise ConversionError(f"draft hidden_size {H} differs from the verifier's {verifier.hidden_size}; the draft embeds with the verifier's "
                                   "embedding and reads with its lm_head", hint="is --verifier the model this draft was trained for?")
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
-        B = _block_size(cfg, opts)
+        B = _block_size(cfg, opts, self.research_from_anchor)
         taps = _research_taps(cfg, opts, verifier.num_hidden_layers, n_layers, plan.notes)
         fc = out.get("fc.weight")
         if fc is None or tuple(fc.shape) != (H, len(taps) * H):
@@ -258,7 +260,7 @@ class DFlashConverter(Converter):
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
         plan.config = DFlashConfig.build(verifier, tlc, draft_vocab_size=V, block_size=B, taps=taps, mask_token_id=_mask_token(cfg, opts, V),
-                                         sliding_window_non_causal=True, dtype=DTYPE_NAMES[out_code]).dump()
+                                         sliding_window_non_causal=True, sample_from_anchor=self.research_from_anchor, dtype=DTYPE_NAMES[out_code]).dump()
         plan.notes.append("sliding_window_non_causal written true: every layer of this draft attends within its block without a causal mask, "
                           "and vLLM builds all layers causal when it is false")
 
@@ -271,11 +273,11 @@ def _speculative_tokens(cfg: dict[str, Any]) -> int | None:
 
 
 
-def _block_size(cfg: dict[str, Any], opts: Options) -> int:
+def _block_size(cfg: dict[str, Any], opts: Options, from_anchor: bool = False) -> int:
     """B from the top level or ``dflash_config`` (speculators reads both), checked against ``--speculative-tokens``.
 
     Raises:
-        ConversionError: neither gives one, the two differ, B < 2, or ``--speculative-tokens`` is not B − 1.
+        ConversionError: neither gives one, the two differ, B < 2, or ``--speculative-tokens`` is not B − 1 (B ``from_anchor``).
     """
     top, nested = cfg.get("block_size"), _dc(cfg).get("block_size")
     if top is not None and nested is not None and top != nested:
@@ -283,8 +285,8 @@ def _block_size(cfg: dict[str, Any], opts: Options) -> int:
     B = top if top is not None else nested
     if type(B) is not int or B < 2:
         raise ConversionError(f"block_size is {B!r}: a DFlash draft drafts a block of at least 2 (the anchor and a mask slot)", where="config.json")
-    if opts.speculative_tokens is not None and opts.speculative_tokens != B - 1:
-        raise ConversionError(f"--speculative-tokens {opts.speculative_tokens}, but a block of {B} proposes {B - 1}; vLLM runs a block of 1 + k",
+    if opts.speculative_tokens is not None and opts.speculative_tokens != B - (not from_anchor):
+        raise ConversionError(f"--speculative-tokens {opts.speculative_tokens}, but a block of {B} proposes {B - (not from_anchor)}; vLLM runs a block of 1 + k",
                               hint="drop --speculative-tokens")
     return B
 

@@ -24,7 +24,6 @@ from .converters.base import Example, Seen
 from .algorithms import find
 from .format.config import speculators_section, verifier_ref
 from .format.provenance import provenance_source
-from .algorithms.dspark import NATIVE_REFUSAL as DSPARK_REFUSAL
 from .sources.resolve import resolve
 
 
@@ -201,9 +200,6 @@ NAMED = (
             "self_attn.q_a_proj / kv_a_proj_with_mqa in the draft layer: an MLA attention layer (DeepSeek-V2/V3 style)",
             lambda s: {"architectures": s.config.get("architectures")}, _mla_serving,
             examples=(Example("TorchSpec kimi_k25_eagle3_mla", "https://github.com/lightseekorg/TorchSpec/blob/88ca60be2118bd3c328edf30b3cc8fa27fdd6fee/configs/draft_models/kimi_k25_eagle3_mla.json"),)),
-    Foreign("dspark", "specforge", lambda s: s.has(r"(markov_head|confidence_head)\..+") and s.has(r"hidden_norm\.weight"),
-            "markov_head.* / confidence_head.* next to a block draft's hidden_norm: a DSpark draft (DFlash with Markov and confidence heads)", served=DSPARK_REFUSAL,
-            examples=(Example("SpecForge qwen3-8b-dspark", "https://github.com/sgl-project/SpecForge/blob/08eaeac1fde8d45312020959301d047e9a68d528/configs/qwen3-8b-dspark.json"),)),
 )
 
 FOREIGN = (

@@ -103,6 +103,12 @@ def test_record(slug, tmp_path):
         if exp["algorithm"] == "dflash":
             assert [cfg["aux_hidden_state_layer_ids"], cfg["mask_token_id"], cfg["block_size"]] == [exp["taps"], exp["mask_token_id"], exp["block_size"]]
             assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == exp["block_size"] - 1 and cfg["sliding_window_non_causal"] is True
+        if exp["algorithm"] == "dspark":  # SpecForge's DSpark: DFlash's backbone reading, every slot proposing, the heads' fields
+            assert [cfg["aux_hidden_state_layer_ids"], cfg["mask_token_id"], cfg["block_size"]] == [exp["taps"], exp["mask_token_id"], exp["block_size"]]
+            assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == exp["block_size"] and cfg["sample_from_anchor"] is True
+            assert [cfg["markov_rank"], cfg["markov_head_type"], cfg["draft_vocab_size"]] == [exp["markov_rank"], "vanilla", rec["verifier"]["vocab_size"]]
+            assert [cfg["enable_confidence_head"], cfg["confidence_head_with_markov"]] == exp["confidence_head"]
+            assert set(plan.output_shapes()) == set(rec["weights"]["tensors"])  # every tensor kept, none added
         if exp["algorithm"] == "medusa":
             assert [cfg["num_heads"], cfg["num_hidden_layers"], cfg["medusa_fc_bias"]] == exp["medusa"]
         write_planned(opened, tmp_path / "out")

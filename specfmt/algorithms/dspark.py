@@ -40,11 +40,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .reference import VerifierStates
 
-#: why ``convert`` refuses SpecForge's native DSpark layout (:mod:`specfmt.detect`)
-NATIVE_REFUSAL = ("DSpark, DFlash with Markov and confidence heads (SpecForge's layout: markov_rank and the confidence fields inside "
-                  "dflash_config). vLLM cannot serve this config as it is: its registry maps DSparkDraftModel to DeepSeek-V4's DSpark, and "
-                  "with method dspark qwen3_dspark.py reads markov_rank at the top level. specfmt reads speculators' own DSpark outputs "
-                  "(specfmt upgrade), not SpecForge's layout: convert it with speculators or retrain with speculators 0.9")
 #: why a sliding-window layer must not be read non-causal in a DSpark draft
 SLIDING_TRAP = ("vLLM's DSpark reader writes no dflash_config, so qwen3_dflash.py _dflash_layer_causal builds sliding-window layers "
                 "causal whatever sliding_window_non_causal says")
