@@ -39,7 +39,7 @@ def speculators_env(root: Path | None = None) -> TargetEnv:
     Raises:
         RuntimeError: it cannot be built (pip failed) or fails its check after building.
     """
-    return TargetEnv(Path(root) if root is not None else default_root(), PACKAGES, CHECK).ensure()
+    return TargetEnv(Path(root) if root is not None else default_root(), PACKAGES, CHECK, fork=True).ensure()
 
 
 @pytest.fixture(scope="session")

@@ -41,11 +41,14 @@ class TargetEnv:
         root: the folder.
         packages: the pinned requirements installed into it (``pip install --target --no-deps``).
         check: Python code that must run in it (the imports its users need).
+        fork: runs fork one warm interpreter that has run :attr:`check` (:meth:`run`), not start a new
+            one each: speculators' imports cost about 7 s per interpreter here, and its tests run it ~40 times.
     """
 
     root: Path
     packages: tuple[str, ...]
     check: str
+    fork: bool = False
 
     def environ(self, **extra: str) -> dict[str, str]:
         """``os.environ`` with :attr:`root` first on ``PYTHONPATH`` and the Hub offline, plus ``extra``."""
@@ -53,8 +56,16 @@ class TargetEnv:
         return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1", **extra}
 
     def run(self, *args: str, cwd: str | Path | None = None) -> subprocess.CompletedProcess:
-        """``python ARGS`` (e.g. ``"-c", CODE, ...`` or ``"-m", "speculators", ...``) in the env; output captured as text."""
-        return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, env=self.environ(), cwd=cwd)
+        """``python ARGS`` (e.g. ``"-c", CODE, ...`` or ``"-m", "speculators", ...``) in the env; output captured as text.
+
+        With :attr:`fork`, a ``-c`` or ``-m`` run is a fork of one warm interpreter of this env (:class:`_Warm`)
+        rather than a new one, when the environment it would get is the one the warm interpreter started with."""
+        argv, env = [str(a) for a in args], self.environ()
+        if self.fork and argv[:1] in (["-c"], ["-m"]) and len(argv) > 1 and hasattr(os, "fork"):
+            warm = _Warm.of(self, env)
+            if _Warm.same(warm.env, env):
+                return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), env)
+        return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=cwd)
 
     def marker(self) -> str:
         """What :data:`MARKER` holds once the folder is complete: the packages and the interpreter."""
@@ -125,6 +136,97 @@ class TargetEnv:
 
 _GUARD = threading.Lock()
 _LOCKS: dict[Path, threading.Lock] = {}
+
+
+#: the warm interpreter's loop: run the check once, then for each request (one JSON line: argv, cwd, environment,
+#: two output files) fork a child that runs ``-c CODE ARGS`` or ``-m MODULE ARGS`` as ``python`` would, with
+#: stdin empty and stdout/stderr in the files, and answer with its exit code.
+_WORKER = r"""
+import atexit, gc, json, os, runpy, sys, traceback
+exec(compile(sys.argv[1], "<check>", "exec"), {"__name__": "__check__"})
+answer = os.fdopen(os.dup(1), "w")
+for line in sys.stdin:
+    req = json.loads(line)
+    sys.stdout.flush(); sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        for fd, path in ((1, req["out"]), (2, req["err"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+        code, argv = 0, req["argv"]
+        os.environ.clear()
+        os.environ.update(req["env"])
+        try:
+            os.chdir(req["cwd"])
+            if argv[0] == "-c":
+                sys.argv = ["-c", *argv[2:]]
+                ns = {"__name__": "__main__", "__builtins__": __builtins__}
+                exec(compile(argv[1], "<string>", "exec"), ns)
+                del ns
+            else:
+                sys.argv = [argv[1], *argv[2:]]
+                runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+            if not isinstance(e.code, (int, type(None))):
+                print(e.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        atexit._run_exitfuncs()
+        gc.collect()
+        sys.stdout.flush(); sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    answer.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
+    answer.flush()
+"""
+
+
+class _Warm:
+    """One interpreter per env that has imported what its :attr:`TargetEnv.check` imports; each run is a fork of it
+    (:data:`_WORKER`), so a run pays for its own work and not for ``import speculators`` again. Started on first use,
+    with the environment of that moment (:attr:`env`); closed when the test session's interpreter exits."""
+
+    _all: dict[Path, "_Warm"] = {}
+
+    def __init__(self, env: TargetEnv, environ: dict[str, str]):
+        import tempfile
+
+        self.env = environ
+        self.lock = threading.Lock()
+        self.tmp = Path(tempfile.mkdtemp(prefix="target-env-"))
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, env.check], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True, env=environ)
+
+    @classmethod
+    def of(cls, env: TargetEnv, environ: dict[str, str]) -> "_Warm":
+        with _GUARD:
+            warm = cls._all.get(env.root)
+            if warm is None or warm.proc.poll() is not None:
+                warm = cls._all[env.root] = cls(env, environ)
+            return warm
+
+    #: what may differ between the warm interpreter's environment and a run's: pytest names the running test in it
+    VOLATILE = ("PYTEST_CURRENT_TEST",)
+
+    @classmethod
+    def same(cls, a: dict[str, str], b: dict[str, str]) -> bool:
+        """Whether a run with environment ``b`` may fork an interpreter started with ``a`` (equal but for :data:`VOLATILE`)."""
+        return {k: v for k, v in a.items() if k not in cls.VOLATILE} == {k: v for k, v in b.items() if k not in cls.VOLATILE}
+
+    def run(self, argv: list[str], cwd: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+        with self.lock:
+            out, err = self.tmp / "out", self.tmp / "err"
+            req = {"argv": argv, "cwd": str(cwd), "env": environ, "out": str(out), "err": str(err)}
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"the warm interpreter of {self.tmp} exited (code {self.proc.wait()})")
+            return subprocess.CompletedProcess([sys.executable, *argv], int(json.loads(line)),
+                                               out.read_text(errors="replace"), err.read_text(errors="replace"))
 
 
 def running_interpreter_files() -> dict[str, str]:
