@@ -117,7 +117,7 @@ def _speculators(cfg: dict[str, Any], section: dict[str, Any], ev: list[str], su
         algorithm=algo,
         speculators_version=cfg.get("speculators_version"),
         verifier=verifier_ref(cfg),
-        tap_layers=cfg.get("eagle_aux_hidden_state_layer_ids"),
+        tap_layers=cfg.get("eagle_aux_hidden_state_layer_ids") or cfg.get("aux_hidden_state_layer_ids"),  # EAGLE family; DFlash family
         draft_vocab_size=cfg.get("draft_vocab_size"),
         norm_before_residual=cfg.get("norm_before_residual"),
     )

@@ -31,6 +31,17 @@ def test_a_dflash_config_validates_and_is_no_longer_only_recognised():
         assert any(key in p or key in m for p, m in schema_violations({k: v for k, v in cfg.items() if k != key})), key
 
 
+def test_inspect_gives_a_dflash_drafts_tap_layers(tmp_path):
+    """``inspect``'s summary reads the DFlash family's ``aux_hidden_state_layer_ids`` as the EAGLE family's taps."""
+    import json
+
+    from specfmt.detect import detect
+
+    write_world_dflash(tmp_path / "d", vd=1024, seed=1)
+    cfg = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert detect(tmp_path / "d").summary["tap_layers"] == cfg["aux_hidden_state_layer_ids"]
+
+
 @pytest.mark.parametrize("change,path,words", [
     ({"mask_token_id": V}, "$.mask_token_id", "outside the verifier vocabulary"),
     ({"draft_vocab_size": V + 1}, "$.draft_vocab_size", "larger than the verifier vocabulary"),
