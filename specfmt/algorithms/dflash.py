@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 from pydantic import Field
 
 from ..errors import Finding
-from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_config
+from ..format.config import DecoderSizes, DecoderConfig, LayerId, SpeculatorConfig, register_config
 from ..format.model import Forbidden, NonNegativeInt, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
 from . import layers
@@ -63,7 +63,7 @@ class DFlashLayerConfig(DecoderConfig):
 
 
 @register_config
-class DFlashConfig(SpeculatorConfig):
+class DFlashConfig(DecoderSizes, SpeculatorConfig):
     """A DFlash ``config.json`` (speculators ``DFlashSpeculatorConfig``; vLLM ``algos.update_dflash``).
 
     Notation: H ``transformer_layer_config.hidden_size``, V its ``vocab_size``, Vd ``draft_vocab_size``,
@@ -94,21 +94,6 @@ class DFlashConfig(SpeculatorConfig):
         "dflash_config.causal = not it, for every layer, and defaults to true where speculators defaults to false: always written."))
     sample_from_anchor: bool = Field(False, description=(
         "The anchor slot proposes too (B tokens per pass instead of B-1). vLLM's DFlash refuses it (v1/worker/gpu/spec_decode/dflash)."))
-
-    @property
-    def hidden_size(self) -> int:
-        """H."""
-        return self.transformer_layer_config.hidden_size
-
-    @property
-    def vocab_size(self) -> int:
-        """V, the verifier's vocabulary."""
-        return self.transformer_layer_config.vocab_size
-
-    @property
-    def verifier_hidden_size(self) -> int:
-        """H_t: ``target_hidden_size``, else H."""
-        return self.target_hidden_size or self.hidden_size
 
     @property
     def taps(self) -> list[int]:

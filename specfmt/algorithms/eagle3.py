@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ..checkpoint.dtypes import DTYPE_CODES
 from ..errors import Finding, InputError
-from ..format.config import DecoderConfig, LayerId, SpeculatorConfig, register_config
+from ..format.config import DecoderSizes, DecoderConfig, LayerId, SpeculatorConfig, register_config
 from ..format.draft import Draft
 from ..format.model import ConfigModel, Forbidden, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
@@ -62,7 +62,7 @@ class Eagle3LayerConfig(DecoderConfig):
 
 
 @register_config
-class Eagle3Config(SpeculatorConfig):
+class Eagle3Config(DecoderSizes, SpeculatorConfig):
     """An EAGLE-3 ``config.json`` (speculators ``Eagle3SpeculatorConfig``; vLLM ``algos.update_eagle3``).
 
     Notation: H ``transformer_layer_config.hidden_size``, V its ``vocab_size`` (the verifier's),
@@ -86,21 +86,6 @@ class Eagle3Config(SpeculatorConfig):
     norm_before_fc: bool = Field(False, description="One RMSNorm over the concatenated n_aux·H_t taps before fc (input_norm.weight; gpt-oss style).")
     fc_norm: bool = Field(False, description="One RMSNorm per tap before fc (fc_norm.{k}.weight); not together with norm_before_fc.")
     norm_output: bool = Field(False, description="EAGLE-3.1: the normed output is fed back to the next drafting step instead of the pre-norm one.")
-
-    @property
-    def hidden_size(self) -> int:
-        """H."""
-        return self.transformer_layer_config.hidden_size
-
-    @property
-    def vocab_size(self) -> int:
-        """V, the verifier's vocabulary."""
-        return self.transformer_layer_config.vocab_size
-
-    @property
-    def verifier_hidden_size(self) -> int:
-        """H_t: ``target_hidden_size``, else H."""
-        return self.target_hidden_size or self.hidden_size
 
     @property
     def taps(self) -> list[int]:

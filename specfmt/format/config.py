@@ -97,6 +97,26 @@ class RopeParameters(ConfigModel):
     rope_theta: PositiveNumber = None
 
 
+class DecoderSizes:
+    """H, V and H_t of a speculators config whose draft decoder is ``transformer_layer_config`` and whose
+    verifier width is ``target_hidden_size`` (EAGLE-3's and DFlash's configs and their subclasses)."""
+
+    @property
+    def hidden_size(self) -> int:
+        """H."""
+        return self.transformer_layer_config.hidden_size
+
+    @property
+    def vocab_size(self) -> int:
+        """V, the verifier's vocabulary."""
+        return self.transformer_layer_config.vocab_size
+
+    @property
+    def verifier_hidden_size(self) -> int:
+        """H_t: ``target_hidden_size``, else H."""
+        return self.target_hidden_size or self.hidden_size
+
+
 class DecoderConfig(ConfigModel):
     """A draft decoder's HF config (``transformer_layer_config`` of the EAGLE family): the fields of one
     Llama or Qwen3 layer (:mod:`specfmt.algorithms.layers`). Notation: H ``hidden_size``, V
