@@ -384,13 +384,28 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
             ``force`` does not lift it); checked before anything is read but the verifier's config.
         TrainInterrupted: Ctrl-C during training (the state is saved).
     """
-    import torch
+    import torch.distributed as dist
 
     check_request(req)
     out = real_path(req.out)
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
+    ours = not (dist.is_available() and dist.is_initialized())
     rank, world, placement = _init_distributed(req)
+    try:
+        return _train(req, opts, out, rank, world, placement, log, status)
+    finally:
+        # a process group left to the interpreter's exit aborts a gloo process now and then
+        # ("terminate called without an active exception", SIGABRT): every process takes its own down
+        if world > 1 and ours and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _train(req: TrainRequest, opts: "TrainOptions", out: Path, rank: int, world: int, placement: "Placement",
+           log: Callable[[int, float, list[float]], None] | None, status: Callable[[str], None] | None) -> TrainResult:
+    """:func:`train_draft` once the process group (under torchrun) is up."""
+    import torch
+
     device = torch.device(placement.device)
     torch.manual_seed(opts.seed)
     verifier = Verifier.load(req.verifier)  # resolved once: data, fill-ins, training and the validation run share it
