@@ -265,6 +265,25 @@ class DFlashConverter(Converter):
                           "and vLLM builds all layers causal when it is false")
 
 
+def as_variant(cfg: dict[str, Any], fields: dict[str, Any], config: type[SpeculatorConfig]) -> dict[str, Any]:
+    """A dflash config built by DFlash's decisions, as the config of the DFlash variant it is (``config``: DFlash2's
+    or DSpark's class): its name and architecture, and the variant's own ``fields`` after DFlash's (before
+    ``tie_word_embeddings``), checked by the class.
+
+    Raises:
+        pydantic.ValidationError: the result is not a valid ``config`` (a bug in the caller).
+    """
+    out: dict[str, Any] = {}
+    for key, val in cfg.items():
+        if key == "tie_word_embeddings":
+            out.update(fields)
+        out[key] = val
+    out["architectures"] = [config.architecture]
+    out["speculators_model_type"] = config.name
+    out["speculators_config"] = {**cfg["speculators_config"], "algorithm": config.name}
+    return config.of(out).dump()
+
+
 def _speculative_tokens(cfg: dict[str, Any]) -> int | None:
     methods = (cfg.get("speculators_config") or {}).get("proposal_methods") or [{}]
     k = methods[0].get("speculative_tokens") if isinstance(methods[0], dict) else None
@@ -330,4 +349,4 @@ def _research_taps(cfg: dict[str, Any], opts: Options, N: int, n_layers: int, no
     return read_output_taps("dflash_config.target_layer_ids", list(ids), opts, N, notes, "z-lab's extract_context_feature: hidden_states[id + 1]")
 
 
-__all__ = ["DFlashConverter", "build_target_layer_ids"]
+__all__ = ["DFlashConverter", "as_variant", "build_target_layer_ids"]

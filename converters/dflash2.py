@@ -19,7 +19,7 @@ from specfmt.format.config import SpeculatorConfig
 from specfmt.format.model import field_kinds
 
 from .base import KEEP, Case, Layout, Options, Plan, Rule, Seen, Source, register
-from .dflash import DFlashConverter
+from .dflash import DFlashConverter, as_variant
 
 #: speculators 0.9's ``DFlash2SpeculatorConfig`` defaults, written when a field is absent
 DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16, "sliding_window_non_causal": True}
@@ -65,7 +65,7 @@ class DFlash2Converter(DFlashConverter):
         cfg = {**DEFAULTS, **{k: v for k, v in src.config.items() if v is not None}}
         plan.notes.extend(f"{k} absent: written {v!r}, speculators' default" for k, v in DEFAULTS.items() if src.config.get(k) is None)
         super().decide(replace(src, config=cfg), opts, plan)
-        plan.config = _as_dflash2(plan.config, {k: cfg[k] for k in DEFAULTS if k != "sliding_window_non_causal"})
+        plan.config = as_variant(plan.config, {k: cfg[k] for k in DEFAULTS if k != "sliding_window_non_causal"}, DFlash2Config)
         self._check_parts(plan)
 
     def _check_parts(self, plan: Plan) -> None:
@@ -84,19 +84,6 @@ class DFlash2Converter(DFlashConverter):
             got = "missing" if info is None else f"{list(info.shape)}"
             raise ConversionError(f"{name} is {got}, but this config needs {list(spec.shape)}", where="model.safetensors",
                                   hint="conv_kernel_size, conv_group_size and selector_rank must be the ones the draft was trained with")
-
-
-def _as_dflash2(cfg: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """A dflash config built by DFlash's decisions, as the dflash2 config it is (:class:`DFlash2Config`)."""
-    out: dict[str, Any] = {}
-    for key, val in cfg.items():
-        if key == "tie_word_embeddings":
-            out.update(fields)
-        out[key] = val
-    out["architectures"] = [DFlash2Config.architecture]
-    out["speculators_model_type"] = DFlash2Config.name
-    out["speculators_config"] = {**cfg["speculators_config"], "algorithm": DFlash2Config.name}
-    return DFlash2Config.of(out).dump()
 
 
 __all__ = ["DEFAULTS", "DFlash2Converter"]

@@ -43,7 +43,7 @@ from specfmt.format.config import SpeculatorConfig
 from specfmt.format.model import field_kinds
 
 from .base import KEEP, STRING, Case, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source, refuse, register
-from .dflash import DFlashConverter, _dc
+from .dflash import DFlashConverter, as_variant, _dc
 
 #: speculators 0.9's ``DSparkSpeculatorConfig`` defaults, written when a field is absent
 DEFAULTS = {"sample_from_anchor": True, "markov_rank": 256, "markov_head_type": "vanilla", "enable_confidence_head": True,
@@ -176,7 +176,7 @@ class DSparkConverter(DFlashConverter):
                                   where="config.json", hint="a draft without one is a DFlash draft: convert it with --from dflash")
         super().decide(replace(src, config=cfg), opts, plan)
         fields = {k: cfg[k] for k in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov")}
-        plan.config = _as_dspark(plan.config, fields)
+        plan.config = as_variant(plan.config, fields, DSparkConfig)
         self._check_heads(plan)
 
     def _specforge(self, src: Source, opts: Options, plan: Plan) -> None:
@@ -194,7 +194,7 @@ class DSparkConverter(DFlashConverter):
                   "confidence_head_with_markov": bool(dc.get("confidence_head_with_markov", False))}
         rest = {k: v for k, v in dc.items() if k not in NATIVE_KEYS}
         super().decide(replace(src, config={**src.config, "dflash_config": rest}), opts, plan)
-        plan.config = _as_dspark(plan.config, fields)
+        plan.config = as_variant(plan.config, fields, DSparkConfig)
         plan.notes[:] = [_NATIVE_CAUSAL if n.startswith("sliding_window_non_causal written true") else n for n in plan.notes]
         plan.notes.append("sample_from_anchor written true: SpecForge trains slot j of the block on the token at anchor + j + 1 "
                           "(OnlineDSparkModel), so every slot proposes and k = block_size")
@@ -230,20 +230,6 @@ class DSparkConverter(DFlashConverter):
             raise ConversionError(f"sliding_window_non_causal is true with sliding-window layers: {SLIDING_TRAP}", where="config.json",
                                   hint="vLLM would run this draft's sliding layers other than it was trained")
         return written
-
-
-def _as_dspark(cfg: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
-    """A dflash config built by DFlash's decisions, as the dspark config it is (:class:`DSparkConfig`: name, architecture,
-    the heads' fields after DFlash's)."""
-    out: dict[str, Any] = {}
-    for key, val in cfg.items():
-        if key == "tie_word_embeddings":
-            out.update(fields)
-        out[key] = val
-    out["architectures"] = [DSparkConfig.architecture]
-    out["speculators_model_type"] = DSparkConfig.name
-    out["speculators_config"] = {**cfg["speculators_config"], "algorithm": DSparkConfig.name}
-    return DSparkConfig.of(out).dump()
 
 
 __all__ = ["DEFAULTS", "NATIVE_KEYS", "NATIVE_REFUSALS", "DSparkConverter"]

@@ -35,7 +35,7 @@ from ..format.model import Forbidden, NonNegativeInt, Nullable, PositiveInt, Sch
 from ..format.tensors import TensorSpec
 from . import layers
 from .base import Algorithm, Card, Proposer, Reference, Variant, register
-from .eagle3 import vocab_map_problems
+from .eagle3 import vocab_map_check, vocab_map_problems
 from .reference import ChainDrafter, VerifierStates
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -251,14 +251,8 @@ class DFlash(Algorithm, Reference, Card):
     # -- static validation ---------------------------------------------------------------------
 
     def vocab_map_check(self, cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
-        """EAGLE-3's check of ``d2t`` / ``t2d`` (:func:`~specfmt.algorithms.eagle3.vocab_map_problems`)."""
-        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
-        if "d2t" in reader.infos and "t2d" in reader.infos:
-            vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), V, Vd)
-            return ("fail" if vp else "pass"), ("; ".join(vp) if vp else f"d2t/t2d consistent: {Vd} of {V} ids"), vp
-        if Vd == V:
-            return "pass", "full vocabulary (Vd = V); no map needed", []
-        return "skip", "d2t/t2d absent (reported under tensors)", []
+        """EAGLE-3's check of ``d2t`` / ``t2d`` (:func:`~specfmt.algorithms.eagle3.vocab_map_check`)."""
+        return vocab_map_check(cfg, reader)
 
     def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
         """Taps beyond the verifier: id j is read as the output of layer j - 1, so j <= N - 1 (N: the

@@ -83,23 +83,14 @@ class DFlash2Draft(DFlashDraft):
             layer.attention_conv, layer.mlp_conv = GroupedConv(H, K, g), GroupedConv(H, K, g)
         self.candidate_selector = CandidateSelector(tlc["vocab_size"], H, int(cfg["selector_rank"]), int(cfg["selector_top_k"]))
 
-    def forward(self, block: "torch.Tensor", context: "torch.Tensor", context_positions: "torch.Tensor", block_positions: "torch.Tensor",
-                causal: bool = False) -> "torch.Tensor":
-        """:meth:`DFlashDraft.forward` with each sublayer's input and output convolved inside the block
+    def _block_layer(self, layer, x, context, block_positions, key_positions, mask):
+        """DFlash's layer with each sublayer's input and output convolved inside the block
         (speculators ``Qwen3DFlash2DecoderLayer.forward``)."""
-        S = block.shape[1]
-        key_positions = torch.cat([context_positions, block_positions])
-        mask = torch.ones(S, key_positions.numel(), dtype=torch.bool, device=block.device)
-        if causal:
-            mask[:, context_positions.numel():] = torch.ones(S, S, dtype=torch.bool, device=block.device).tril()
-        x = block
-        for layer in self.layers:
-            a, kernel = layer.attention_conv.prepare(layer.input_layernorm(x))
-            a = self._block_attend(layer.self_attn, a, context, block_positions, key_positions, mask)
-            x = x + layer.attention_conv.finish(a, kernel)
-            m, kernel = layer.mlp_conv.prepare(layer.post_attention_layernorm(x))
-            x = x + layer.mlp_conv.finish(layer.mlp(m), kernel)
-        return self.norm(x)
+        a, kernel = layer.attention_conv.prepare(layer.input_layernorm(x))
+        a = self._block_attend(layer.self_attn, a, context, block_positions, key_positions, mask)
+        x = x + layer.attention_conv.finish(a, kernel)
+        m, kernel = layer.mlp_conv.prepare(layer.post_attention_layernorm(x))
+        return x + layer.mlp_conv.finish(layer.mlp(m), kernel)
 
 
 __all__ = ["CandidateSelector", "DFlash2Draft", "GroupedConv"]

@@ -75,14 +75,17 @@ class DFlashDraft(Decoder):
             mask[:, context_positions.numel():] = torch.ones(S, S, dtype=torch.bool, device=block.device).tril()
         x = block
         for layer in self.layers:
-            a = self._block_attend(layer.self_attn, layer.input_layernorm(x), context, block_positions, key_positions, mask)
-            x = x + a
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = self._block_layer(layer, x, context, block_positions, key_positions, mask)
         return self.norm(x)
 
     def logits(self, hidden: "torch.Tensor", head: "torch.Tensor | None" = None) -> "torch.Tensor":
         """[..., H] -> [..., Vd] with the draft's ``lm_head``, else ``head`` [V, H] (the verifier's; Vd = V)."""
         return self.lm_head(hidden) if self.lm_head is not None else hidden @ head.to(hidden.dtype).T
+
+    def _block_layer(self, layer, x, context, block_positions, key_positions, mask):
+        """One decoder layer of :meth:`forward`: [B, S, H] -> [B, S, H] (speculators ``Qwen3DFlashDecoderLayer``)."""
+        x = x + self._block_attend(layer.self_attn, layer.input_layernorm(x), context, block_positions, key_positions, mask)
+        return x + layer.mlp(layer.post_attention_layernorm(x))
 
     def _block_attend(self, attn, x, context, block_positions, key_positions, mask):
         """Attention of the block ``x`` [B, S, H] (after ``input_layernorm``) over the context's K/V (``k_proj`` / ``v_proj``

@@ -196,6 +196,19 @@ def vocab_map_problems(d2t, t2d, vocab_size: int, draft_vocab_size: int) -> list
     return problems
 
 
+def vocab_map_check(cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
+    """``validate``'s draft-vocabulary row of a draft with EAGLE-3's ``draft_vocab_size`` and ``d2t`` / ``t2d``
+    (EAGLE-3, and the DFlash family that took them over): ``(status, detail, problems)``, the map's
+    consistency by :func:`vocab_map_problems` when both tensors are present."""
+    V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
+    if "d2t" in reader.infos and "t2d" in reader.infos:
+        vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), V, Vd)
+        return ("fail" if vp else "pass"), ("; ".join(vp) if vp else f"d2t/t2d consistent: {Vd} of {V} ids"), vp
+    if Vd == V:
+        return "pass", "full vocabulary (Vd = V); no map needed", []
+    return "skip", "d2t/t2d absent (reported under tensors)", []
+
+
 def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
     """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
 
@@ -477,13 +490,7 @@ class Eagle3(Algorithm, Reference, Training, Card):
     # -- static validation ---------------------------------------------------------------------
 
     def vocab_map_check(self, cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
-        V, Vd = cfg["transformer_layer_config"]["vocab_size"], cfg["draft_vocab_size"]
-        if "d2t" in reader.infos and "t2d" in reader.infos:
-            vp = vocab_map_problems(reader.array("d2t"), reader.array("t2d"), V, Vd)
-            return ("fail" if vp else "pass"), ("; ".join(vp) if vp else f"d2t/t2d consistent: {Vd} of {V} ids"), vp
-        if Vd == V:
-            return "pass", "full vocabulary (Vd = V); no map needed", []
-        return "skip", "d2t/t2d absent (reported under tensors)", []
+        return vocab_map_check(cfg, reader)
 
     def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
         out_of_range = [t for t in cfg["eagle_aux_hidden_state_layer_ids"] if t >= verifier.num_hidden_layers]
