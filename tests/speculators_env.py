@@ -27,6 +27,31 @@ PACKAGES = ("speculators==0.9.0", "hs-connectors==0.9.0", "datasets==5.1.0", "mu
 CHECK = "import torch, transformers, speculators, speculators.__main__"
 
 
+#: Driver code (run with ``python -c``) that makes a transformers draft module compute in float64 throughout:
+#: transformers computes the rotary tables and RMSNorm in float32 whatever the model's dtype (about 1e-6 off
+#: at the test sizes; ``LlamaRMSNorm``/``Qwen3RMSNorm``: ``hidden_states.to(torch.float32)``), so
+#: ``float64_like_transformers(model, tl)`` puts the same formulas, in float64, in their place. ``tl``: the
+#: config with ``rope_theta`` / ``rope_parameters``. Prepended to the drivers of test_peagle.py, test_dflash.py
+#: and test_dspark_convert.py.
+FLOAT64 = r"""
+import torch
+def float64_like_transformers(model, tl):
+    theta = float((getattr(tl, "rope_parameters", None) or {}).get("rope_theta", getattr(tl, "rope_theta", 10000.0)))
+    rot = model.rotary_emb
+    def rope64(x, position_ids):
+        hd = 2 * rot.inv_freq.numel()
+        freqs = position_ids[..., None].double() / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        emb = torch.cat([freqs, freqs], dim=-1)
+        return (emb.cos() * rot.attention_scaling).to(x.dtype), (emb.sin() * rot.attention_scaling).to(x.dtype)
+    rot.forward = rope64
+    def norm64(mod):
+        return lambda x: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
+    for mod in model.modules():
+        if hasattr(mod, "variance_epsilon"):
+            mod.forward = norm64(mod)
+"""
+
+
 def default_root() -> Path:
     tag = sys.implementation.cache_tag or "py"
     return Path(os.environ.get("SPECFMT_SPECULATORS_ENV") or Path.home() / ".cache" / "specfmt" / f"speculators-0.9.0-{tag}")

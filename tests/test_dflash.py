@@ -15,7 +15,7 @@ from builders_dflash import dflash_config, write_world_dflash
 from specfmt.algorithms import get, schema_violations
 from specfmt.algorithms.recognised import recognised
 from specfmt.serving import explicit_config
-from speculators_env import spec_env  # noqa: F401  (fixture)
+from speculators_env import FLOAT64, spec_env  # noqa: F401  (fixture)
 
 H, V, N_LAYERS, TAPS, MASK, B = builders_dflash.H, builders_dflash.V, 6, builders_dflash.TAPS, builders_dflash.MASK, builders_dflash.B
 
@@ -170,7 +170,7 @@ def test_the_proposer_takes_the_mask_slots_of_one_block_and_maps_them_through_d2
     assert torch.equal(states.hidden[0], _states(3, 6).hidden[0])  # the states are read, never changed
 
 
-DRIVE = r"""
+DRIVE = FLOAT64 + r"""
 import json, sys, torch
 from safetensors.torch import load_file, save_file
 from speculators import SpeculatorModelConfig
@@ -183,19 +183,7 @@ cfg.transformer_layer_config._attn_implementation = "eager"  # create_float_mask
 model = core.DFlashDraftModel(cfg).double().eval()
 # transformers computes rotary tables, RMSNorm and the eager softmax in float32 whatever the dtype: the same formulas in float64 here
 tl = cfg.transformer_layer_config
-theta = float((getattr(tl, "rope_parameters", None) or {}).get("rope_theta", getattr(tl, "rope_theta", 10000.0)))
-rot = model.rotary_emb
-def rope64(x, position_ids):
-    hd = 2 * rot.inv_freq.numel()
-    freqs = position_ids[..., None].double() / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return (emb.cos() * rot.attention_scaling).to(x.dtype), (emb.sin() * rot.attention_scaling).to(x.dtype)
-rot.forward = rope64
-def norm64(mod):
-    return lambda x: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
-for mod in model.modules():
-    if hasattr(mod, "variance_epsilon"):
-        mod.forward = norm64(mod)
+float64_like_transformers(model, tl)  # rotary tables and RMSNorm (FLOAT64)
 def eager64(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
     rep = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1)

@@ -30,6 +30,7 @@ from specfmt.converters import Options
 from specfmt.detect import detect
 from specfmt.errors import SpecfmtError
 from specfmt.validation.static import validate_static
+from speculators_env import FLOAT64
 from test_dflash_convert import H, MASK, N, VERIFIER, zlab
 
 V, R, B, IDS = 2048, 16, 4, [1, 3, 5]
@@ -123,7 +124,7 @@ def test_confidence_tensors_of_a_disabled_head_are_not_written_silently(tmp_path
 
 # --------------------------------------------------------------------------- SpecForge's own model
 
-SPECFORGE = r"""
+SPECFORGE = FLOAT64 + r"""
 import json, sys, types, torch
 from safetensors.torch import load_file
 src, draft, inputs, out = sys.argv[1:5]
@@ -136,20 +137,7 @@ cfg = Qwen3Config(**json.loads(open(draft + "/config.json").read()))
 cfg._attn_implementation = "sdpa"
 model = DSparkDraftModel(cfg).double().eval()
 model.load_state_dict({k: v.double() for k, v in load_file(draft + "/model.safetensors").items()}, strict=True)
-# transformers computes the rotary tables and RMSNorm in float32 whatever the dtype: the same formulas in float64 (as test_dflash.py)
-rot = model.rotary_emb
-theta = float((getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
-def rope64(x, position_ids):
-    hd = 2 * rot.inv_freq.numel()
-    freqs = position_ids[..., None].double() / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return (emb.cos() * rot.attention_scaling).to(x.dtype), (emb.sin() * rot.attention_scaling).to(x.dtype)
-rot.forward = rope64
-def norm64(mod):
-    return lambda x: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
-for mod in model.modules():
-    if hasattr(mod, "variance_epsilon"):
-        mod.forward = norm64(mod)
+float64_like_transformers(model, cfg)  # transformers' rotary tables and RMSNorm are float32 whatever the dtype (FLOAT64)
 x = torch.load(inputs)
 T, Bk = x["target_hidden"].shape[0], x["noise"].shape[0]
 with torch.no_grad():

@@ -25,7 +25,7 @@ from specfmt.algorithms.recognised import recognised
 from specfmt.algorithms.reference import VerifierStates
 from specfmt.format.versions import SPECULATORS_VERSION
 from specfmt.serving import explicit_config
-from speculators_env import spec_env  # noqa: F401  (fixture)
+from speculators_env import FLOAT64, spec_env  # noqa: F401  (fixture)
 
 H, V, N_LAYERS, TAPS, MASK = 32, 97, 5, [1, 2, 3], 95
 
@@ -151,7 +151,7 @@ def test_each_peagle_misreading_changes_the_proposals_logits():
 # --------------------------------------------------------------------------- against speculators 0.9
 
 
-DRIVE = r"""
+DRIVE = FLOAT64 + r"""
 import json, sys, torch
 from safetensors.torch import load_file
 from speculators import SpeculatorModelConfig
@@ -160,22 +160,7 @@ folder, T, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 cfg = SpeculatorModelConfig.from_pretrained(folder)
 cfg.transformer_layer_config._attn_implementation = "sdpa"  # eager attention takes its softmax in float32
 model = core.PEagleDraftModel(cfg).double().eval()
-# transformers computes the rotary tables in float32 whatever the model's dtype (about 1e-6 off at these sizes); in float64 here
-tl = cfg.transformer_layer_config
-theta = float((getattr(tl, "rope_parameters", None) or {}).get("rope_theta", getattr(tl, "rope_theta", 10000.0)))
-rot = model.rotary_emb
-def rope64(x, position_ids):
-    hd = 2 * rot.inv_freq.numel()
-    freqs = position_ids[..., None].double() / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return (emb.cos() * rot.attention_scaling).to(x.dtype), (emb.sin() * rot.attention_scaling).to(x.dtype)
-rot.forward = rope64
-# and its RMSNorm in float32 too (LlamaRMSNorm, Qwen3RMSNorm: hidden_states.to(torch.float32)); the same formula in float64 here
-def norm64(mod):
-    return lambda x: mod.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + mod.variance_epsilon))
-for mod in model.modules():
-    if hasattr(mod, "variance_epsilon"):
-        mod.forward = norm64(mod)
+float64_like_transformers(model, cfg.transformer_layer_config)  # rotary tables and RMSNorm in float64 (FLOAT64)
 state = load_file(folder + "/model.safetensors")
 missing, unexpected = model.load_state_dict(state, strict=False)
 inputs = load_file(folder + "/inputs.safetensors")
