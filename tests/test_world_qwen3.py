@@ -9,29 +9,19 @@ import json
 
 import pytest
 import torch
-from safetensors import safe_open
 
 from conftest import REPO, assert_figures, run_cli
 from specfmt.convert import convert
 from specfmt.validation.run import validate_run
 from speculators_env import spec_env  # noqa: F401  (fixture)
+from world_qwen3 import MANIFEST, WORLD, convert_draft, saves_again, tensor_names
 
-WORLD = REPO / "examples" / "world-qwen3"
 DRAFT = WORLD / "eagle3-speculators"
-MANIFEST = json.loads((WORLD / "world.json").read_text())
-
-
-def tensor_names(path) -> set[str]:
-    with safe_open(str(path), "pt") as f:
-        return set(f.keys())
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("qwen3world") / "draft"
-    r = run_cli("convert", "--from", "auto", DRAFT, "-o", out, "--verifier", WORLD / "verifier")
-    assert r.returncode == 0, r.stderr
-    return out
+    return convert_draft(DRAFT, tmp_path_factory.mktemp("qwen3world") / "draft")
 
 
 def test_world_is_small_and_its_verifier_is_qwen3():
@@ -58,24 +48,12 @@ def test_draft_is_the_speculators_layout_with_a_qwen3_layer():
         *{f"layers.0.mlp.{p}_proj.weight" for p in ("gate", "up", "down")}}
 
 
-SAVE_AGAIN = """
-import sys
-from speculators import SpeculatorModel
-m = SpeculatorModel.from_pretrained(sys.argv[1])
-print(type(m).__name__, type(m.config.transformer_layer_config).__name__)
-m.save_pretrained(sys.argv[2])
-"""
-
-
 def test_speculators_saves_the_draft_again_byte_for_byte(spec_env, tmp_path):  # noqa: F811
     """speculators 0.9.0 loads the draft (its verifier resolved from the draft's folder, as
     speculators resolves relative paths against the working directory) and writes the same
     config.json, config.py and model.safetensors again."""
-    r = spec_env.run("-c", SAVE_AGAIN, ".", tmp_path / "again", cwd=DRAFT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split() == ["Eagle3DraftModel", "Qwen3Config"]
-    for name in ("config.json", "config.py", "model.safetensors"):
-        assert (tmp_path / "again" / name).read_bytes() == (DRAFT / name).read_bytes(), name
+    shown = saves_again(spec_env, DRAFT, tmp_path / "again", "type(m.config.transformer_layer_config).__name__")
+    assert shown == ["Eagle3DraftModel", "Qwen3Config"]
 
 
 def test_auto_detects_speculators_and_keeps_every_tensor(converted):

@@ -12,54 +12,26 @@ saves a DFlash draft.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-import torch
-from safetensors import safe_open
 
-from conftest import REPO, assert_figures, run_cli
+from conftest import REPO, assert_figures
 from specfmt.validation.run import validate_run
 from speculators_env import spec_env  # noqa: F401  (fixture)
+from world_qwen3 import K, MANIFEST, MAX_TOKENS, WORLD, convert_draft, random_like, reference, saves_again, tensor_names
 
-WORLD = REPO / "examples" / "world-qwen3"
 DRAFT = WORLD / "dflash-speculators"
-MANIFEST = json.loads((WORLD / "world.json").read_text())
-K, MAX_TOKENS = 3, 32
-
-
-def tensor_names(path) -> set[str]:
-    with safe_open(str(path), "pt") as f:
-        return set(f.keys())
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dflashworld") / "draft"
-    r = run_cli("convert", "--from", "auto", DRAFT, "-o", out, "--verifier", WORLD / "verifier")
-    assert r.returncode == 0, r.stderr
-    return out
+    return convert_draft(DRAFT, tmp_path_factory.mktemp("dflashworld") / "draft")
 
 
 @pytest.fixture(scope="module")
 def random_draft(converted, tmp_path_factory):
     """The converted draft with every tensor random (specfmt's module initialisation, seeded)."""
-    from safetensors.torch import load_file, save_file
-
-    from specfmt.algorithms import get
-
-    out = tmp_path_factory.mktemp("dflashrandom") / "draft"
-    shutil.copytree(converted, out)
-    cfg = json.loads((out / "config.json").read_text())
-    theirs = load_file(str(out / "model.safetensors"))
-    torch.manual_seed(0)
-    rand = get("dflash").module(cfg).state_dict()
-    save_file({n: rand[n].contiguous() for n in theirs}, str(out / "model.safetensors"))
-    return out
-
-
-def _reference(folder):
-    return validate_run(folder, prompts=str(WORLD / "prompts.jsonl"), max_tokens=MAX_TOKENS, num_speculative_tokens=K, use_vllm=False, write=False)
+    return random_like(converted, tmp_path_factory.mktemp("dflashrandom") / "draft", "dflash")
 
 
 def test_it_is_speculators_dflash_layout():
@@ -76,30 +48,18 @@ def test_it_is_speculators_dflash_layout():
     assert sum(p.stat().st_size for p in WORLD.rglob("*") if p.is_file()) < 15e6  # issue #18
 
 
-SAVE_AGAIN = """
-import sys
-from speculators import SpeculatorModel
-m = SpeculatorModel.from_pretrained(sys.argv[1])
-print(type(m).__name__, m.config.speculators_model_type, m.config.block_size)
-m.save_pretrained(sys.argv[2])
-"""
-
-
 def test_speculators_loads_it_as_its_dflash_draft_and_saves_the_same_bytes(spec_env, tmp_path):  # noqa: F811
-    r = spec_env.run("-c", SAVE_AGAIN, ".", tmp_path / "again", cwd=DRAFT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split()[-3:] == ["DFlashDraftModel", "dflash", "4"]
-    for name in ("config.json", "config.py", "model.safetensors"):
-        assert (tmp_path / "again" / name).read_bytes() == (DRAFT / name).read_bytes(), name
+    shown = saves_again(spec_env, DRAFT, tmp_path / "again", "m.config.speculators_model_type", "m.config.block_size")
+    assert shown[-3:] == ["DFlashDraftModel", "dflash", "4"]
 
 
 def test_reference_figures_are_the_worlds_and_clearly_above_a_random_draft(converted, random_draft):
-    res = _reference(converted)
+    res = reference(converted)
     st = {c.name: c.status for c in res.report.checks}
     assert res.report.ok and st["variants"] == "pass", res.report.to_json()
     got = {**res.reference, "k": res.k, "prompts": len(res.prompts.ids), "tokens": len(res.prompts.ids) * res.max_tokens}
     assert_figures(got, MANIFEST["dflash"]["heldout"], "qwen3 world, DFlash")
-    rnd = _reference(random_draft).reference
+    rnd = reference(random_draft).reference
     assert rnd["mean_acceptance_length"] <= 1.05 and got["mean_acceptance_length"] >= rnd["mean_acceptance_length"] + 0.2
     by_label = {v["reading"]: v["mean_acceptance_length"] for v in res.variants}
     for label in ("taps + 1: [3, 5, 7]", "taps - 1: [1, 3, 5]", "mask_token_id 0", "sample_from_anchor true"):
@@ -111,7 +71,7 @@ def test_reference_figures_are_the_worlds_and_clearly_above_a_random_draft(conve
 
 
 @pytest.mark.vllm
-def test_vllm_serves_it_as_dflash_qwen3_and_agrees_with_the_reference(converted, random_draft):
+def test_vllm_serves_it_as_dflash_qwen3_and_agrees_with_thereference(converted, random_draft):
     """One engine host: ``validate --run`` (the draft as ``vllm serve OUT`` starts it, and the verifier alone), then a random
     draft of the same shape. vLLM 0.32's CPU build attaches ``DFlashQwen3ForCausalLM`` (method ``dflash``), its tokens equal
     the verifier alone, per position within 0.1 of the reference, every tensor it holds equal to the file's."""

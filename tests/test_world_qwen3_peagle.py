@@ -14,57 +14,28 @@ with specfmt's P-EAGLE module, saved as speculators 0.9 saves a P-EAGLE draft.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
-import torch
-from safetensors import safe_open
 
-from conftest import REPO, assert_figures, run_cli
+from conftest import REPO, assert_figures
 from specfmt.validation.run import validate_run
 from speculators_env import spec_env  # noqa: F401  (fixture)
+from world_qwen3 import K, MANIFEST, MAX_TOKENS, WORLD, convert_draft, random_like, reference, saves_again, tensor_names
 
-WORLD = REPO / "examples" / "world-qwen3"
 DRAFT = WORLD / "peagle-speculators"
 EAGLE3 = WORLD / "eagle3-speculators"
-MANIFEST = json.loads((WORLD / "world.json").read_text())
-K, MAX_TOKENS = 3, 32
-
-
-def tensor_names(path) -> set[str]:
-    with safe_open(str(path), "pt") as f:
-        return set(f.keys())
 
 
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
-    out = tmp_path_factory.mktemp("peagleworld") / "draft"
-    r = run_cli("convert", "--from", "auto", DRAFT, "-o", out, "--verifier", WORLD / "verifier")
-    assert r.returncode == 0, r.stderr
-    return out
+    return convert_draft(DRAFT, tmp_path_factory.mktemp("peagleworld") / "draft")
 
 
 @pytest.fixture(scope="module")
 def random_draft(converted, tmp_path_factory):
     """The converted draft with every tensor but the verifier's embedding and the vocabulary map random
     (specfmt's module initialisation, seeded): what 'above a random draft' is measured against."""
-    from safetensors.torch import load_file, save_file
-
-    from specfmt.algorithms import get
-
-    out = tmp_path_factory.mktemp("peaglerandom") / "draft"
-    shutil.copytree(converted, out)
-    cfg = json.loads((out / "config.json").read_text())
-    theirs = load_file(str(out / "model.safetensors"))
-    torch.manual_seed(0)
-    rand = get("peagle").module(cfg).state_dict()
-    keep = ("embed_tokens.weight", "d2t", "t2d")
-    save_file({n: (t if n in keep else rand[n]).contiguous() for n, t in theirs.items()}, str(out / "model.safetensors"))
-    return out
-
-
-def _reference(folder):
-    return validate_run(folder, prompts=str(WORLD / "prompts.jsonl"), max_tokens=MAX_TOKENS, num_speculative_tokens=K, use_vllm=False, write=False)
+    return random_like(converted, tmp_path_factory.mktemp("peaglerandom") / "draft", "peagle", keep=("embed_tokens.weight", "d2t", "t2d"))
 
 
 def test_it_is_the_eagle3_draft_in_speculators_peagle_layout():
@@ -80,32 +51,20 @@ def test_it_is_the_eagle3_draft_in_speculators_peagle_layout():
     assert sum(p.stat().st_size for p in WORLD.rglob("*") if p.is_file()) < 15e6  # issue #18
 
 
-SAVE_AGAIN = """
-import sys
-from speculators import SpeculatorModel
-m = SpeculatorModel.from_pretrained(sys.argv[1])
-print(type(m).__name__, m.config.speculators_model_type, m.config.mask_token_id)
-m.save_pretrained(sys.argv[2])
-"""
-
-
 def test_speculators_loads_it_as_its_peagle_draft_and_saves_the_same_bytes(spec_env, tmp_path):  # noqa: F811
-    r = spec_env.run("-c", SAVE_AGAIN, ".", tmp_path / "again", cwd=DRAFT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split()[-3:] == ["PEagleDraftModel", "peagle", "2"]
-    for name in ("config.json", "config.py", "model.safetensors"):
-        assert (tmp_path / "again" / name).read_bytes() == (DRAFT / name).read_bytes(), name
+    shown = saves_again(spec_env, DRAFT, tmp_path / "again", "m.config.speculators_model_type", "m.config.mask_token_id")
+    assert shown[-3:] == ["PEagleDraftModel", "peagle", "2"]
 
 
 def test_reference_figures_are_the_worlds_and_clearly_above_a_random_draft(converted, random_draft):
     """Parallel drafting (k = 3) on the 16 held-out prompts reproduces world.json; a random draft of the same shape is
     accepted almost never; the mask token matters; drafting sequentially is recorded but is not a rival reading."""
-    res = _reference(converted)
+    res = reference(converted)
     st = {c.name: c.status for c in res.report.checks}
     assert res.report.ok and st["variants"] == "pass", res.report.to_json()
     got = {**res.reference, "k": res.k, "prompts": len(res.prompts.ids), "tokens": len(res.prompts.ids) * res.max_tokens}
     assert_figures(got, MANIFEST["peagle"]["heldout"], "qwen3 world, P-EAGLE")
-    rnd = _reference(random_draft).reference
+    rnd = reference(random_draft).reference
     assert got["mean_acceptance_length"] >= 1.5 and rnd["mean_acceptance_length"] <= 1.1
     by_cause = {v["cause"]: v for v in res.variants}
     assert by_cause["mask token id"]["mean_acceptance_length"] < got["mean_acceptance_length"] - 0.1
