@@ -86,7 +86,8 @@ class Manifest:
         layers: the layer ids stored in ``hidden_states``' second axis, in order (vLLM's
             ``eagle_aux_hidden_state_layer_ids`` semantics; see :mod:`specfmt.datagen.engine`).
         hidden_size: H.
-        engine: ``"vllm"`` or ``"transformers"``.
+        engine: the engines that made the files: ``"vllm"``, ``"transformers"``, or both joined by ``+``
+            (a run resumed with the other engine).
         seq_len: the ``--seq-len`` the samples were truncated to.
         dtype: the dtype of the stored hidden states (``"float32"``, ``"bfloat16"``, ...).
         samples: rows in the preprocessed dataset.
@@ -141,21 +142,26 @@ def write_preprocessed(samples: Sequence[Sample], root: str | Path) -> None:
     root = Path(root)
     if has_preprocessed(root):
         raise InputError("the output folder already holds a preprocessed dataset", where=str(root))
-    ds = _datasets().Dataset.from_dict({
+    datasets = _datasets()
+    ds = datasets.Dataset.from_dict({
         "input_ids": [list(s.input_ids) for s in samples],
         "loss_mask": [list(s.loss_mask) for s in samples],
         "seq_len": [len(s) for s in samples],
     })
     root.mkdir(parents=True, exist_ok=True)
-    tmp = root / ".preprocessed.tmp"
+    tmp = root / f".preprocessed.{os.getpid()}.tmp"  # per process: data-parallel ranks may write at once
     shutil.rmtree(tmp, ignore_errors=True)
+    bars = not datasets.utils.are_progress_bars_disabled()
     try:
+        datasets.utils.disable_progress_bars()  # a library call prints nothing; the command shows its own progress
         ds.save_to_disk(str(tmp))
         names = sorted(p.name for p in tmp.iterdir())
         for name in [n for n in names if n != _STATE] + [_STATE]:
             os.replace(tmp / name, root / name)
             apply_umask(root / name)
     finally:
+        if bars:
+            datasets.utils.enable_progress_bars()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -264,7 +270,7 @@ def write_token_freq(samples: Iterable[Sample], path: str | Path) -> dict[int, i
 
     freq = token_frequencies(samples)
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     torch.save(freq, tmp)
     os.replace(tmp, path)
     apply_umask(path)
@@ -274,7 +280,7 @@ def write_token_freq(samples: Iterable[Sample], path: str | Path) -> dict[int, i
 def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     """Write ``root/specfmt_datagen.json`` atomically; returns its path."""
     path = Path(root) / MANIFEST
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     apply_umask(path)
