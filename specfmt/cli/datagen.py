@@ -70,12 +70,12 @@ def datagen(
     with progress:
         res = run_datagen(req, on_file=on_file, on_start=on_start)
     for note in res.notes:
-        err.print(f"note: {note}", markup=False)
+        err.print(f"note: {note}", markup=False, soft_wrap=True)
     if res.unsupervised or res.skipped_turns:
         err.print(f"note: the cut to {res.seq_len} tokens dropped {res.unsupervised} rows with no assistant token and skipped "
-                  f"{res.skipped_turns} assistant turns whose prompt fills it; a larger --seq-len keeps them", markup=False)
+                  f"{res.skipped_turns} assistant turns whose prompt fills it; a larger --seq-len keeps them", markup=False, soft_wrap=True)
     out.print(f"{res.samples} samples, layers {res.layers}; this run made {res.made} hidden-state files with {res.engine} "
               f"({res.resumed} already in place): {res.tokens:,} tokens, {_size(res.bytes)}"
               + (f", {res.bytes_per_token:,.0f} bytes per token, {res.tokens / res.seconds:,.0f} tokens/s" if res.tokens and res.seconds else ""),
-              markup=False, highlight=False)
+              markup=False, highlight=False, soft_wrap=True)
     out.print(f"wrote {res.root}", markup=False)
