@@ -20,7 +20,7 @@ from specfmt.datagen.layout import check_sample, existing_samples, hidden_states
 from specfmt.errors import DatagenInterrupted, InputError
 from specfmt.sources.verifier import Verifier
 from speculators_env import spec_env  # noqa: F401  (fixture)
-from test_datagen_layout import SPEC_READS
+from specfmt.datagen.chat import assistant_rows
 
 WORLD = Path(__file__).resolve().parents[1] / "examples" / "world" / "verifier"
 TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
@@ -193,3 +193,64 @@ def test_ranks_share_the_output_and_options_are_checked(verifier, data, tmp_path
     assert eng.name == "transformers" and "vLLM is not available" in notes[0]
     with pytest.raises(InputError, match="one device; --tensor-parallel-size 2 needs --engine vllm"):
         dg.make_engine("transformers", Verifier.load(str(verifier)), 2)
+
+
+SPEC_READS = r"""
+import json, sys
+from pathlib import Path
+from datasets import load_from_disk
+from speculators.data_generation.offline import check_hidden_states, find_corrupt_hidden_state_indices, get_existing_hidden_state_indices
+from hs_connectors import FileTransfer
+root = Path(sys.argv[1])
+ds = load_from_disk(str(root))
+ds.set_format(type="torch")
+t = FileTransfer(root / "hidden_states")
+out = {"columns": sorted(ds.column_names), "seq_len": list(ds.with_format(None)["seq_len"]), "rows": []}
+for i in range(len(ds)):
+    hs = t.get_cached(i)
+    check_hidden_states(hs, ds[i]["input_ids"].tolist())
+    out["rows"].append({"ids": ds[i]["input_ids"].tolist(), "mask": ds[i]["loss_mask"].tolist(), "shape": list(hs["hidden_states"].shape)})
+existing = get_existing_hidden_state_indices(root / "hidden_states")
+out["corrupt"] = sorted(find_corrupt_hidden_state_indices(root / "hidden_states", existing))
+print("REPORT " + json.dumps(out))
+"""
+
+
+SPEC_PREPROCESS = r"""
+import json, sys
+from transformers import AutoTokenizer
+import speculators.data_generation.preprocessing as pre
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+def render(endpoint, messages, *, add_generation_prompt, tools=None, chat_template_kwargs=None, truncate_prompt_tokens=None,
+           truncation_side=None, **kw):
+    # vLLM's /render: the chat template, tokenized without added special tokens, cut on the right
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+    return tok.encode(text, add_special_tokens=False)[:truncate_prompt_tokens]
+pre.render_conversation = render
+convs = json.loads(sys.argv[2])
+# the batch function build_speculator_training_dataset maps over the dataset (its dataset.map is left out: datasets'
+# fingerprinting cannot pickle in the forked env)
+out = pre._preprocess_batch({"conversations": convs}, False, "http://unused", int(sys.argv[3]))
+print("REPORT " + json.dumps({"input_ids": [t.tolist() for t in out["input_ids"]], "loss_mask": [t.tolist() for t in out["loss_mask"]],
+                              "seq_len": out["seq_len"]}))
+"""
+
+
+def test_rows_equal_speculators_prepare_data(spec_env, verifier, tmp_path):
+    """speculators 0.9's ``_preprocess_batch`` (what ``build_speculator_training_dataset`` maps; its ``/render`` call answered by the same template through
+    transformers, as vLLM renders it) makes the same rows, masks and seq_len, including the skip and cut at a short window."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(verifier))
+    sharegpt = [{"from": {"user": "human", "assistant": "gpt"}.get(t["role"], t["role"]), "value": t["content"]} for t in CONV]
+    convs = [CONV, sharegpt, CONV[1:3]]
+    for seq_len in (512, 30):
+        r = spec_env.run("-c", SPEC_PREPROCESS, verifier, json.dumps(convs), seq_len)
+        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
+        assert line is not None, r.stderr[-3000:]
+        theirs = json.loads(line[len("REPORT "):])
+        ours = [s for c in convs for s in assistant_rows(tok, c, seq_len)[0]]
+        assert len(ours) == 5 if seq_len == 512 else 0 < len(ours) < 5
+        assert theirs["input_ids"] == [list(s.input_ids) for s in ours]
+        assert theirs["loss_mask"] == [list(s.loss_mask) for s in ours]
+        assert theirs["seq_len"] == [len(s) for s in ours]

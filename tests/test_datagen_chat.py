@@ -1,5 +1,5 @@
-"""Chat data with an assistant-only loss mask (specfmt/datagen/chat.py), against the rendered template and against
-speculators 0.9's own ``prepare-data`` preprocessing."""
+"""Chat data with an assistant-only loss mask (specfmt/datagen/chat.py), against the rendered template. The comparison
+with speculators 0.9's own ``prepare-data`` preprocessing is in tests/test_datagen.py (one speculators env per module)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 
 from specfmt.datagen.chat import assistant_rows, read_samples
 from specfmt.errors import InputError
-from speculators_env import spec_env  # noqa: F401  (fixture)
 
 WORLD = Path(__file__).resolve().parents[1] / "examples" / "world" / "verifier"
 TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
@@ -71,41 +70,3 @@ def test_read_samples_text_and_chat(tok, tmp_path):
     data.write_text(json.dumps({"messages": [{"role": "robot", "content": "x"}]}) + "\n")
     with pytest.raises(InputError, match="turn 0 has role 'robot'"):
         read_samples([str(data)], tok, 16)
-
-
-SPEC_PREPROCESS = r"""
-import json, sys
-from transformers import AutoTokenizer
-import speculators.data_generation.preprocessing as pre
-tok = AutoTokenizer.from_pretrained(sys.argv[1])
-def render(endpoint, messages, *, add_generation_prompt, tools=None, chat_template_kwargs=None, truncate_prompt_tokens=None,
-           truncation_side=None, **kw):
-    # vLLM's /render: the chat template, tokenized without added special tokens, cut on the right
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
-    return tok.encode(text, add_special_tokens=False)[:truncate_prompt_tokens]
-pre.render_conversation = render
-convs = json.loads(sys.argv[2])
-# the batch function build_speculator_training_dataset maps over the dataset (its dataset.map is left out: datasets'
-# fingerprinting cannot pickle in the forked env)
-out = pre._preprocess_batch({"conversations": convs}, False, "http://unused", int(sys.argv[3]))
-print("REPORT " + json.dumps({"input_ids": [t.tolist() for t in out["input_ids"]], "loss_mask": [t.tolist() for t in out["loss_mask"]],
-                              "seq_len": out["seq_len"]}))
-"""
-
-
-def test_rows_equal_speculators_prepare_data(spec_env, tok, tmp_path):
-    """speculators 0.9's ``_preprocess_batch`` (what ``build_speculator_training_dataset`` maps; its ``/render`` call answered by the same template through
-    transformers, as vLLM renders it) makes the same rows, masks and seq_len, including the skip and cut at a short window."""
-    tok.save_pretrained(str(tmp_path / "tok"))
-    sharegpt = [{"from": {"user": "human", "assistant": "gpt"}.get(t["role"], t["role"]), "value": t["content"]} for t in CONV]
-    convs = [CONV, sharegpt, CONV[1:3]]
-    for seq_len in (512, 30):
-        r = spec_env.run("-c", SPEC_PREPROCESS, tmp_path / "tok", json.dumps(convs), seq_len)
-        line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
-        assert line is not None, r.stderr[-3000:]
-        theirs = json.loads(line[len("REPORT "):])
-        ours = [s for c in convs for s in assistant_rows(tok, c, seq_len)[0]]
-        assert len(ours) == 5 if seq_len == 512 else 0 < len(ours) < 5
-        assert theirs["input_ids"] == [list(s.input_ids) for s in ours]
-        assert theirs["loss_mask"] == [list(s.loss_mask) for s in ours]
-        assert theirs["seq_len"] == [len(s) for s in ours]

@@ -1,9 +1,8 @@
-"""speculators 0.9's on-disk layout (specfmt/datagen/layout.py): written, read back, checked, and read by
-speculators' own code."""
+"""speculators 0.9's on-disk layout (specfmt/datagen/layout.py): written, read back, checked. speculators' own code
+reads it in tests/test_datagen.py (one speculators env per module: its start is the cost)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -15,7 +14,6 @@ from specfmt.datagen.layout import (
     sample_path, write_manifest, write_preprocessed, write_token_freq,
 )
 from specfmt.errors import InputError
-from speculators_env import spec_env  # noqa: F401  (fixture)
 
 SAMPLES = [Sample([1, 5, 7, 9], [0, 0, 1, 1]), Sample([1, 3, 3, 4, 2], [0, 1, 1, 1, 1]), Sample([8, 8], [1, 0])]
 N_LAYERS, H = 4, 6
@@ -87,39 +85,3 @@ def test_check_sample_names_the_sample_and_the_fault(tmp_path, case, match):
     with pytest.raises(InputError, match=match) as e:
         check_sample(p, 3, ids, N_LAYERS, H)
     assert "\n" not in str(e.value)
-
-
-SPEC_READS = r"""
-import json, sys
-from pathlib import Path
-from datasets import load_from_disk
-from speculators.data_generation.offline import check_hidden_states, find_corrupt_hidden_state_indices, get_existing_hidden_state_indices
-from hs_connectors import FileTransfer
-root = Path(sys.argv[1])
-ds = load_from_disk(str(root))
-ds.set_format(type="torch")
-t = FileTransfer(root / "hidden_states")
-out = {"columns": sorted(ds.column_names), "seq_len": list(ds.with_format(None)["seq_len"]), "rows": []}
-for i in range(len(ds)):
-    hs = t.get_cached(i)
-    check_hidden_states(hs, ds[i]["input_ids"].tolist())
-    out["rows"].append({"ids": ds[i]["input_ids"].tolist(), "mask": ds[i]["loss_mask"].tolist(), "shape": list(hs["hidden_states"].shape)})
-existing = get_existing_hidden_state_indices(root / "hidden_states")
-out["corrupt"] = sorted(find_corrupt_hidden_state_indices(root / "hidden_states", existing))
-print("REPORT " + json.dumps(out))
-"""
-
-
-def test_speculators_reads_what_specfmt_writes(spec_env, tmp_path):
-    """speculators 0.9's ``load_from_disk`` (as ``ArrowDataset``), ``FileTransfer.get_cached``, ``check_hidden_states`` and
-    ``find_corrupt_hidden_state_indices`` accept specfmt's output row for row."""
-    write_preprocessed(SAMPLES, tmp_path)
-    for i, s in enumerate(SAMPLES):
-        _write_hs(hidden_states_folder(tmp_path), i, s.input_ids)
-    r = spec_env.run("-c", SPEC_READS, tmp_path)
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
-    assert line is not None, r.stderr[-3000:]
-    rep = json.loads(line[len("REPORT "):])
-    assert rep["columns"] == ["input_ids", "loss_mask", "seq_len"] and rep["seq_len"] == [4, 5, 2] and rep["corrupt"] == []
-    assert [(r["ids"], r["mask"]) for r in rep["rows"]] == [(list(s.input_ids), list(s.loss_mask)) for s in SAMPLES]
-    assert [r["shape"] for r in rep["rows"]] == [[len(s), N_LAYERS, H] for s in SAMPLES]

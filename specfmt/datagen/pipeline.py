@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..algorithms.eagle3 import default_taps
 from ..errors import DatagenInterrupted, InputError, SpecfmtError
