@@ -53,24 +53,26 @@ def _req(verifier, data, out, **kw) -> dg.DatagenRequest:
     return dg.DatagenRequest(verifier=str(verifier), data=[str(data)], output=str(out), seq_len=kw.pop("seq_len", 64), engine="transformers", **kw)
 
 
-def test_engine_layers_are_the_residual_stream_and_the_last_before_the_norm():
+@pytest.mark.parametrize("world", ["world", "world-qwen3"])
+def test_engine_layers_are_the_residual_stream_and_the_last_before_the_norm(world):
     """Layer l < L is transformers' ``hidden_states[l]``; layer L, once the verifier's final norm is applied, is
     ``hidden_states[L]`` (transformers' last entry is after the norm), and differs from it before."""
-    v = Verifier.load(str(WORLD))
+    v = Verifier.load(str(WORLD.parents[1] / world / "verifier"))
+    n, h = v.info.num_hidden_layers, v.info.hidden_size
     eng = TransformersEngine(v)
     ids = [0, 17, 300, 41, 9, 1200, 5]
-    hs = eng.forward(ids, [0, 2, 5, 8])
+    hs = eng.forward(ids, [0, 2, n - 1, n])
     model = v.load_model()
     with torch.no_grad():
         ref = model.get_decoder()(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
-    assert hs.shape == (7, 4, 128) and hs.dtype == torch.float32
-    for j, l in enumerate([0, 2, 5]):
+    assert hs.shape == (7, 4, h) and hs.dtype == torch.float32
+    for j, l in enumerate([0, 2, n - 1]):
         assert torch.equal(hs[:, j], ref[l][0])
     with torch.no_grad():
-        assert torch.allclose(model.get_decoder().norm(hs[:, 3]), ref[8][0], atol=1e-6)
-    assert (hs[:, 3] - ref[8][0]).abs().max() > 0.1
-    with pytest.raises(InputError, match=r"within \[0, 8\]"):
-        eng.forward(ids, [2, 9])
+        assert torch.allclose(model.get_decoder().norm(hs[:, 3]), ref[n][0], atol=1e-5)
+    assert (hs[:, 3] - ref[n][0]).abs().max() > 0.1
+    with pytest.raises(InputError, match=rf"within \[0, {n}\]"):
+        eng.forward(ids, [2, n + 1])
 
 
 @pytest.mark.parametrize("n, max_samples, world", [(10, None, 3), (7, 5, 2), (3, None, 4), (100, 64, 7), (0, None, 2), (11, 11, 1)])
