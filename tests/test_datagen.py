@@ -184,6 +184,8 @@ def test_ranks_share_the_output_and_options_are_checked(verifier, data, tmp_path
         dg.run_datagen(_req(verifier, data, out, seq_len=32))
     with pytest.raises(InputError, match=r"hidden states of .* at layers \[2, 4, 5, 8\]"):
         dg.run_datagen(_req(verifier, data, out, layers=[1, 8]))
+    with pytest.raises(InputError, match=r"unknown dtype 'float64' \[--dtype\]; choose auto, float32, bfloat16, float16"):
+        dg.run_datagen(_req(verifier, data, out, dtype="float64"))
     with pytest.raises(InputError, match=r"--rank 2 must be in \[0, --world-size 2\)"):
         dg.run_datagen(_req(verifier, data, out, world_size=2, rank=2))
     with pytest.raises(InputError, match="--seq-len 4096 is more than the verifier's 2048 positions"):

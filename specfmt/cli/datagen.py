@@ -38,6 +38,7 @@ def datagen(
     world_size: int = typer.Option(1, "--world-size", help="Data-parallel runs sharing the samples (as speculators generate-offline-data)."),
     rank: int = typer.Option(0, "--rank", help="This run's rank in [0, --world-size)."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", help="vLLM's tensor parallelism."),
+    dtype: str = typer.Option("auto", "--dtype", help="Run and stored dtype: auto (vLLM's choice; float32 for transformers), float32, bfloat16, float16."),
 ) -> None:
     """Generate offline training data: the verifier's hidden states at the tap layers, with loss masks, in speculators' on-disk layout.
 
@@ -47,7 +48,8 @@ def datagen(
     from ..datagen.pipeline import DatagenRequest, run_datagen
 
     req = DatagenRequest(verifier=verifier, data=list(data), output=str(output), layers=parse_layers(layers, "--layers"), seq_len=seq_len,
-                         max_samples=max_samples, engine=engine, world_size=world_size, rank=rank, tensor_parallel_size=tensor_parallel_size)
+                         max_samples=max_samples, engine=engine, world_size=world_size, rank=rank, tensor_parallel_size=tensor_parallel_size,
+                         dtype=dtype)
     progress = _progress()
     state: dict = {"task": None, "tokens": 0, "bytes": 0, "t0": 0.0, "total": 0}
 
@@ -74,7 +76,8 @@ def datagen(
     if res.unsupervised or res.skipped_turns:
         err.print(f"note: the cut to {res.seq_len} tokens dropped {res.unsupervised} rows with no assistant token and skipped "
                   f"{res.skipped_turns} assistant turns whose prompt fills it; a larger --seq-len keeps them", markup=False, soft_wrap=True)
-    out.print(f"{res.samples} samples, layers {res.layers}; this run made {res.made} hidden-state files with {res.engine} "
+    out.print(f"{res.samples} samples, layers {res.layers}; this run made {res.made} hidden-state files"
+              + (f" with {res.engine}" if res.made else "") + " "
               f"({res.resumed} already in place): {res.tokens:,} tokens, {_size(res.bytes)}"
               + (f", {res.bytes_per_token:,.0f} bytes per token, {res.tokens / res.seconds:,.0f} tokens/s" if res.tokens and res.seconds else ""),
               markup=False, highlight=False, soft_wrap=True)

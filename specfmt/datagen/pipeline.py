@@ -28,6 +28,8 @@ from .layout import (
 )
 
 ENGINES = ("auto", "vllm", "transformers")
+#: ``--dtype``: the run and stored dtype; ``auto`` is vLLM's own choice, float32 for the transformers engine
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: speculators' ``prepare-data --seq-length`` default (speculators/cli/prepare_data.py)
 DEFAULT_SEQ_LEN = 8192
 #: the module dg-vllm's engine lives in, imported by name only when asked for
@@ -48,6 +50,7 @@ class DatagenRequest:
     world_size: int = 1
     rank: int = 0
     tensor_parallel_size: int = 1
+    dtype: str = "auto"
 
 
 @dataclass
@@ -76,6 +79,7 @@ class DatagenResult:
     unsupervised: int = 0
     skipped_turns: int = 0
     notes: list[str] = field(default_factory=list)
+    placed: set[int] = field(default_factory=set, repr=False)
 
     @property
     def bytes_per_token(self) -> float:
@@ -102,6 +106,8 @@ def check_request(req: DatagenRequest) -> None:
     """
     if req.engine not in ENGINES:
         raise InputError(f"unknown engine {req.engine!r}", where="--engine", hint="choose " + ", ".join(ENGINES))
+    if req.dtype not in DTYPES:
+        raise InputError(f"unknown dtype {req.dtype!r}", where="--dtype", hint="choose " + ", ".join(DTYPES))
     if req.world_size < 1 or not 0 <= req.rank < req.world_size:
         raise InputError(f"--rank {req.rank} must be in [0, --world-size {req.world_size})")
     for name, val in (("--max-samples", req.max_samples), ("--seq-len", req.seq_len), ("--tensor-parallel-size", req.tensor_parallel_size)):
@@ -111,7 +117,11 @@ def check_request(req: DatagenRequest) -> None:
         raise InputError("no --data given", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
 
 
-def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int) -> tuple[HiddenStateEngine, list[str]]:
+def _hf(verifier: Verifier, tensor_parallel_size: int, dtype: str) -> TransformersEngine:
+    return TransformersEngine(verifier, tensor_parallel_size=tensor_parallel_size, dtype="float32" if dtype == "auto" else dtype)
+
+
+def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int, dtype: str = "auto") -> tuple[HiddenStateEngine, list[str]]:
     """The engine ``--engine`` names (``auto``: vLLM when it imports, else transformers), and notes.
 
     Raises:
@@ -124,9 +134,9 @@ def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int) -> tup
         except ImportError as e:
             if name == "vllm":
                 raise InputError(f"--engine vllm cannot start: {e}", hint="pip install vllm, or use --engine transformers") from None
-            return TransformersEngine(verifier, tensor_parallel_size=tensor_parallel_size), [f"vLLM is not available ({e}); using the transformers forward"]
-        return vllm_engine.VllmEngine(str(verifier.model_folder()), tensor_parallel_size=tensor_parallel_size), []
-    return TransformersEngine(verifier, tensor_parallel_size=tensor_parallel_size), []
+            return _hf(verifier, tensor_parallel_size, dtype), [f"vLLM is not available ({e}); using the transformers forward"]
+        return vllm_engine.VllmEngine(str(verifier.model_folder()), tensor_parallel_size=tensor_parallel_size, dtype=dtype), []
+    return _hf(verifier, tensor_parallel_size, dtype), []
 
 
 def _seq_len(req: DatagenRequest, verifier: Verifier) -> int:
@@ -169,13 +179,17 @@ OnFile = Callable[[int, int, int], None]
 
 def _extract(engine: HiddenStateEngine, todo: list[tuple[int, list[int]]], layers: list[int], folder: Path,
              hidden: int, res: DatagenResult, on_file: OnFile | None) -> None:
-    for index, path in engine.extract(todo, layers, folder):
+    ids_of = dict(todo)
+    for index, path in engine.extract([t for t in todo if t[0] not in res.placed], layers, folder):
+        if index not in ids_of:
+            raise InputError(f"the engine wrote sample {index}, which it was not given", where=str(path))
         try:
-            tokens = check_sample(path, index, todo_ids(todo, index), len(layers), hidden)
+            tokens = check_sample(path, index, ids_of[index], len(layers), hidden)
         except InputError as e:
             path.unlink(missing_ok=True)
             raise InputError(e.message + " (the file was removed)", where=e.where, hint=e.hint) from None
         size = path.stat().st_size
+        res.placed.add(index)
         res.made += 1
         res.tokens += tokens
         res.bytes += size
@@ -183,17 +197,9 @@ def _extract(engine: HiddenStateEngine, todo: list[tuple[int, list[int]]], layer
             on_file(index, tokens, size)
 
 
-def todo_ids(todo: list[tuple[int, list[int]]], index: int) -> list[int]:
-    """The token ids of sample ``index`` in ``todo``."""
-    for i, ids in todo:
-        if i == index:
-            return ids
-    raise InputError(f"the engine wrote sample {index}, which it was not given")
-
-
 def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, list[int]]], layers: list[int],
                 folder: Path, res: DatagenResult, on_file: OnFile | None) -> None:
-    engine, notes = make_engine(req.engine, verifier, req.tensor_parallel_size)
+    engine, notes = make_engine(req.engine, verifier, req.tensor_parallel_size, req.dtype)
     res.notes += notes
     res.engine = engine.name
     start = time.perf_counter()
@@ -208,7 +214,7 @@ def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, l
             engine.close()
             res.notes.append(f"vLLM could not run the verifier ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                              "using the transformers forward")
-            engine = TransformersEngine(verifier, tensor_parallel_size=req.tensor_parallel_size)
+            engine = _hf(verifier, req.tensor_parallel_size, req.dtype)
             res.engine = engine.name
             _extract(engine, todo, layers, folder, verifier.info.hidden_size, res, on_file)
     except KeyboardInterrupt:
@@ -227,7 +233,8 @@ def _stored_dtype(folder: Path, indices: list[int]) -> str:
     if not indices:
         return "unknown"
     with safe_open(str(sample_path(folder, indices[0])), framework="pt") as f:
-        return str(f.get_slice("hidden_states").get_dtype()).lower().replace("f32", "float32").replace("bf16", "bfloat16").replace("f16", "float16")
+        code = str(f.get_slice("hidden_states").get_dtype())
+    return {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}.get(code, code.lower())
 
 
 def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Callable[[DatagenResult, int], None] | None = None) -> DatagenResult:
