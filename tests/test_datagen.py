@@ -146,6 +146,12 @@ def test_interrupt_leaves_whole_files_and_the_rerun_finishes(verifier, data, tmp
     with pytest.raises(DatagenInterrupted, match="interrupted after 2 of 6 samples") as e:
         dg.run_datagen(_req(verifier, data, out))
     assert e.value.exit_code == 130 and e.value.done == 2
+    r = CliRunner().invoke(app, ["datagen", "-o", str(out), "--verifier", str(verifier), "--data", str(data), "--engine", "transformers",
+                                 "--seq-len", "64"], terminal_width=200)  # the command: one line, exit 130, and it resumed
+    assert r.exit_code == 130 and "specfmt: error: interrupted after 2 of 4 samples; every file in place is whole" in r.output, r.output
+    assert "run the same command again to resume" in r.output and "resuming: 2 of this run's 6 samples" in r.output
+    for i in (2, 3):  # back to the state of the first interruption
+        sample_path(hidden_states_folder(out), i).unlink()
     folder = hidden_states_folder(out)
     assert existing_samples(folder) == [0, 1] and sorted(p.name for p in folder.iterdir()) == ["hs_0.safetensors", "hs_1.safetensors"]
     assert read_manifest(out) is None  # written last
