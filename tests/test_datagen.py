@@ -3,6 +3,7 @@ interruption and sharding, and the command end to end on examples/world."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,11 +18,12 @@ from specfmt.datagen import pipeline as dg
 from specfmt.datagen.chat import read_samples
 from specfmt.datagen.hf_engine import TransformersEngine
 from specfmt.datagen.layout import check_sample, existing_samples, hidden_states_folder, read_manifest, read_preprocessed, sample_path
-from specfmt.errors import DatagenInterrupted, InputError
+from specfmt.errors import DatagenInterrupted, InputError, VLLMRunError
 from specfmt.sources.verifier import Verifier
 from speculators_env import spec_env  # noqa: F401  (fixture)
 from specfmt.datagen.chat import assistant_rows
 
+real_find_spec = importlib.util.find_spec
 WORLD = Path(__file__).resolve().parents[1] / "examples" / "world" / "verifier"
 TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
             "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
@@ -50,7 +52,8 @@ def data(tmp_path_factory) -> Path:
 
 
 def _req(verifier, data, out, **kw) -> dg.DatagenRequest:
-    return dg.DatagenRequest(verifier=str(verifier), data=[str(data)], output=str(out), seq_len=kw.pop("seq_len", 64), engine="transformers", **kw)
+    return dg.DatagenRequest(verifier=str(verifier), data=[str(data)], output=str(out), seq_len=kw.pop("seq_len", 64),
+                             engine=kw.pop("engine", "transformers"), **kw)
 
 
 @pytest.mark.parametrize("world", ["world", "world-qwen3"])
@@ -264,3 +267,21 @@ def test_rows_equal_speculators_prepare_data(spec_env, verifier, tmp_path):
         assert theirs["input_ids"] == [list(s.input_ids) for s in ours]
         assert theirs["loss_mask"] == [list(s.loss_mask) for s in ours]
         assert theirs["seq_len"] == [len(s) for s in ours]
+
+
+def test_auto_falls_back_to_transformers_when_vllm_cannot_run_the_verifier(verifier, data, tmp_path, monkeypatch):
+    """``--engine auto`` with a vLLM engine that fails at its start: a note, and the transformers forward makes every file;
+    ``--engine vllm`` with the same engine fails."""
+    (tmp_path / "broken_vllm_engine.py").write_text(
+        "class VllmEngine:\n    name = 'vllm'\n    def __init__(self, verifier, **kw):\n        self.kw = kw\n"
+        "    def extract(self, samples, layers, folder):\n        raise RuntimeError('Unsupported CPU attention configuration')\n        yield\n"
+        "    def close(self):\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(dg, "VLLM_ENGINE", "broken_vllm_engine")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real_find_spec(name, *a))
+    res = dg.run_datagen(_req(verifier, data, tmp_path / "out", engine="auto"))
+    assert res.engine == "transformers" and res.made == 6
+    assert res.notes == ["vLLM could not run the verifier (RuntimeError: Unsupported CPU attention configuration); using the transformers forward"]
+    assert read_manifest(tmp_path / "out").engine == "transformers"
+    with pytest.raises(VLLMRunError, match=r"vLLM failed after 0 samples \(RuntimeError: Unsupported CPU attention configuration\)"):
+        dg.run_datagen(_req(verifier, data, tmp_path / "out2", engine="vllm"))

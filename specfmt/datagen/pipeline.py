@@ -11,13 +11,14 @@ are skipped, unreadable ones are made again. Every file is checked
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithms.eagle3 import default_taps
-from ..errors import DatagenInterrupted, InputError, SpecfmtError
+from ..errors import DatagenInterrupted, InputError, SpecfmtError, VLLMRunError
 from ..sources.verifier import Verifier
 from .chat import read_samples
 from .engine import HiddenStateEngine
@@ -130,7 +131,8 @@ def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int, dtype:
     if name in ("auto", "vllm"):
         try:
             vllm_engine = importlib.import_module(VLLM_ENGINE)
-            importlib.import_module("vllm")
+            if importlib.util.find_spec("vllm") is None:  # found, not imported: the engine imports it when it starts
+                raise ImportError("No module named 'vllm'")
         except ImportError as e:
             if name == "vllm":
                 raise InputError(f"--engine vllm cannot start: {e}", hint="pip install vllm, or use --engine transformers") from None
@@ -208,12 +210,15 @@ def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, l
             _extract(engine, todo, layers, folder, verifier.info.hidden_size, res, on_file)
         except (SpecfmtError, KeyboardInterrupt):
             raise
-        except Exception as e:  # noqa: BLE001 - auto: vLLM could not run this verifier
-            if req.engine != "auto" or engine.name == "transformers" or res.made:
+        except Exception as e:  # noqa: BLE001 - vLLM could not run this verifier: auto falls back, vllm reports it
+            if engine.name == "transformers":
                 raise
+            what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            if req.engine != "auto" or res.made:
+                raise VLLMRunError(f"vLLM failed after {res.made} samples ({what})", where=str(folder),
+                                   hint="files in place are whole; run again to resume, or use --engine transformers") from e
             engine.close()
-            res.notes.append(f"vLLM could not run the verifier ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                             "using the transformers forward")
+            res.notes.append(f"vLLM could not run the verifier ({what}); using the transformers forward")
             engine = _hf(verifier, req.tensor_parallel_size, req.dtype)
             res.engine = engine.name
             _extract(engine, todo, layers, folder, verifier.info.hidden_size, res, on_file)
@@ -248,6 +253,8 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
     Raises:
         InputError: bad options or data (see :func:`check_request`, :func:`~specfmt.datagen.chat.read_samples`); the
             output holds other data; a made file fails :func:`~specfmt.datagen.layout.check_sample` (it is removed).
+        VLLMRunError: the vLLM engine failed (``--engine vllm``, or ``auto`` after it made files; ``auto`` before any
+            falls back to transformers with a note).
         DatagenInterrupted: Ctrl-C; the files in place are whole, the same command resumes.
     """
     check_request(req)
