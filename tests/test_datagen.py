@@ -107,7 +107,7 @@ def test_cli_end_to_end_resume_and_speculators_reads_it(spec_env, verifier, data
     r = CliRunner().invoke(app, [str(a) for a in args], terminal_width=200)
     assert r.exit_code == 0, r.output
     assert "6 samples, layers [2, 4, 5, 8]; this run made 6 hidden-state files with transformers (0 already in place)" in r.output
-    assert "bytes per token" in r.output
+    assert "bytes per token" in r.output and "hidden states 6/6" in r.output and "tok/s" in r.output  # progress lines off a terminal
     from transformers import AutoTokenizer
 
     samples = read_samples([str(data)], AutoTokenizer.from_pretrained(str(verifier)), 64).samples
@@ -197,8 +197,8 @@ def test_ranks_share_the_output_and_options_are_checked(verifier, data, tmp_path
         dg.run_datagen(_req(verifier, data, out, dtype="float64"))
     with pytest.raises(InputError, match=r"--rank 2 must be in \[0, --world-size 2\)"):
         dg.run_datagen(_req(verifier, data, out, world_size=2, rank=2))
-    with pytest.raises(InputError, match="--seq-len 4096 is more than the verifier's 2048 positions"):
-        dg.run_datagen(_req(verifier, data, tmp_path / "o2", seq_len=4096))
+    with pytest.raises(InputError, match="--seq-len 2048: the verifier has 2048 positions and vLLM needs one after the sample; give --seq-len 2047"):
+        dg.run_datagen(_req(verifier, data, tmp_path / "o2", seq_len=2048))
     monkeypatch.setattr(dg, "VLLM_ENGINE", "specfmt.datagen._no_such_engine")
     with pytest.raises(InputError, match="--engine vllm cannot start: No module named 'specfmt.datagen._no_such_engine'"):
         dg.make_engine("vllm", Verifier.load(str(verifier)), 1)

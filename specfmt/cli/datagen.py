@@ -32,7 +32,7 @@ def datagen(
     verifier: str = typer.Option(..., "--verifier", "--model", help="The verifier (target) model: a folder or a Hub id."),
     data: list[str] = typer.Option(..., "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\" (loss on the assistant turns only)."),
     layers: Optional[str] = typer.Option(None, "--layers", "--target-layer-ids", help="Layer ids to store, comma-separated; id L is the last layer before the final norm (default: the EAGLE-3 taps 2,N//2,N-3 and N, as speculators)."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", "--seq-length", help="Longest sample in tokens; longer ones are cut (default: 8192, or the verifier's positions if fewer)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", "--seq-length", help="Longest sample in tokens; longer ones are cut (default: 8192, or the verifier's positions less one if fewer)."),
     max_samples: Optional[int] = typer.Option(None, "--max-samples", help="Make hidden states for the first N samples only."),
     engine: str = typer.Option("auto", "--engine", help="auto (vLLM when it imports, else transformers), vllm, or transformers."),
     world_size: int = typer.Option(1, "--world-size", help="Data-parallel runs sharing the samples (as speculators generate-offline-data)."),
@@ -68,6 +68,9 @@ def datagen(
         figures = f"{rate:,.0f} tok/s  {_size(state['bytes'])}"
         progress.advance(state["task"])
         progress.update(state["task"], figures=figures)
+        state["done"] = state.get("done", 0) + 1
+        if not err.is_terminal and (state["done"] % max(1, state["total"] // 10) == 0 or state["done"] == state["total"]):
+            err.print(f"hidden states {state['done']}/{state['total']}  {figures}", markup=False, highlight=False)
 
     with progress:
         res = run_datagen(req, on_file=on_file, on_start=on_start)

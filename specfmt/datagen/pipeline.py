@@ -122,7 +122,8 @@ def _hf(verifier: Verifier, tensor_parallel_size: int, dtype: str) -> Transforme
     return TransformersEngine(verifier, tensor_parallel_size=tensor_parallel_size, dtype="float32" if dtype == "auto" else dtype)
 
 
-def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int, dtype: str = "auto") -> tuple[HiddenStateEngine, list[str]]:
+def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int, dtype: str = "auto",
+                seq_len: int | None = None) -> tuple[HiddenStateEngine, list[str]]:
     """The engine ``--engine`` names (``auto``: vLLM when it imports, else transformers), and notes.
 
     Raises:
@@ -137,16 +138,20 @@ def make_engine(name: str, verifier: Verifier, tensor_parallel_size: int, dtype:
             if name == "vllm":
                 raise InputError(f"--engine vllm cannot start: {e}", hint="pip install vllm, or use --engine transformers") from None
             return _hf(verifier, tensor_parallel_size, dtype), [f"vLLM is not available ({e}); using the transformers forward"]
-        return vllm_engine.VllmEngine(str(verifier.model_folder()), tensor_parallel_size=tensor_parallel_size, dtype=dtype), []
+        return vllm_engine.VllmEngine(str(verifier.model_folder()), tensor_parallel_size=tensor_parallel_size, dtype=dtype,
+                                      max_model_len=seq_len + 1 if seq_len else None), []
     return _hf(verifier, tensor_parallel_size, dtype), []
 
 
 def _seq_len(req: DatagenRequest, verifier: Verifier) -> int:
+    """``--seq-len``, at most the verifier's positions less one: vLLM extracts with one generated token after the
+    sample (``max_tokens=1``, as speculators' ``vllm_client.py``), and both engines take the same samples."""
     limit = verifier.info.max_position_embeddings
     if req.seq_len is None:
-        return min(DEFAULT_SEQ_LEN, limit) if limit else DEFAULT_SEQ_LEN
-    if limit and req.seq_len > limit:
-        raise InputError(f"--seq-len {req.seq_len} is more than the verifier's {limit} positions", hint=f"give --seq-len {limit} or less")
+        return min(DEFAULT_SEQ_LEN, limit - 1) if limit else DEFAULT_SEQ_LEN
+    if limit and req.seq_len > limit - 1:
+        raise InputError(f"--seq-len {req.seq_len}: the verifier has {limit} positions and vLLM needs one after the sample",
+                         hint=f"give --seq-len {limit - 1} or less")
     return req.seq_len
 
 
@@ -201,7 +206,7 @@ def _extract(engine: HiddenStateEngine, todo: list[tuple[int, list[int]]], layer
 
 def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, list[int]]], layers: list[int],
                 folder: Path, res: DatagenResult, on_file: OnFile | None) -> None:
-    engine, notes = make_engine(req.engine, verifier, req.tensor_parallel_size, req.dtype)
+    engine, notes = make_engine(req.engine, verifier, req.tensor_parallel_size, req.dtype, res.seq_len)
     res.notes += notes
     res.engine = engine.name
     start = time.perf_counter()
