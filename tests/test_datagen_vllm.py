@@ -89,9 +89,19 @@ for name, (verifier, folder, samples) in jobs.items():
             except InputError as e:
                 refused.append(str(e))
         listing_open = sorted(p.name for p in folder.iterdir()) + sorted(p.name for p in (folder / ".vllm-staging").iterdir())
+        failing = failing_left = None
+        if name == "world-qwen3":  # once, on the last engine: a write that fails inside vLLM (a folder where the
+            bad = folder.parent / (folder.name + "-failing")  # staged file goes) stops the extraction
+            (bad / ".vllm-staging" / f"hs_{samples[0][0]}.safetensors").mkdir(parents=True)
+            try:
+                list(engine.extract([tuple(samples[0])], layers, bad))
+            except Exception as e:
+                failing = type(e).__name__ + ": " + str(e)
+            failing_left = sorted(p.name for p in bad.iterdir())
     finally:
         engine.close()
-    out[name] = {"placed": placed, "refused": refused, "open": listing_open, "closed": sorted(p.name for p in folder.iterdir())}
+    out[name] = {"placed": placed, "refused": refused, "open": listing_open, "closed": sorted(p.name for p in folder.iterdir()),
+                 "failing": failing, "failing_left": failing_left}
 # the connector's write on its own: a file placed whole, and a failing write (a folder where the file goes)
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import PendingSave
@@ -169,6 +179,13 @@ def test_the_engine_refuses_other_layers_and_too_long_samples(extracted):
     assert len(refused) == 2
     assert refused[0].startswith(f"this engine extracts layers {LAYERS}, not {LAYERS[:-1]}")  # one engine, one set of layers
     assert refused[1].startswith("sample 99 has 256 tokens; vLLM takes 1 to 255 here")
+
+
+def test_a_write_failing_inside_vllm_stops_the_extraction_and_places_nothing(extractions):
+    folder, _, report = extractions["world-qwen3"]
+    assert report["failing"] is not None and "IsADirectoryError" in report["failing"], report["failing"]
+    assert report["failing_left"] == [".vllm-staging"]  # no hs_{i}.safetensors placed
+    assert sorted((folder.parent / (folder.name + "-failing")).iterdir()) == []  # closed: the staging folder removed
 
 
 def test_the_connector_writes_whole_files_and_a_failing_write_raises(extractions):

@@ -165,6 +165,7 @@ class VllmEngine:
         self.layers: list[int] | None = None
         self._llm: Any = None
         self._staging: Path | None = None
+        self._stagings: list[Path] = []  #: every staging folder made, removed by close()
 
     # ------------------------------------------------------------------ the engine
 
@@ -191,6 +192,7 @@ class VllmEngine:
             layers = check_layers(layers, int(hf.num_hidden_layers))
             shutil.rmtree(staging, ignore_errors=True)  # what an interrupted run left: never a placed file
             staging.mkdir(parents=True)
+            self._stagings.append(staging)
             self._start(layers, staging)
         elif list(layers) != self.layers:
             raise InputError(f"this engine extracts layers {self.layers}, not {list(layers)}", where="layers",
@@ -198,6 +200,7 @@ class VllmEngine:
         elif staging != self._staging:
             staging.mkdir(parents=True, exist_ok=True)
             self._staging = staging
+            self._stagings.append(staging)
         return self._llm
 
     def _wait(self, path: Path) -> None:
@@ -262,7 +265,8 @@ class VllmEngine:
             yield index, final
 
     def close(self) -> None:
-        """Shut vLLM's engine down, free its memory and remove the (empty) staging folder."""
+        """Shut vLLM's engine down, free its memory and remove the staging folders (empty unless an extraction
+        stopped midway: then what they hold was never placed)."""
         if self._llm is None:
             return
         import gc
@@ -280,9 +284,9 @@ class VllmEngine:
             cleanup_dist_env_and_memory()
         except ImportError:  # pragma: no cover - older vLLM
             pass
-        if self._staging is not None:
-            shutil.rmtree(self._staging, ignore_errors=True)
-            self._staging = None
+        for staging in self._stagings:
+            shutil.rmtree(staging, ignore_errors=True)
+        self._staging, self._stagings = None, []
 
 
 __all__ = ["STAGING", "VllmEngine", "check_file", "check_layers", "engine_arguments"]
