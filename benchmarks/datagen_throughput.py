@@ -23,7 +23,10 @@ core runs in the benchmark's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) and 
 Usage::
 
     python benchmarks/datagen_throughput.py [--size 0.7b] [--prompts 32] [--tokens 512] [--dtype float32]
-        [--modes vllm,vllm-prefill,transformers] [--json benchmarks/datagen_throughput.results.json]
+        [--modes vllm,vllm-prefill,transformers] [--profile] [--json benchmarks/datagen_throughput.results.json]
+
+``--profile`` runs the timed vLLM extraction under cProfile and records, per function, the seconds of the
+verifier's forward (the prefill's own work) and of what extraction adds (:data:`PROFILED`).
 """
 
 from __future__ import annotations
@@ -60,15 +63,33 @@ def layers_of(verifier: Path) -> list[int]:
     return default_taps(L) + [L]
 
 
-def run_vllm(verifier: Path, work: Path, data, warm, layers, dtype: str, tokens: int) -> float:
+#: ``--profile``: what the extraction adds to the prefill, by function (cumulative seconds under cProfile)
+PROFILED = {"verifier forward": ("models/llama.py", "forward", 406), "aux states into the hidden-state cache": ("gpu_model_runner.py", "propose_draft_token_ids", None),
+            "gathering each request's rows": ("example_hidden_states_connector.py", "extract_from_kv_cache", None),
+            "writing the files": ("cpu_connector.py", "write_hidden_states", None), "checking the files": ("vllm_engine.py", "check_file", None)}
+
+
+def run_vllm(verifier: Path, work: Path, data, warm, layers, dtype: str, tokens: int, profile: dict | None = None) -> float:
     from specfmt.datagen.vllm_engine import VllmEngine
 
     engine = VllmEngine(verifier, dtype=dtype, max_model_len=tokens + 16, batch_size=len(data))
     try:
         list(engine.extract(warm, layers, work / "warm"))
+        if profile is not None:
+            import cProfile
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
         t0 = time.perf_counter()
         n = len(list(engine.extract(data, layers, work / "out")))
         dt = time.perf_counter() - t0
+        if profile is not None:
+            prof.disable()
+            stats = pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tt, ct, callers)}
+            for label, (file, name, line) in PROFILED.items():
+                profile[label] = round(sum(v[3] for (f, ln, fn), v in stats.items()
+                                           if f.endswith(file) and fn == name and (line is None or ln == line)), 3)
     finally:
         engine.close()
     assert n == len(data)
@@ -116,14 +137,15 @@ def run_transformers(verifier: Path, work: Path, data, warm, layers, dtype: str,
     return time.perf_counter() - t0
 
 
-def child(mode: str, verifier: Path, work: Path, n: int, tokens: int, dtype: str, hf_batch: int) -> dict:
+def child(mode: str, verifier: Path, work: Path, n: int, tokens: int, dtype: str, hf_batch: int, profile: bool = False) -> dict:
     """One mode, in this process: its timed seconds, tokens/s and the bytes of the files it wrote."""
     import torch
 
     vocab = json.loads((verifier / "config.json").read_text())["vocab_size"]
     data, warm, layers = samples(n, tokens, vocab), samples(2, tokens, vocab, seed=1), layers_of(verifier)
+    prof: dict | None = {} if profile else None
     if mode == "vllm":
-        seconds = run_vllm(verifier, work, data, warm, layers, dtype, tokens)
+        seconds = run_vllm(verifier, work, data, warm, layers, dtype, tokens, prof)
     elif mode == "vllm-prefill":
         seconds = run_prefill(verifier, data, warm, dtype, tokens)
     else:
@@ -131,7 +153,7 @@ def child(mode: str, verifier: Path, work: Path, n: int, tokens: int, dtype: str
     files = sorted((work / "out").glob("hs_*.safetensors")) if mode != "vllm-prefill" else []
     H = json.loads((verifier / "config.json").read_text())["hidden_size"]
     out = {"mode": mode, "seconds": round(seconds, 2), "tokens": n * tokens, "tokens_per_s": round(n * tokens / seconds, 1),
-           "torch_threads": torch.get_num_threads(), "layers": layers}
+           "torch_threads": torch.get_num_threads(), "layers": layers, **({"profile_seconds": prof} if prof else {})}
     if files:
         assert len(files) == n, f"{mode} wrote {len(files)} files for {n} samples"
         size = sum(f.stat().st_size for f in files)
@@ -148,12 +170,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", choices=list(ITEMSIZE))
     ap.add_argument("--hf-batch", type=int, default=4, help="samples per transformers forward pass")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--profile", action="store_true", help="vllm mode: run the timed extraction under cProfile and record what it adds")
     ap.add_argument("--json", default=None, help="write the results here (after each mode)")
     ap.add_argument("--child", nargs=3, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args.child[0], Path(args.child[1]), Path(args.child[2]), args.prompts, args.tokens,
-                                           args.dtype, args.hf_batch)), flush=True)
+                                           args.dtype, args.hf_batch, args.profile)), flush=True)
         return
     import torch
     import transformers
@@ -172,7 +195,8 @@ def main() -> None:
             work = Path(tmp) / mode
             work.mkdir()
             proc = subprocess.run([sys.executable, __file__, "--child", mode, str(verifier), str(work), "--prompts", str(args.prompts),
-                                   "--tokens", str(args.tokens), "--dtype", args.dtype, "--hf-batch", str(args.hf_batch)],
+                                   "--tokens", str(args.tokens), "--dtype", args.dtype, "--hf-batch", str(args.hf_batch)]
+                                  + (["--profile"] if args.profile else []),
                                   capture_output=True, text=True, env=env)
             lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
             if proc.returncode or not lines:
