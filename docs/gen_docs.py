@@ -457,9 +457,20 @@ def bench_memory(data: dict) -> str:
     return out
 
 
+def bench_datagen(data: dict) -> str:
+    rows = [[r["size"], r["mode"], r["tokens"], f"{r['seconds']:.1f}", f"{r['tokens_per_s']:,.1f}",
+             f"{r['bytes_per_token']:,.1f}" if "bytes_per_token" in r else "", f"{r['tensor_bytes_per_token']:,}" if "tensor_bytes_per_token" in r else "",
+             " / ".join(f"{x:.1f}" for x in r.get("loadavg", []))] for r in data["results"]]
+    out = table(["verifier", "mode", "tokens", "seconds", "tokens/s", "bytes/token on disk", "tensors need", "load average"], rows, "llrrrrrl")
+    ratios = [f"{label}: **{data['meta'][k]}**" for k, label in (("extraction_over_prefill", "vLLM extraction / vLLM prefill"),
+                                                                  ("vllm_over_transformers", "vLLM extraction / transformers forward"))
+              if k in data.get("meta", {})]
+    return out + ("\n\n" + "; ".join(ratios) + "." if ratios else "")
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
-                                             "memory_bench": bench_memory}
+                                             "memory_bench": bench_memory, "datagen_throughput": bench_datagen}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:
