@@ -66,7 +66,7 @@ def layers_of(verifier: Path) -> list[int]:
 #: ``--profile``: what the extraction adds to the prefill, by function (cumulative seconds under cProfile)
 PROFILED = {"verifier forward": ("models/llama.py", "forward", 406), "aux states into the hidden-state cache": ("gpu_model_runner.py", "propose_draft_token_ids", None),
             "gathering each request's rows": ("example_hidden_states_connector.py", "extract_from_kv_cache", None),
-            "writing the files": ("cpu_connector.py", "write_hidden_states", None), "checking the files": ("vllm_engine.py", "check_file", None)}
+            "writing the files": ("cpu_connector.py", "write_hidden_states", None)}
 
 
 def run_vllm(verifier: Path, work: Path, data, warm, layers, dtype: str, tokens: int, profile: dict | None = None) -> float:

@@ -199,7 +199,7 @@ def test_the_connector_writes_whole_files_and_a_failing_write_raises(extractions
 
 
 def test_layer_ids_are_checked():
-    from specfmt.datagen.vllm_engine import check_layers
+    from specfmt.datagen.engine import check_layers
 
     assert check_layers([2, 4, 8], 8) == [2, 4, 8]
     for bad in ([], [9], [-1, 2], [4, 2], [2, 2]):

@@ -13,13 +13,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+from typing import Protocol
 
 #: one sample's file in the hidden-states folder (speculators/cli/generate_offline_data.py)
 SAMPLE_FILE = "hs_{index}.safetensors"
+
+
+def check_layers(layers: Sequence[int], num_layers: int) -> list[int]:
+    """The layer ids as a list, or an InputError: each in [0, L] (L = ``num_layers``; speculators/models/utils.py
+    ``resolve_target_layer_ids``) and strictly increasing, as every engine stores them (vLLM stores each id once,
+    in layer order: ``interfaces.py::_maybe_add_hidden_state``).
+
+    Raises:
+        InputError: no ids, an id outside [0, L], or ids not strictly increasing.
+    """
+    from ..errors import InputError
+
+    out = [int(x) for x in layers]
+    bad = [x for x in out if not 0 <= x <= num_layers]
+    if not out or bad:
+        raise InputError(f"layer ids must be in [0, {num_layers}] (the verifier has {num_layers} layers), got {out}",
+                         where="--layers", hint=f"id l is the residual stream after l layers; {num_layers} is the last layer before the final norm")
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise InputError(f"layer ids must be strictly increasing, got {out}", where="--layers",
+                         hint="the hidden states are stored in layer order, once per id; list them in increasing order")
+    return out
 
 
 def sample_path(folder: Path, index: int) -> Path:
@@ -48,4 +66,4 @@ class HiddenStateEngine(Protocol):
         ...
 
 
-__all__ = ["SAMPLE_FILE", "HiddenStateEngine", "sample_path"]
+__all__ = ["SAMPLE_FILE", "HiddenStateEngine", "check_layers", "sample_path"]

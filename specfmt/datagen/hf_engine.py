@@ -20,20 +20,7 @@ from ..checkpoint.output import apply_umask
 from ..errors import InputError
 from ..sources.placement import Placement
 from ..sources.verifier import Verifier
-from .engine import sample_path
-
-
-def check_layers(layers: Sequence[int], num_layers: int) -> list[int]:
-    """The layer ids, checked: distinct, each in [0, L] (speculators/models/utils.py ``resolve_target_layer_ids``).
-
-    Raises:
-        InputError: no ids, an id outside [0, L], or an id twice.
-    """
-    ids = [int(x) for x in layers]
-    if not ids or min(ids) < 0 or max(ids) > num_layers or len(set(ids)) != len(ids):
-        raise InputError(f"layer ids {ids} must be distinct and within [0, {num_layers}] for a verifier with {num_layers} layers",
-                         where="--layers")
-    return ids
+from .engine import check_layers, sample_path
 
 
 class TransformersEngine:
@@ -121,4 +108,4 @@ class TransformersEngine:
         self._model = None
 
 
-__all__ = ["TransformersEngine", "check_layers"]
+__all__ = ["TransformersEngine"]

@@ -22,7 +22,8 @@ from ..errors import DatagenInterrupted, InputError, SpecfmtError, VLLMRunError
 from ..sources.verifier import Verifier
 from .chat import read_samples
 from .engine import HiddenStateEngine
-from .hf_engine import TransformersEngine, check_layers
+from .engine import check_layers
+from .hf_engine import TransformersEngine
 from .layout import (
     TOKEN_FREQ, Manifest, Sample, check_sample, existing_samples, has_preprocessed, hidden_states_folder, read_manifest,
     read_preprocessed, write_manifest, write_preprocessed, write_token_freq,

@@ -20,14 +20,13 @@ What vLLM writes, checked against its source (vLLM 0.32):
   strictly increasing here: vLLM would silently store them sorted and once each.
 - ``token_ids`` [T] int64: the request's ``prompt_token_ids`` (connector ``request_finished``; the
   ``include_output_tokens`` option is not used). With ``max_tokens=1`` the one sampled token is never
-  fed back through the model, so T is exactly the prompt's length and nothing needs fixing up: the
-  engine checks it on every file all the same.
+  fed back through the model, so T is exactly the prompt's length and nothing needs fixing up
+  (``specfmt datagen`` checks every placed file all the same: :func:`specfmt.datagen.layout.check_sample`).
 
 Each request's file path reaches the connector in ``SamplingParams.extra_args["kv_transfer_params"]
 ["hidden_states_path"]`` (honoured with ``allow_custom_save_path``), as speculators' client expects it
 back (``speculators/data_generation/vllm_client.py::extract_output``). The files are written into
-``FOLDER/.vllm-staging/`` (same filesystem), waited for through vLLM's ``.lock`` protocol, checked, and
-placed with ``os.replace`` as ``FOLDER/hs_{index}.safetensors``. Prefix caching is off: every stored
+``FOLDER/.vllm-staging/`` (same filesystem), waited for through vLLM's ``.lock`` protocol, and placed with ``os.replace`` as ``FOLDER/hs_{index}.safetensors``. Prefix caching is off: every stored
 row comes from the request's own forward.
 """
 
@@ -41,30 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .engine import sample_path
+from .engine import check_layers, sample_path
 
 #: the sub-folder of the output folder vLLM writes into before files are placed
 STAGING = ".vllm-staging"
 #: vLLM's stock connector (GPU builds), from vLLM's registry
 STOCK_CONNECTOR = "ExampleHiddenStatesConnector"
-
-
-def check_layers(layers: Sequence[int], num_layers: int) -> list[int]:
-    """The layer ids as a list, or an InputError.
-
-    Raises:
-        InputError: a layer id is outside [0, L] (L = ``num_layers``), or the ids are not strictly
-            increasing (vLLM stores each id once, in layer order: module docstring).
-    """
-    out = [int(x) for x in layers]
-    bad = [x for x in out if not 0 <= x <= num_layers]
-    if not out or bad:
-        raise InputError(f"layer ids must be in [0, {num_layers}] (the verifier has {num_layers} layers), got {out}",
-                         where="layers", hint=f"id l is the residual stream after l layers; {num_layers} is the last layer before the final norm")
-    if any(b <= a for a, b in zip(out, out[1:])):
-        raise InputError(f"layer ids must be strictly increasing, got {out}", where="layers",
-                         hint="vLLM stores the hidden states in layer order, once per id; list them in increasing order")
-    return out
 
 
 def engine_arguments(verifier: str, layers: list[int], staging: Path, *, cpu: bool, tensor_parallel_size: int,
@@ -101,25 +82,6 @@ def engine_arguments(verifier: str, layers: list[int], staging: Path, *, cpu: bo
     elif cpu:
         args["gpu_memory_utilization"] = 0.2  # the KV cache's share of CPU memory (specfmt/validation/vllm_run.py)
     return args
-
-
-def check_file(path: Path, index: int, token_ids: list[int], n_layers: int, hidden: int) -> None:
-    """Check one file vLLM wrote: ``hidden_states`` [T, n_layers, H], ``token_ids`` equal to the prompt's.
-
-    Raises:
-        RuntimeError: the file is missing or differs (vLLM wrote something else than asked; a bug, not input).
-    """
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise RuntimeError(f"vLLM wrote no hidden states for sample {index} ({path})")
-    with safe_open(str(path), framework="pt") as f:
-        shape = list(f.get_slice("hidden_states").get_shape())
-        got = f.get_tensor("token_ids")
-    want = [len(token_ids), n_layers, hidden]
-    if shape != want or str(got.dtype) != "torch.int64" or got.tolist() != list(token_ids):
-        raise RuntimeError(f"vLLM's hidden states for sample {index} are not the prompt's: hidden_states {shape} "
-                           f"(expected {want}), token_ids {got.dtype} of {got.numel()} (expected the {len(token_ids)} prompt ids)")
 
 
 class VllmEngine:
@@ -235,20 +197,19 @@ class VllmEngine:
         Raises:
             InputError: bad layer ids (:func:`check_layers`), other ids than the engine's, a sample longer
                 than ``max_model_len - 1`` or empty.
-            RuntimeError: vLLM wrote a file that is not the sample's (:func:`check_file`).
+            RuntimeError: vLLM never finished a file.
         """
         folder = Path(folder)
         llm = self._engine_for(layers, folder)
         limit = llm.llm_engine.vllm_config.model_config.max_model_len
-        hidden = llm.llm_engine.vllm_config.model_config.get_hidden_size()
         for index, ids in samples:
             if not 0 < len(ids) < limit:
                 raise InputError(f"sample {index} has {len(ids)} tokens; vLLM takes 1 to {limit - 1} here", where=f"sample {index}",
                                  hint=f"raise max_model_len above {len(ids)} or cut the samples shorter")
         for start in range(0, len(samples), self.batch_size):
-            yield from self._batch(list(samples[start:start + self.batch_size]), folder, hidden)
+            yield from self._batch(list(samples[start:start + self.batch_size]), folder)
 
-    def _batch(self, batch: list[tuple[int, list[int]]], folder: Path, hidden: int) -> Iterator[tuple[int, Path]]:
+    def _batch(self, batch: list[tuple[int, list[int]]], folder: Path) -> Iterator[tuple[int, Path]]:
         from vllm import SamplingParams
 
         assert self._staging is not None and self.layers is not None
@@ -257,9 +218,8 @@ class VllmEngine:
                                  extra_args={"kv_transfer_params": {"hidden_states_path": str(staged[index])}})
                   for index, _ in batch]
         self._llm.generate([{"prompt_token_ids": list(ids)} for _, ids in batch], params, use_tqdm=False)
-        for index, ids in batch:
+        for index, _ in batch:
             self._wait(staged[index])
-            check_file(staged[index], index, ids, len(self.layers), hidden)
             final = sample_path(folder, index)
             os.replace(staged[index], final)
             yield index, final
@@ -289,4 +249,4 @@ class VllmEngine:
         self._staging, self._stagings = None, []
 
 
-__all__ = ["STAGING", "VllmEngine", "check_file", "check_layers", "engine_arguments"]
+__all__ = ["STAGING", "VllmEngine", "engine_arguments"]
