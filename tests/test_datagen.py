@@ -74,7 +74,7 @@ def test_engine_layers_are_the_residual_stream_and_the_last_before_the_norm(worl
     with torch.no_grad():
         assert torch.allclose(model.get_decoder().norm(hs[:, 3]), ref[n][0], atol=1e-5)
     assert (hs[:, 3] - ref[n][0]).abs().max() > 0.1
-    with pytest.raises(InputError, match=rf"within \[0, {n}\]"):
+    with pytest.raises(InputError, match=rf"must be in \[0, {n}\]"):
         eng.forward(ids, [2, n + 1])
 
 
