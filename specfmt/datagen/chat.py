@@ -29,6 +29,7 @@ from typing import Any
 
 from ..checkpoint.files import jsonl_objects, sha256_file
 from ..errors import InputError
+from ..training.data import read_data_file
 from .layout import Sample
 
 #: role names mapped as speculators' ``_normalize_conversation`` maps them (ShareGPT's ``from``)
@@ -146,12 +147,7 @@ def text_sample(tokenizer: Any, text: str, seq_len: int) -> Sample:
 
 def _read_file(path: str, tokenizer: Any, seq_len: int, out: DataSamples) -> None:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
+    text = read_data_file(path)
     out.files[str(path)] = sha256_file(p)
     if p.suffix != ".jsonl":
         if text.strip():

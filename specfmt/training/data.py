@@ -49,6 +49,21 @@ class Documents:
         return sum(map(len, self.ids))
 
 
+def read_data_file(path: str) -> str:
+    """The text of one ``--data`` file (UTF-8), as ``train`` and ``datagen`` read it.
+
+    Raises:
+        InputError: the file is missing or not UTF-8.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
+
+
 def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     """Read and tokenize training data.
 
@@ -74,12 +89,7 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     chat = False
     for path in paths:
         p = Path(path)
-        if not p.is_file():
-            raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
+        text = read_data_file(path)
         files[str(path)] = sha256_file(p)
         if p.suffix != ".jsonl":
             if text.strip():
