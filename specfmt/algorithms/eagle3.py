@@ -316,7 +316,7 @@ def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
 
 
 def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int,
-                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None):
+                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None, loss_mask: "torch.Tensor | None" = None):
     """Loss of one batch, unrolled over ``ttt_steps`` drafting steps.
 
     Step ``s`` counts the positions from ``s`` on whose verifier top-1 token is in the draft vocabulary, and
@@ -332,6 +332,11 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         normaliser: ``counts -> divisors`` ([ttt_steps] float64, this batch's counted positions per step -> what
             each step's sum is divided by), so that several processes average to the mean over all their
             positions (:meth:`specfmt.algorithms.base.Training.loss`); None: the counts (at least 1).
+        loss_mask: [B, T] bool or None (every position). A prediction whose target is the verifier's logits at
+            position t counts only when ``loss_mask[t]``, at every step: speculators' alignment
+            (``speculators/models/eagle3/data.py`` ``shift_batch`` keeps ``loss_mask[1:]`` beside the targets
+            ``verifier_last_hidden_states[1:]``; ``models/eagle3/metrics.py`` ``align_for_step`` slices the mask
+            with the targets at step s).
 
     Returns:
         ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
@@ -349,6 +354,8 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
     in_vocab = torch.zeros(tgt.shape[-1], dtype=torch.bool, device=ids.device)
     in_vocab[targets] = True
     keep = in_vocab[top]
+    if loss_mask is not None:
+        keep = keep & loss_mask[:, 1:].to(device=keep.device, dtype=torch.bool)
     tp = tgt_draft.float().softmax(-1)
     tgt_top_draft = tgt_draft.argmax(-1)
     positions = torch.arange(L, device=ids.device)
@@ -557,12 +564,12 @@ class Eagle3(Algorithm, Reference, Training, Card):
         return options.ttt_steps
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: Eagle3Options, generator: Any,
-             subset: list[int] | None, normaliser: Any = None):
+             subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None):
         import torch
 
         with torch.no_grad():
             logits = head(last)
-        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser, loss_mask)
 
     def check_options(self, options: Eagle3Options, *, init: bool) -> None:
         """The shared checks, and ``--draft-layer`` names a family (:func:`specfmt.algorithms.layers.family`)."""
