@@ -208,7 +208,7 @@ def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list
             out = heads.head(i, last[:, :n]).float()
         ce = -(p * out.log_softmax(-1)).sum(-1)
         hit = out.argmax(-1) == p.argmax(-1)
-        if loss_mask is None:
+        if loss_mask is None or bool(loss_mask[:, i + 1:].all()):  # every target counts: the unmasked mean, bit for bit
             if i in train:
                 loss = loss + (0.8 ** i) * ce.mean()
             correct[i] = int(hit.sum())
