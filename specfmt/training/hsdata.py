@@ -25,6 +25,8 @@ from ..errors import InputError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from .data import Documents
+
 #: the folder of the per-sample files inside the data folder (speculators/train/data.py ``ArrowDataset``)
 HS_FOLDER = "hidden_states"
 #: the file that names the stored layer ids (written by ``specfmt datagen``; speculators writes none)
@@ -99,6 +101,29 @@ def tap_positions(taps: list[int], stored: list[int] | None, n_stored: int, n_la
         raise InputError(f"the draft reads tap layer(s) {lacking}; the hidden states hold {stored[:-1]}",
                          hint="generate the data with the draft's tap layers (eagle_aux_hidden_state_layer_ids)")
     return [stored.index(t) for t in taps]
+
+
+def hidden_state_documents(folder: Path) -> "Documents":
+    """The data's tokens as :class:`specfmt.training.data.Documents` for a draft vocabulary: per sample, its
+    first token (which :func:`specfmt.algorithms.eagle3.vocab_map` does not count) and then the tokens under
+    the loss mask, as speculators counts them (``speculators/train/vocab_mapping.py``
+    ``save_token_frequency_distribution``: tokens where ``loss_mask``); ``files`` holds the sha256 of the
+    dataset's ``state.json`` and ``dataset_info.json``.
+
+    Raises:
+        InputError: as :func:`load_dataset_folder`.
+    """
+    from ..checkpoint.files import sha256_file
+    from .data import Documents
+
+    data = load_dataset_folder(folder)
+    out = []
+    for row in data:
+        ids, mask = row["input_ids"].long(), row["loss_mask"].bool()
+        if ids.numel():
+            out.append([int(ids[0])] + ids[1:][mask[1:]].tolist())
+    files = {str(folder / n): sha256_file(folder / n) for n in ("state.json", "dataset_info.json") if (folder / n).is_file()}
+    return Documents(out, files)
 
 
 class HiddenStateBatches:
@@ -209,20 +234,9 @@ class HiddenStateBatches:
             last = self.norm(pre)
         return ids, aux, last, mask
 
-    def docs(self) -> list[list[int]]:
-        """Token ids under the loss mask, one list per sample led by its first token (which
-        :func:`specfmt.algorithms.eagle3.vocab_map` does not count): the counts a draft vocabulary is built
-        from, as speculators counts them (``speculators/train/vocab_mapping.py``: tokens where ``loss_mask``)."""
-        out = []
-        for row in self.data:
-            ids, mask = row["input_ids"].long(), row["loss_mask"].bool()
-            if ids.numel():
-                out.append([int(ids[0])] + ids[1:][mask[1:]].tolist())
-        return out
-
     def digest(self) -> dict[str, Any]:
         """What the data is, for a resumed run's fingerprint."""
         return {"hidden_states": str(self.folder.resolve()), "samples": self.n, "taps": self.taps}
 
 
-__all__ = ["HS_FOLDER", "HiddenStateBatches", "load_dataset_folder", "stored_layers", "tap_positions"]
+__all__ = ["HS_FOLDER", "HiddenStateBatches", "hidden_state_documents", "load_dataset_folder", "stored_layers", "tap_positions"]

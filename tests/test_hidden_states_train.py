@@ -1,0 +1,161 @@
+"""``specfmt train --hidden-states``: the loss mask of every objective, batches from hidden-states data, and
+a draft trained from such data equal to one trained from the verifier's own forward."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from specfmt.algorithms import get
+from specfmt.sources.verifier import Verifier
+
+WORLD = Path(__file__).resolve().parents[1] / "examples" / "world"
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Verifier:
+    return Verifier.load(str(WORLD / "verifier"))
+
+
+def _module(name: str, verifier: Verifier, **opts):
+    algo = get(name).training
+    options = algo.parse_options(opts or None, init=False)
+    cfg = algo.new_config(verifier, algo.new_shape(replace(options, dtype="float32")))
+    tensors, _ = algo.new_draft(cfg, verifier, None)
+    torch.manual_seed(0)
+    module = get(name).reference.module(cfg, {n: t.float() for n, t in tensors.items()}).float()
+    for p in module.parameters():  # new drafts start with zero blocks (Medusa): make every position's loss differ
+        p.data.add_(torch.randn_like(p) * 0.05)
+    return algo, options, module
+
+
+def _batch(verifier: Verifier, B: int = 2, T: int = 12):
+    g = torch.Generator().manual_seed(1)
+    V, H = verifier.info.vocab_size, verifier.info.hidden_size
+    ids = torch.randint(0, V, (B, T), generator=g)
+    aux = torch.randn(B, T, 3 * H, generator=g)
+    last = torch.randn(B, T, H, generator=g)
+    return ids, aux, last
+
+
+def _loss(algo, options, module, verifier, batch, mask):
+    ids, aux, last = batch
+    embed = verifier.embedding().float()
+    head = torch.nn.Linear(embed.shape[1], embed.shape[0], bias=False)
+    head.weight.data = verifier.lm_head().float()
+    kw = {"loss_mask": mask} if mask is not None else {}
+    loss, correct, counted = algo.loss(module, embed=module.embed_tokens if getattr(module, "embed_tokens", None) is not None else embed,
+                                       head=head, ids=ids, aux=aux if algo.feature_taps(module.cfg) else None, last=last,
+                                       options=options, generator=torch.Generator().manual_seed(0), subset=None, **kw)
+    return loss.detach(), correct, counted
+
+
+CASES = [("eagle3", {"ttt_steps": 1}), ("eagle", {}), ("medusa", {"heads": 1})]
+
+
+@pytest.mark.parametrize("name,opts", CASES + [("eagle3", {"ttt_steps": 3}), ("medusa", {"heads": 3})])
+def test_all_ones_mask_is_no_mask(verifier, name, opts):
+    algo, options, module = _module(name, verifier, **opts)
+    batch = _batch(verifier)
+    a = _loss(algo, options, module, verifier, batch, None)
+    b = _loss(algo, options, module, verifier, batch, torch.ones(batch[0].shape, dtype=torch.bool))
+    assert torch.equal(a[0], b[0]) and a[1:] == b[1:]
+
+
+@pytest.mark.parametrize("name,opts", CASES)
+def test_masked_loss_is_the_mean_over_kept_targets(verifier, name, opts):
+    """One draft position: each target position's loss alone (a mask keeping it only); the masked loss is their
+    mean over the kept targets, and the position-0 mask gates nothing (no prediction targets position 0)."""
+    algo, options, module = _module(name, verifier, **opts)
+    batch = _batch(verifier, B=1, T=10)
+    T = batch[0].shape[1]
+    single = {}
+    for t in range(1, T):
+        m = torch.zeros(1, T, dtype=torch.bool)
+        m[0, t] = True
+        loss, correct, counted = _loss(algo, options, module, verifier, batch, m)
+        assert counted == [1]
+        single[t] = loss.item()
+    assert len(set(single.values())) == T - 1  # the positions' losses differ: a wrong alignment would show
+    keep = [2, 3, 7, 9]
+    m = torch.zeros(1, T, dtype=torch.bool)
+    m[0, keep] = True
+    loss, correct, counted = _loss(algo, options, module, verifier, batch, m)
+    assert counted == [len(keep)]
+    assert loss.item() == pytest.approx(sum(single[t] for t in keep) / len(keep), rel=1e-5)
+    m[0, 0] = True  # position 0 is no prediction's target
+    again = _loss(algo, options, module, verifier, batch, m)
+    assert torch.equal(again[0], loss) and again[2] == counted
+    none = _loss(algo, options, module, verifier, batch, None)
+    assert none[0].item() == pytest.approx(sum(single.values()) / len(single), rel=1e-5)
+
+
+# -- hidden-states data, written as speculators 0.9 lays it out ----------------------------------------------
+
+
+def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int]], taps: list[int], masks: list[list[int]] | None = None) -> Path:
+    """speculators 0.9's layout (``speculators/train/data.py`` ``ArrowDataset``): a ``save_to_disk`` dataset
+    (``input_ids``, ``loss_mask``, ``seq_len``) and ``hidden_states/hs_{i}.safetensors`` with ``hidden_states``
+    [T, taps + 1, H] (taps, then layer L before the final norm, by a hook on the norm's input) and ``token_ids``."""
+    import datasets
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
+    L = model.config.num_hidden_layers
+    masks = masks or [[1] * len(s) for s in samples]
+    datasets.Dataset.from_dict({"input_ids": samples, "loss_mask": masks, "seq_len": [len(s) for s in samples]}).save_to_disk(str(folder))
+    (folder / "hidden_states").mkdir()
+    seen = {}
+    hook = model.model.norm.register_forward_hook(lambda m, args, out: seen.__setitem__("pre", args[0]))
+    with torch.no_grad():
+        for i, ids in enumerate(samples):
+            out = model.model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
+            hs = torch.stack([out.hidden_states[t][0] for t in taps] + [seen["pre"][0]], dim=1)
+            save_file({"hidden_states": hs.contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)},
+                      str(folder / "hidden_states" / f"hs_{i}.safetensors"))
+    hook.remove()
+    (folder / "specfmt_datagen.json").write_text('{"layers": %s}' % (list(taps) + [L]))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def world_windows(verifier):
+    """The example world's first training text as the token stream ``Windows`` reads, and its fixed windows."""
+    from specfmt.training.data import read_documents
+
+    text = (WORLD.parent / "world" / "README.md")
+    docs = read_documents([str(text)], verifier.tokenizer())
+    return text, docs
+
+
+@pytest.mark.parametrize("algo,opts", [("eagle3", {}), ("medusa", {"heads": 2})])
+def test_hidden_states_train_equals_data_train(tmp_path, verifier, world_windows, algo, opts):
+    """Samples that are exactly ``--data``'s fixed windows (``--cache``: offset 0), loss mask all ones: a draft
+    trained from the hidden states equals, step for step, one trained from the verifier's forward (float32:
+    identical losses and tensors; the bound is 0)."""
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+
+    text, docs = world_windows
+    T = 32
+    stream = [t for d in docs.ids for t in d]
+    n = (len(stream) - T) // T
+    samples = [stream[i * T:(i + 1) * T] for i in range(n)]
+    taps = [2, 4, 5]
+    hs = write_hidden_states(tmp_path / "hs", WORLD / "verifier", samples, taps)
+    opts_t = TrainOptions(steps=4, batch_size=2, seq_len=T, lr=1e-3, seed=3, save_every=0)
+    runs = {}
+    for how, kw in (("data", {"data": [str(text)], "cache": str(tmp_path / "cache")}), ("hs", {"hidden_states": str(hs)})):
+        losses = []
+        req = TrainRequest(str(tmp_path / f"out-{how}"), str(WORLD / "verifier"), algorithm=algo, device="cpu", validate=False,
+                           **({"taps": taps} if algo == "eagle3" else {}), **opts, **kw)
+        res = train_draft(req, opts_t, log=lambda step, loss, acc: losses.append((loss, acc)))
+        runs[how] = (losses, res.draft.tensors)
+    assert runs["data"][0] == runs["hs"][0]
+    assert runs["data"][1].keys() == runs["hs"][1].keys()
+    for name, t in runs["data"][1].items():
+        assert torch.equal(t, runs["hs"][1][name]), name
