@@ -123,11 +123,12 @@ def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int
 
 
 @pytest.fixture(scope="module")
-def world_windows(verifier):
-    """The example world's first training text as the token stream ``Windows`` reads, and its fixed windows."""
+def world_windows(verifier, tmp_path_factory):
+    """A short text (the start of the example world's README) and its tokens as ``--data`` reads them."""
     from specfmt.training.data import read_documents
 
-    text = (WORLD.parent / "world" / "README.md")
+    text = tmp_path_factory.mktemp("text") / "train.txt"
+    text.write_text((WORLD / "README.md").read_text()[:1500])
     docs = read_documents([str(text)], verifier.tokenizer())
     return text, docs
 
