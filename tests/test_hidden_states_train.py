@@ -160,3 +160,33 @@ def test_hidden_states_train_equals_data_train(tmp_path, verifier, world_windows
     assert runs["data"][1].keys() == runs["hs"][1].keys()
     for name, t in runs["data"][1].items():
         assert torch.equal(t, runs["hs"][1][name]), name
+
+
+def test_refusals(tmp_path):
+    """One line each: a tap the data lacks, a last layer that is not L, --hidden-states with --data, a file whose
+    token ids are not the dataset's."""
+    from specfmt.errors import InputError
+    from specfmt.training.hsdata import HiddenStateBatches, tap_positions
+    from specfmt.training.pipeline import TrainRequest, check_request
+
+    assert tap_positions([2, 5], [2, 4, 5, 8], 4, 8) == [0, 2]
+    assert tap_positions([2, 4, 5], None, 4, 8) == [0, 1, 2]
+    with pytest.raises(InputError, match=r"tap layer\(s\) \[3\]; the hidden states hold \[2, 4, 5\]"):
+        tap_positions([2, 3], [2, 4, 5, 8], 4, 8)
+    with pytest.raises(InputError, match="the last stored layer is 7, not the verifier's last"):
+        tap_positions([2], [2, 7], 2, 8)
+    with pytest.raises(InputError, match="hold 2 tap layers, the draft reads 3"):
+        tap_positions([1, 2, 3], None, 3, 8)
+    with pytest.raises(InputError, match="goes with neither --data nor --cache"):
+        check_request(TrainRequest("o", "v", algorithm="eagle3", data=["x"], hidden_states="hs"))
+    hs = write_hidden_states(tmp_path / "hs", WORLD / "verifier", [[5, 6, 7, 8], [9, 10, 11]], [2, 4, 5])
+    from safetensors.torch import load_file, save_file
+
+    f = hs / "hidden_states" / "hs_1.safetensors"
+    t = load_file(str(f))
+    save_file({"hidden_states": t["hidden_states"], "token_ids": torch.tensor([9, 10, 12])}, str(f))
+    data = HiddenStateBatches(hs, 4, 2, 0, taps=[2, 4, 5], n_layers=8, norm=lambda x: x)
+    ids, mask, h = data.sample(0)
+    assert ids.tolist() == [5, 6, 7, 8] and mask.all() and h.shape == (4, 4, 128)
+    with pytest.raises(InputError, match="sample 1: the token ids of hs_1.safetensors are not the dataset's input_ids"):
+        data.sample(1)
