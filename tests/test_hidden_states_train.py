@@ -107,7 +107,9 @@ def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int
     model = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
     L = model.config.num_hidden_layers
     masks = masks or [[1] * len(s) for s in samples]
-    datasets.Dataset.from_dict({"input_ids": samples, "loss_mask": masks, "seq_len": [len(s) for s in samples]}).save_to_disk(str(folder))
+    ds = datasets.Dataset.from_dict({"input_ids": samples, "loss_mask": masks, "seq_len": [len(s) for s in samples]})
+    ds.set_format(type="torch")  # as speculators/data_generation/preprocessing.py saves it: its trainer needs tensors
+    ds.save_to_disk(str(folder))
     (folder / "hidden_states").mkdir()
     seen = {}
     hook = model.model.norm.register_forward_hook(lambda m, args, out: seen.__setitem__("pre", args[0]))
