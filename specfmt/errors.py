@@ -188,6 +188,20 @@ class TrainInterrupted(SpecfmtError):
     exit_code = 130
 
 
+class DatagenInterrupted(SpecfmtError):
+    """``specfmt datagen`` stopped by the user (Ctrl-C); every placed file is whole, and the same command resumes.
+
+    Attributes:
+        done: samples whose files are in place.
+    """
+
+    exit_code = 130
+
+    def __init__(self, message: str, *, done: int, where: str | None = None, hint: str | None = None):
+        super().__init__(message, where=where, hint=hint)
+        self.done = done
+
+
 #: one step of a JSON path as specfmt writes them: ``.key`` or ``[index]``
 _PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
 

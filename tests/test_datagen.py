@@ -1,0 +1,195 @@
+"""``specfmt datagen`` with the transformers engine (no vLLM): the engine's layers, the pipeline's resume, checks,
+interruption and sharding, and the command end to end on examples/world."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from specfmt.cli import app
+from specfmt.datagen import pipeline as dg
+from specfmt.datagen.chat import read_samples
+from specfmt.datagen.hf_engine import TransformersEngine
+from specfmt.datagen.layout import check_sample, existing_samples, hidden_states_folder, read_manifest, read_preprocessed, sample_path
+from specfmt.errors import DatagenInterrupted, InputError
+from specfmt.sources.verifier import Verifier
+from speculators_env import spec_env  # noqa: F401  (fixture)
+from test_datagen_layout import SPEC_READS
+
+WORLD = Path(__file__).resolve().parents[1] / "examples" / "world" / "verifier"
+TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
+CONV = [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Sort a list."},
+        {"role": "assistant", "content": "Use sorted(xs)."}, {"role": "user", "content": "In place?"},
+        {"role": "assistant", "content": "Call xs.sort() instead."}]
+
+
+@pytest.fixture(scope="module")
+def verifier(tmp_path_factory) -> Path:
+    """The world's verifier with a chat template."""
+    d = tmp_path_factory.mktemp("verifier")
+    for f in WORLD.iterdir():
+        shutil.copy(f, d / f.name)
+    cfg = json.loads((WORLD / "tokenizer_config.json").read_text())
+    (d / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": TEMPLATE}))
+    return d
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("data") / "d.jsonl"
+    lines = [{"text": f"def f{i}(x):\n    return x * {i}\n" * (i + 1)} for i in range(4)] + [{"messages": CONV}]
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return p
+
+
+def _req(verifier, data, out, **kw) -> dg.DatagenRequest:
+    return dg.DatagenRequest(verifier=str(verifier), data=[str(data)], output=str(out), seq_len=kw.pop("seq_len", 64), engine="transformers", **kw)
+
+
+def test_engine_layers_are_the_residual_stream_and_the_last_before_the_norm():
+    """Layer l < L is transformers' ``hidden_states[l]``; layer L, once the verifier's final norm is applied, is
+    ``hidden_states[L]`` (transformers' last entry is after the norm), and differs from it before."""
+    v = Verifier.load(str(WORLD))
+    eng = TransformersEngine(v)
+    ids = [0, 17, 300, 41, 9, 1200, 5]
+    hs = eng.forward(ids, [0, 2, 5, 8])
+    model = v.load_model()
+    with torch.no_grad():
+        ref = model.get_decoder()(input_ids=torch.tensor([ids]), output_hidden_states=True).hidden_states
+    assert hs.shape == (7, 4, 128) and hs.dtype == torch.float32
+    for j, l in enumerate([0, 2, 5]):
+        assert torch.equal(hs[:, j], ref[l][0])
+    with torch.no_grad():
+        assert torch.allclose(model.get_decoder().norm(hs[:, 3]), ref[8][0], atol=1e-6)
+    assert (hs[:, 3] - ref[8][0]).abs().max() > 0.1
+    with pytest.raises(InputError, match=r"within \[0, 8\]"):
+        eng.forward(ids, [2, 9])
+
+
+@pytest.mark.parametrize("n, max_samples, world", [(10, None, 3), (7, 5, 2), (3, None, 4), (100, 64, 7), (0, None, 2), (11, 11, 1)])
+def test_shards_partition_the_samples(n, max_samples, world):
+    shards = [dg.shard_indices(n, max_samples, world, r) for r in range(world)]
+    assert [i for s in shards for i in s] == list(range(min(n, max_samples or n)))
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+SPEC_SHARDS = r"""
+import json, sys
+from speculators.data_generation.offline import get_indices_to_process
+cases = json.loads(sys.argv[1])
+print("REPORT " + json.dumps([get_indices_to_process(n, m, [], w, r) for n, m, w, r in cases]))
+"""
+
+
+def test_shards_equal_speculators_get_indices_to_process(spec_env):
+    cases = [(n, m, w, r) for n, m, w in [(10, None, 3), (7, 5, 2), (3, None, 4), (100, 64, 7), (11, 11, 1)] for r in range(w)]
+    r = spec_env.run("-c", SPEC_SHARDS, json.dumps(cases))
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
+    assert line is not None, r.stderr[-3000:]
+    assert json.loads(line[len("REPORT "):]) == [list(dg.shard_indices(n, m, w, rk)) for n, m, w, rk in cases]
+
+
+def test_cli_end_to_end_resume_and_speculators_reads_it(spec_env, verifier, data, tmp_path):
+    out = tmp_path / "out"
+    args = ["datagen", "-o", out, "--verifier", verifier, "--data", data, "--engine", "transformers", "--seq-len", "64"]
+    r = CliRunner().invoke(app, [str(a) for a in args], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "6 samples, layers [2, 4, 5, 8]; this run made 6 hidden-state files with transformers (0 already in place)" in r.output
+    assert "bytes per token" in r.output
+    from transformers import AutoTokenizer
+
+    samples = read_samples([str(data)], AutoTokenizer.from_pretrained(str(verifier)), 64).samples
+    assert read_preprocessed(out) == samples and sum(1 for s in samples if 0 in s.loss_mask) == 2  # the two assistant rows
+    folder = hidden_states_folder(out)
+    assert existing_samples(folder) == list(range(6))
+    for i, s in enumerate(samples):
+        check_sample(sample_path(folder, i), i, s.input_ids, 4, 128)
+    m = read_manifest(out)
+    assert (m.layers, m.engine, m.dtype, m.samples, m.files, m.seq_len) == ([2, 4, 5, 8], "transformers", "float32", 6, 6, 64)
+    # resume: a truncated file is made again, the others are left alone
+    p1 = sample_path(folder, 1)
+    good = p1.read_bytes()
+    p1.write_bytes(good[:-9])
+    os.utime(sample_path(folder, 0), (1, 1))
+    r = CliRunner().invoke(app, [str(a) for a in args], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    assert "resuming: 5 of this run's 6 samples are in place" in r.output and "made 1 hidden-state files" in r.output
+    assert p1.read_bytes() == good and sample_path(folder, 0).stat().st_mtime == 1
+    # speculators 0.9 reads it as its trainer does
+    rep = spec_env.run("-c", SPEC_READS, out)
+    line = next((ln for ln in rep.stdout.splitlines() if ln.startswith("REPORT ")), None)
+    assert line is not None, rep.stderr[-3000:]
+    rows = json.loads(line[len("REPORT "):])["rows"]
+    assert [(x["ids"], x["mask"], x["shape"]) for x in rows] == [(list(s.input_ids), list(s.loss_mask), [len(s), 4, 128]) for s in samples]
+
+
+def test_interrupt_leaves_whole_files_and_the_rerun_finishes(verifier, data, tmp_path, monkeypatch):
+    real = TransformersEngine.extract
+
+    def two_then_ctrl_c(self, samples, layers, folder):
+        for k, item in enumerate(real(self, samples, layers, folder)):
+            yield item
+            if k == 1:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(TransformersEngine, "extract", two_then_ctrl_c)
+    out = tmp_path / "out"
+    with pytest.raises(DatagenInterrupted, match="interrupted after 2 of 6 samples") as e:
+        dg.run_datagen(_req(verifier, data, out))
+    assert e.value.exit_code == 130 and e.value.done == 2
+    folder = hidden_states_folder(out)
+    assert existing_samples(folder) == [0, 1] and sorted(p.name for p in folder.iterdir()) == ["hs_0.safetensors", "hs_1.safetensors"]
+    assert read_manifest(out) is None  # written last
+    monkeypatch.setattr(TransformersEngine, "extract", real)
+    res = dg.run_datagen(_req(verifier, data, out))
+    assert (res.resumed, res.made) == (2, 4) and existing_samples(folder) == list(range(6)) and read_manifest(out).files == 6
+
+
+def test_a_bad_file_is_an_error_naming_the_sample_and_is_removed(verifier, data, tmp_path, monkeypatch):
+    real = TransformersEngine.forward
+
+    def nan_in_sample_3(self, ids, layers):
+        hs = real(self, ids, layers)
+        if len(ids) == len(read_samples([str(data)], self.verifier.tokenizer(), 64).samples[3]):
+            hs[1, 0, 5] = float("nan")
+        return hs
+
+    monkeypatch.setattr(TransformersEngine, "forward", nan_in_sample_3)
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=r"sample 3: hidden_states holds 1 NaN or Inf values \(the file was removed\)"):
+        dg.run_datagen(_req(verifier, data, out))
+    assert existing_samples(hidden_states_folder(out)) == [0, 1, 2]
+
+
+def test_ranks_share_the_output_and_options_are_checked(verifier, data, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    r0 = dg.run_datagen(_req(verifier, data, out, world_size=2, rank=1, max_samples=5))
+    assert list(r0.shard) == [3, 4] and existing_samples(hidden_states_folder(out)) == [3, 4]
+    r1 = dg.run_datagen(_req(verifier, data, out, world_size=2, rank=0, max_samples=5))
+    assert list(r1.shard) == [0, 1, 2] and existing_samples(hidden_states_folder(out)) == [0, 1, 2, 3, 4]
+    other = tmp_path / "other.txt"
+    other.write_text("x = 1\n")
+    with pytest.raises(InputError, match="holds a preprocessed dataset made from other --data, --seq-len or verifier"):
+        dg.run_datagen(_req(verifier, other, out))
+    with pytest.raises(InputError, match=r"hidden states of .* at layers \[2, 4, 5, 8\] \(seq len 64\)"):
+        dg.run_datagen(_req(verifier, data, out, seq_len=32))
+    with pytest.raises(InputError, match=r"hidden states of .* at layers \[2, 4, 5, 8\]"):
+        dg.run_datagen(_req(verifier, data, out, layers=[1, 8]))
+    with pytest.raises(InputError, match=r"--rank 2 must be in \[0, --world-size 2\)"):
+        dg.run_datagen(_req(verifier, data, out, world_size=2, rank=2))
+    with pytest.raises(InputError, match="--seq-len 4096 is more than the verifier's 2048 positions"):
+        dg.run_datagen(_req(verifier, data, tmp_path / "o2", seq_len=4096))
+    monkeypatch.setattr(dg, "VLLM_ENGINE", "specfmt.datagen._no_such_engine")
+    with pytest.raises(InputError, match="--engine vllm cannot start: No module named 'specfmt.datagen._no_such_engine'"):
+        dg.make_engine("vllm", Verifier.load(str(verifier)), 1)
+    eng, notes = dg.make_engine("auto", Verifier.load(str(verifier)), 1)
+    assert eng.name == "transformers" and "vLLM is not available" in notes[0]
+    with pytest.raises(InputError, match="one device; --tensor-parallel-size 2 needs --engine vllm"):
+        dg.make_engine("transformers", Verifier.load(str(verifier)), 2)
