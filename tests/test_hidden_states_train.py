@@ -96,31 +96,36 @@ def test_masked_loss_is_the_mean_over_kept_targets(verifier, name, opts):
 # -- hidden-states data, written as speculators 0.9 lays it out ----------------------------------------------
 
 
-def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int]], taps: list[int], masks: list[list[int]] | None = None) -> Path:
-    """speculators 0.9's layout (``speculators/train/data.py`` ``ArrowDataset``): a ``save_to_disk`` dataset
-    (``input_ids``, ``loss_mask``, ``seq_len``) and ``hidden_states/hs_{i}.safetensors`` with ``hidden_states``
-    [T, taps + 1, H] (taps, then layer L before the final norm, by a hook on the norm's input) and ``token_ids``."""
-    import datasets
+def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int]], taps: list[int], masks: list[list[int]] | None = None,
+                        manifest: bool = True) -> Path:
+    """Hidden-states data in speculators 0.9's layout, written with :mod:`specfmt.datagen.layout` (the preprocessed
+    dataset, ``token_freq.pt``, and with ``manifest`` specfmt's manifest) and ``hidden_states/hs_{i}.safetensors``
+    holding ``hidden_states`` [T, taps + 1, H] from the transformers forward (taps ``hidden_states[l]``, then layer L
+    before the final norm, by a hook on the norm's input) and ``token_ids``."""
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
+    from specfmt.datagen import layout
+
     model = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
     L = model.config.num_hidden_layers
-    masks = masks or [[1] * len(s) for s in samples]
-    ds = datasets.Dataset.from_dict({"input_ids": samples, "loss_mask": masks, "seq_len": [len(s) for s in samples]})
-    ds.set_format(type="torch")  # as speculators/data_generation/preprocessing.py saves it: its trainer needs tensors
-    ds.save_to_disk(str(folder))
-    (folder / "hidden_states").mkdir()
+    rows = [layout.Sample(s, m) for s, m in zip(samples, masks or [[1] * len(s) for s in samples])]
+    layout.write_preprocessed(rows, folder)
+    layout.write_token_freq(rows, folder / layout.TOKEN_FREQ)
+    hs_dir = layout.hidden_states_folder(folder)
+    hs_dir.mkdir()
     seen = {}
     hook = model.model.norm.register_forward_hook(lambda m, args, out: seen.__setitem__("pre", args[0]))
     with torch.no_grad():
         for i, ids in enumerate(samples):
             out = model.model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
             hs = torch.stack([out.hidden_states[t][0] for t in taps] + [seen["pre"][0]], dim=1)
-            save_file({"hidden_states": hs.contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)},
-                      str(folder / "hidden_states" / f"hs_{i}.safetensors"))
+            save_file({"hidden_states": hs.contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)}, str(hs_dir / f"hs_{i}.safetensors"))
     hook.remove()
-    (folder / "specfmt_datagen.json").write_text('{"layers": %s}' % (list(taps) + [L]))
+    if manifest:
+        layout.write_manifest(folder, layout.Manifest(verifier=str(verifier_dir), layers=list(taps) + [L], hidden_size=model.config.hidden_size,
+                                                      engine="transformers", seq_len=max(map(len, samples)), dtype="float32",
+                                                      samples=len(samples), tokens=sum(map(len, samples))))
     return folder
 
 
@@ -190,5 +195,5 @@ def test_refusals(tmp_path):
     data = HiddenStateBatches(hs, 4, 2, 0, taps=[2, 4, 5], n_layers=8, norm=lambda x: x)
     ids, mask, h = data.sample(0)
     assert ids.tolist() == [5, 6, 7, 8] and mask.all() and h.shape == (4, 4, 128)
-    with pytest.raises(InputError, match="sample 1: the token ids of hs_1.safetensors are not the dataset's input_ids"):
+    with pytest.raises(InputError, match="sample 1: the file.s token ids differ from the input ids at position 2"):
         data.sample(1)

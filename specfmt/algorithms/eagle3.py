@@ -28,6 +28,8 @@ from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Traini
 from .reference import DecoderChain
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     import torch
 
     from ..checkpoint.reader import CheckpointReader
@@ -196,12 +198,14 @@ def vocab_map_problems(d2t, t2d, vocab_size: int, draft_vocab_size: int) -> list
     return problems
 
 
-def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
+def vocab_map(docs: "list[list[int]] | Mapping[int, int]", vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
     """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
 
     Tokens are counted at every position but each document's first (the reference's loss
     mask zeroes it); the ``draft_vocab`` most frequent ids, sorted ascending, are the draft
-    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``.
+    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``. ``docs`` may instead be
+    the counts themselves, ``{token id: count}`` (speculators' ``token_freq.pt``, counted under the
+    loss mask: ``speculators/train/vocab_mapping.py``), used as they are.
 
     Returns:
         ``(d2t [Vd] int64, t2d [V] bool, coverage)``: coverage is the share of counted
@@ -211,12 +215,16 @@ def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple
         InputError: the data has fewer distinct tokens than ``draft_vocab``.
     """
     import collections
+    import collections.abc
 
     import torch
 
     counts: collections.Counter = collections.Counter()
-    for d in docs:
-        counts.update(d[1:])
+    if isinstance(docs, collections.abc.Mapping):
+        counts.update({int(t): int(c) for t, c in docs.items()})
+    else:
+        for d in docs:
+            counts.update(d[1:])
     top = counts.most_common(draft_vocab)
     if len(top) < draft_vocab:
         raise InputError(f"the training data has {len(top)} distinct tokens, fewer than the draft vocabulary of {draft_vocab}",

@@ -35,7 +35,8 @@ class Documents:
 
     Attributes:
         ids: one list of token ids per document (the tokenizer's BOS when it adds one,
-            the text, then EOS).
+            the text, then EOS); for hidden-states data, the token counts ``{id: count}``
+            (:func:`specfmt.training.hsdata.hidden_state_documents`), which only a draft vocabulary reads.
         files: sha256 of every data file read, by path (provenance).
         chat: some documents were rendered with the chat template.
     """

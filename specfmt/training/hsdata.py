@@ -16,7 +16,6 @@ zeros after its end; the padding is masked out of the loss (``loss_mask`` False)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -27,10 +26,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .data import Documents
 
-#: the folder of the per-sample files inside the data folder (speculators/train/data.py ``ArrowDataset``)
-HS_FOLDER = "hidden_states"
-#: the file that names the stored layer ids (written by ``specfmt datagen``; speculators writes none)
-LAYERS_FILES = ("specfmt_datagen.json", "manifest.json")
+from ..datagen import layout
+from ..datagen.engine import sample_path
 
 DATAGEN_HINT = "pip install 'specfmt[datagen]'"
 
@@ -58,18 +55,14 @@ def load_dataset_folder(folder: Path) -> Any:
 
 def stored_layers(folder: Path) -> list[int] | None:
     """The layer ids the hidden-states files hold, in order (the last is the verifier's layer count L), from the
-    data's manifest; None when the data names none (speculators' own output records no layer ids)."""
-    for name in LAYERS_FILES:
-        p = folder / name
-        if p.is_file():
-            try:
-                got = json.loads(p.read_text())
-            except ValueError:
-                continue
-            layers = got.get("layers", got.get("layer_ids")) if isinstance(got, dict) else None
-            if isinstance(layers, list) and all(isinstance(x, int) for x in layers):
-                return layers
-    return None
+    data's manifest (:func:`specfmt.datagen.layout.read_manifest`); None when there is none (speculators' own
+    output records no layer ids).
+
+    Raises:
+        InputError: a malformed manifest.
+    """
+    manifest = layout.read_manifest(folder)
+    return list(manifest.layers) if manifest is not None else None
 
 
 def tap_positions(taps: list[int], stored: list[int] | None, n_stored: int, n_layers: int) -> list[int]:
@@ -104,26 +97,32 @@ def tap_positions(taps: list[int], stored: list[int] | None, n_stored: int, n_la
 
 
 def hidden_state_documents(folder: Path) -> "Documents":
-    """The data's tokens as :class:`specfmt.training.data.Documents` for a draft vocabulary: per sample, its
-    first token (which :func:`specfmt.algorithms.eagle3.vocab_map` does not count) and then the tokens under
-    the loss mask, as speculators counts them (``speculators/train/vocab_mapping.py``
-    ``save_token_frequency_distribution``: tokens where ``loss_mask``); ``files`` holds the sha256 of the
-    dataset's ``state.json`` and ``dataset_info.json``.
+    """The data's token counts for a draft vocabulary, as :class:`specfmt.training.data.Documents` whose ``ids``
+    are ``{token id: count}`` (:func:`specfmt.algorithms.eagle3.vocab_map` takes them as they are): speculators'
+    ``token_freq.pt`` when the folder has one (``speculators/train/cli.py`` reads ``data_path / "token_freq.pt"``),
+    else counted where ``loss_mask`` is 1 (:func:`specfmt.datagen.layout.token_frequencies`, as
+    ``speculators/train/vocab_mapping.py`` counts). ``files`` holds the sha256 of the dataset's ``state.json``,
+    ``dataset_info.json`` and ``token_freq.pt``.
 
     Raises:
-        InputError: as :func:`load_dataset_folder`.
+        InputError: as :func:`load_dataset_folder`; a ``token_freq.pt`` that is no ``{int: int}`` dict.
     """
+    import torch
+
     from ..checkpoint.files import sha256_file
     from .data import Documents
 
-    data = load_dataset_folder(folder)
-    out = []
-    for row in data:
-        ids, mask = row["input_ids"].long(), row["loss_mask"].bool()
-        if ids.numel():
-            out.append([int(ids[0])] + ids[1:][mask[1:]].tolist())
-    files = {str(folder / n): sha256_file(folder / n) for n in ("state.json", "dataset_info.json") if (folder / n).is_file()}
-    return Documents(out, files)
+    load_dataset_folder(folder)  # the checks, with their messages
+    freq_file = folder / layout.TOKEN_FREQ
+    if freq_file.is_file():
+        counts = torch.load(freq_file, weights_only=True)
+        if not isinstance(counts, dict) or not all(isinstance(k, int) and isinstance(v, int) for k, v in counts.items()):
+            raise InputError("token_freq.pt is not a {token id: count} dict", where=str(freq_file))
+    else:
+        counts = layout.token_frequencies(layout.read_preprocessed(folder))
+    names = ("state.json", "dataset_info.json", layout.TOKEN_FREQ)
+    files = {str(folder / n): sha256_file(folder / n) for n in names if (folder / n).is_file()}
+    return Documents(counts, files)  # type: ignore[arg-type]
 
 
 class HiddenStateBatches:
@@ -157,11 +156,12 @@ class HiddenStateBatches:
         self.seq_len, self.batch, self.seed, self.world, self.rank = seq_len, batch, seed, world, rank
         self.norm, self.dtype = norm, dtype or torch.float32
         n_stored, self.hidden = self._shape(0)
+        self.n_stored = n_stored
         self.taps = tap_positions(taps, stored_layers(self.folder), n_stored, n_layers)
         self._perm: tuple[int, Any] | None = None
 
     def path(self, i: int) -> Path:
-        return self.folder / HS_FOLDER / f"hs_{i}.safetensors"
+        return sample_path(layout.hidden_states_folder(self.folder), i)
 
     def _shape(self, i: int) -> tuple[int, int]:
         from safetensors import safe_open
@@ -192,10 +192,12 @@ class HiddenStateBatches:
         return out
 
     def sample(self, i: int) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
-        """Sample i: ``(ids [T_i], loss_mask [T_i] bool, hidden_states [T_i, n, H])``, checked.
+        """Sample i: ``(ids [T_i], loss_mask [T_i] bool, hidden_states [T_i, n, H])``, checked by
+        :func:`specfmt.datagen.layout.check_sample` (speculators' ``check_hidden_states`` and the shape).
 
         Raises:
-            InputError: the file is missing, its token ids are not the dataset's, or its shape is not [T_i, n, H].
+            InputError: naming the sample: the file is missing, its token ids are not the dataset's
+                ``input_ids``, its shape is not [T_i, n, H], or it holds NaN/Inf.
         """
         from safetensors import safe_open
 
@@ -204,13 +206,9 @@ class HiddenStateBatches:
         path = self.path(i)
         if not path.is_file():
             raise InputError(f"sample {i} has no hidden states file {path}", hint="generate the data's hidden states first")
-        with safe_open(str(path), framework="pt") as f:
-            hs, tok = f.get_tensor("hidden_states"), f.get_tensor("token_ids")
-        if tok.shape != ids.shape or not bool((tok.long() == ids).all()):
-            raise InputError(f"sample {i}: the token ids of {path.name} are not the dataset's input_ids", where=str(path),
-                             hint="the hidden states were generated from other data; generate them again")
-        if hs.ndim != 3 or hs.shape[0] != ids.numel() or hs.shape[2] != self.hidden:
-            raise InputError(f"sample {i}: hidden_states is {list(hs.shape)}, expected [{ids.numel()}, layers, {self.hidden}]", where=str(path))
+        layout.check_sample(path, i, ids.tolist(), self.n_stored, self.hidden)
+        with safe_open(str(path), framework="pt") as f:  # checked: read again from the page cache
+            hs = f.get_tensor("hidden_states")
         return ids, mask, hs
 
     def batch_at(self, step: int) -> tuple["torch.Tensor", "torch.Tensor | None", "torch.Tensor", "torch.Tensor"]:
@@ -239,4 +237,4 @@ class HiddenStateBatches:
         return {"hidden_states": str(self.folder.resolve()), "samples": self.n, "taps": self.taps}
 
 
-__all__ = ["HS_FOLDER", "HiddenStateBatches", "hidden_state_documents", "load_dataset_folder", "stored_layers", "tap_positions"]
+__all__ = ["HiddenStateBatches", "hidden_state_documents", "load_dataset_folder", "stored_layers", "tap_positions"]
