@@ -9,6 +9,7 @@ and ``--loss-implementation eager`` (its flex-attention and fused loss need a GP
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import shutil
@@ -71,3 +72,44 @@ def test_speculators_trainer_trains_on_specfmt_data(spec_env, patched_speculator
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     saved = [p for p in (tmp_path / "ckpt").rglob("*.safetensors")]
     assert saved, r.stderr[-2000:]
+
+
+def test_specfmt_trains_on_speculators_layout(spec_env, tmp_path):  # noqa: F811
+    """speculators' own ``prepare-data`` (pre-tokenized rows pass through without a server) writes the preprocessed
+    dataset and ``token_freq.pt``; the hidden states are added as its data generation leaves them (``hs_{i}`` per
+    row, no specfmt manifest); ``specfmt train eagle3 --hidden-states`` trains on it, its draft vocabulary the top
+    of speculators' token frequencies, and refuses a draft whose taps the files do not hold."""
+    import datasets
+    from transformers import AutoModelForCausalLM
+
+    from specfmt.errors import InputError
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+    from test_hidden_states_train import write_hs_files
+
+    verifier = WORLD / "verifier"
+    samples = _samples(verifier, n=8)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"input_ids": s, "loss_mask": [0] * 3 + [1] * (len(s) - 3)}) + "\n" for s in samples))
+    data = tmp_path / "data"
+    r = spec_env.run("-m", "speculators", "prepare-data", "--model", str(verifier), "--data", str(rows), "--output", str(data),
+                     "--seq-length", "32", "--no-skip-token-freq", "--num-preprocessing-workers", "1")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    theirs = [list(map(int, x)) for x in datasets.load_from_disk(str(data)).with_format(None)["input_ids"]]
+    assert sorted(theirs) == sorted(samples)  # shuffled by prepare-data: hs_{i} follows its row order
+    model = AutoModelForCausalLM.from_pretrained(str(verifier), dtype=torch.float32).eval()
+    write_hs_files(model, data / "hidden_states", theirs, [2, 4, 5])
+    assert not (data / "specfmt_datagen.json").exists() and (data / "token_freq.pt").is_file()
+    freq = torch.load(data / "token_freq.pt", weights_only=True)
+    losses = []
+    req = TrainRequest(str(tmp_path / "out"), str(verifier), algorithm="eagle3", device="cpu", validate=False, taps=[2, 4, 5],
+                       draft_vocab=32, hidden_states=str(data))
+    res = train_draft(req, TrainOptions(steps=3, batch_size=2, seq_len=32, seed=0, save_every=0),
+                      log=lambda step, loss, acc: losses.append(loss))
+    assert len(losses) == 3 and all(torch.isfinite(torch.tensor(losses)))
+    used = sorted(t for t, _ in collections.Counter(freq).most_common(32))  # speculators' counts, ties in its file's order
+    assert (torch.arange(32) + res.draft.tensors["d2t"]).tolist() == used
+    assert res.draft.tensors["t2d"].sum() == 32
+    with pytest.raises(InputError, match="hold 3 tap layers, the draft reads 2"):
+        train_draft(TrainRequest(str(tmp_path / "out2"), str(verifier), algorithm="eagle3", device="cpu", validate=False, taps=[2, 4],
+                                 hidden_states=str(data)), TrainOptions(steps=1, batch_size=1, seq_len=32, save_every=0))

@@ -102,7 +102,6 @@ def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int
     dataset, ``token_freq.pt``, and with ``manifest`` specfmt's manifest) and ``hidden_states/hs_{i}.safetensors``
     holding ``hidden_states`` [T, taps + 1, H] from the transformers forward (taps ``hidden_states[l]``, then layer L
     before the final norm, by a hook on the norm's input) and ``token_ids``."""
-    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM
 
     from specfmt.datagen import layout
@@ -112,8 +111,21 @@ def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int
     rows = [layout.Sample(s, m) for s, m in zip(samples, masks or [[1] * len(s) for s in samples])]
     layout.write_preprocessed(rows, folder)
     layout.write_token_freq(rows, folder / layout.TOKEN_FREQ)
-    hs_dir = layout.hidden_states_folder(folder)
-    hs_dir.mkdir()
+    write_hs_files(model, layout.hidden_states_folder(folder), samples, taps)
+    if manifest:
+        layout.write_manifest(folder, layout.Manifest(verifier=str(verifier_dir), layers=list(taps) + [L], hidden_size=model.config.hidden_size,
+                                                      engine="transformers", seq_len=max(map(len, samples)), dtype="float32",
+                                                      samples=len(samples), tokens=sum(map(len, samples))))
+    return folder
+
+
+def write_hs_files(model, hs_dir: Path, samples: list[list[int]], taps: list[int]) -> None:
+    """``hs_dir/hs_{i}.safetensors`` of each sample from the transformers forward of ``model``: ``hidden_states``
+    [T, taps + 1, H] (taps ``hidden_states[l]``, then layer L before the final norm, by a hook on the norm's input)
+    and ``token_ids`` [T] int64."""
+    from safetensors.torch import save_file
+
+    hs_dir.mkdir(parents=True, exist_ok=True)
     seen = {}
     hook = model.model.norm.register_forward_hook(lambda m, args, out: seen.__setitem__("pre", args[0]))
     with torch.no_grad():
@@ -122,11 +134,6 @@ def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int
             hs = torch.stack([out.hidden_states[t][0] for t in taps] + [seen["pre"][0]], dim=1)
             save_file({"hidden_states": hs.contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)}, str(hs_dir / f"hs_{i}.safetensors"))
     hook.remove()
-    if manifest:
-        layout.write_manifest(folder, layout.Manifest(verifier=str(verifier_dir), layers=list(taps) + [L], hidden_size=model.config.hidden_size,
-                                                      engine="transformers", seq_len=max(map(len, samples)), dtype="float32",
-                                                      samples=len(samples), tokens=sum(map(len, samples))))
-    return folder
 
 
 @pytest.fixture(scope="module")
