@@ -80,8 +80,8 @@ def test_specfmt_trains_on_speculators_layout(spec_env, tmp_path):  # noqa: F811
     row, no specfmt manifest); ``specfmt train eagle3 --hidden-states`` trains on it, its draft vocabulary the top
     of speculators' token frequencies, and refuses a draft whose taps the files do not hold."""
     import datasets
-    from transformers import AutoModelForCausalLM
 
+    from specfmt.sources.verifier import Verifier
     from specfmt.errors import InputError
     from specfmt.training.loop import TrainOptions
     from specfmt.training.pipeline import TrainRequest, train_draft
@@ -97,8 +97,7 @@ def test_specfmt_trains_on_speculators_layout(spec_env, tmp_path):  # noqa: F811
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     theirs = [list(map(int, x)) for x in datasets.load_from_disk(str(data)).with_format(None)["input_ids"]]
     assert sorted(theirs) == sorted(samples)  # shuffled by prepare-data: hs_{i} follows its row order
-    model = AutoModelForCausalLM.from_pretrained(str(verifier), dtype=torch.float32).eval()
-    write_hs_files(model, data / "hidden_states", theirs, [2, 4, 5])
+    write_hs_files(Verifier.load(str(verifier)), data / "hidden_states", theirs, [2, 4, 5, 8])
     assert not (data / "specfmt_datagen.json").exists() and (data / "token_freq.pt").is_file()
     freq = torch.load(data / "token_freq.pt", weights_only=True)
     losses = []

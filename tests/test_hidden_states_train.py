@@ -98,42 +98,34 @@ def test_masked_loss_is_the_mean_over_kept_targets(verifier, name, opts):
 
 def write_hidden_states(folder: Path, verifier_dir: Path, samples: list[list[int]], taps: list[int], masks: list[list[int]] | None = None,
                         manifest: bool = True) -> Path:
-    """Hidden-states data in speculators 0.9's layout, written with :mod:`specfmt.datagen.layout` (the preprocessed
-    dataset, ``token_freq.pt``, and with ``manifest`` specfmt's manifest) and ``hidden_states/hs_{i}.safetensors``
-    holding ``hidden_states`` [T, taps + 1, H] from the transformers forward (taps ``hidden_states[l]``, then layer L
-    before the final norm, by a hook on the norm's input) and ``token_ids``."""
-    from transformers import AutoModelForCausalLM
-
+    """Hidden-states data in speculators 0.9's layout as ``specfmt datagen`` writes it, through its parts
+    (:mod:`specfmt.datagen.layout`: the preprocessed dataset, ``token_freq.pt``, with ``manifest`` specfmt's manifest;
+    the transformers engine, :class:`specfmt.datagen.hf_engine.TransformersEngine`: ``hs_{i}.safetensors`` with the
+    taps and layer L before the final norm), from samples given exactly."""
     from specfmt.datagen import layout
 
-    model = AutoModelForCausalLM.from_pretrained(str(verifier_dir), dtype=torch.float32).eval()
-    L = model.config.num_hidden_layers
+    verifier = Verifier.load(str(verifier_dir))
+    L = verifier.info.num_hidden_layers
     rows = [layout.Sample(s, m) for s, m in zip(samples, masks or [[1] * len(s) for s in samples])]
     layout.write_preprocessed(rows, folder)
     layout.write_token_freq(rows, folder / layout.TOKEN_FREQ)
-    write_hs_files(model, layout.hidden_states_folder(folder), samples, taps)
+    write_hs_files(verifier, layout.hidden_states_folder(folder), samples, list(taps) + [L])
     if manifest:
-        layout.write_manifest(folder, layout.Manifest(verifier=str(verifier_dir), layers=list(taps) + [L], hidden_size=model.config.hidden_size,
+        layout.write_manifest(folder, layout.Manifest(verifier=str(verifier_dir), layers=list(taps) + [L], hidden_size=verifier.info.hidden_size,
                                                       engine="transformers", seq_len=max(map(len, samples)), dtype="float32",
                                                       samples=len(samples), tokens=sum(map(len, samples))))
     return folder
 
 
-def write_hs_files(model, hs_dir: Path, samples: list[list[int]], taps: list[int]) -> None:
-    """``hs_dir/hs_{i}.safetensors`` of each sample from the transformers forward of ``model``: ``hidden_states``
-    [T, taps + 1, H] (taps ``hidden_states[l]``, then layer L before the final norm, by a hook on the norm's input)
-    and ``token_ids`` [T] int64."""
-    from safetensors.torch import save_file
+def write_hs_files(verifier: Verifier, hs_dir: Path, samples: list[list[int]], layers: list[int]) -> None:
+    """``hs_dir/hs_{i}.safetensors`` of each sample by the transformers engine (float32, CPU)."""
+    from specfmt.datagen.hf_engine import TransformersEngine
 
-    hs_dir.mkdir(parents=True, exist_ok=True)
-    seen = {}
-    hook = model.model.norm.register_forward_hook(lambda m, args, out: seen.__setitem__("pre", args[0]))
-    with torch.no_grad():
-        for i, ids in enumerate(samples):
-            out = model.model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=False)
-            hs = torch.stack([out.hidden_states[t][0] for t in taps] + [seen["pre"][0]], dim=1)
-            save_file({"hidden_states": hs.contiguous(), "token_ids": torch.tensor(ids, dtype=torch.long)}, str(hs_dir / f"hs_{i}.safetensors"))
-    hook.remove()
+    engine = TransformersEngine(verifier)
+    try:
+        assert [i for i, _ in engine.extract(list(enumerate(samples)), layers, hs_dir)] == list(range(len(samples)))
+    finally:
+        engine.close()
 
 
 @pytest.fixture(scope="module")
