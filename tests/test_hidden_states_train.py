@@ -139,7 +139,7 @@ def world_windows(verifier, tmp_path_factory):
     return text, docs
 
 
-@pytest.mark.parametrize("algo,opts", [("eagle3", {}), ("medusa", {"heads": 2})])
+@pytest.mark.parametrize("algo,opts", [("eagle3", {})])
 def test_hidden_states_train_equals_data_train(tmp_path, verifier, world_windows, algo, opts):
     """Samples that are exactly ``--data``'s fixed windows (``--cache``: offset 0), loss mask all ones: a draft
     trained from the hidden states equals, step for step, one trained from the verifier's forward (float32:
@@ -196,3 +196,24 @@ def test_refusals(tmp_path):
     assert ids.tolist() == [5, 6, 7, 8] and mask.all() and h.shape == (4, 4, 128)
     with pytest.raises(InputError, match="sample 1: the file.s token ids differ from the input ids at position 2"):
         data.sample(1)
+
+
+def test_cli_trains_from_hidden_states_and_refuses_them_with_data(tmp_path):
+    """``specfmt train eagle --hidden-states DIR`` trains (EAGLE-1 reads the last layer only, normed by the verifier's
+    final norm) and writes a draft; with ``--data`` as well it fails in one line before anything is written."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+
+    hs = write_hidden_states(tmp_path / "hs", WORLD / "verifier", [list(range(3, 19)), list(range(40, 52))], [2],
+                             masks=[[0] * 4 + [1] * 12, [1] * 12])
+    base = ["train", "eagle", "--verifier", str(WORLD / "verifier"), "--hidden-states", str(hs), "--steps", "2", "--batch-size", "2",
+            "--seq-len", "16", "--device", "cpu", "--no-validate"]
+    r = CliRunner().invoke(app, base + ["-o", str(tmp_path / "out")], terminal_width=200)
+    assert r.exit_code == 0, r.output + repr(r.exception)
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]["steps"] == 2
+    r = CliRunner().invoke(app, base + ["-o", str(tmp_path / "out2"), "--data", str(WORLD / "README.md")], terminal_width=200)
+    assert r.exit_code != 0 and "goes with neither --data nor --cache" in r.output, r.output
+    assert not (tmp_path / "out2").exists()
