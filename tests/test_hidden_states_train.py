@@ -217,3 +217,23 @@ def test_cli_trains_from_hidden_states_and_refuses_them_with_data(tmp_path):
     r = CliRunner().invoke(app, base + ["-o", str(tmp_path / "out2"), "--data", str(WORLD / "README.md")], terminal_width=200)
     assert r.exit_code != 0 and "goes with neither --data nor --cache" in r.output, r.output
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("world", ["world", "world-qwen3"])
+def test_final_norm_is_the_verifiers_own(world):
+    """``final_norm`` (transformers' RMSNorm class of the model type, the verifier's weight and eps) turns the stored
+    layer L (before the norm) into exactly the transformers forward's last hidden state, on both example worlds."""
+    from specfmt.datagen.hf_engine import TransformersEngine
+    from specfmt.training.data import final_norm
+
+    v = Verifier.load(str(WORLD.parent / world / "verifier"))
+    L = v.info.num_hidden_layers
+    ids = list(range(5, 25))
+    engine = TransformersEngine(v)
+    pre = engine.forward(ids, [L])[:, 0]
+    with torch.no_grad():
+        want = engine._load().get_decoder()(input_ids=torch.tensor([ids]), use_cache=False).last_hidden_state[0]
+        got = final_norm(v)(pre)
+    engine.close()
+    assert type(final_norm(v)).__name__ == {"world": "LlamaRMSNorm", "world-qwen3": "Qwen3RMSNorm"}[world]
+    assert torch.equal(got, want)
