@@ -237,3 +237,24 @@ def test_final_norm_is_the_verifiers_own(world):
     engine.close()
     assert type(final_norm(v)).__name__ == {"world": "LlamaRMSNorm", "world-qwen3": "Qwen3RMSNorm"}[world]
     assert torch.equal(got, want)
+
+
+def test_samples_are_dealt_like_windows():
+    """The rows of a step are a function of the step: every epoch a permutation seeded by (seed, epoch), two ranks
+    never share a sample within a step, and rank r's step s equals what one process sees at flat position (s·W + r)."""
+    from specfmt.training.hsdata import HiddenStateBatches
+
+    def deal(world, rank, seed=5):
+        d = object.__new__(HiddenStateBatches)
+        d.n, d.batch, d.seed, d.world, d.rank, d._perm = 7, 2, seed, world, rank, None
+        return d
+
+    one = deal(1, 0)
+    flat = [i for s in range(7) for _, i in one.indices(s)]  # 14 rows: two epochs
+    assert sorted(flat[:7]) == list(range(7)) and sorted(flat[7:]) == list(range(7)) and flat[:7] != flat[7:]
+    r0, r1 = deal(2, 0), deal(2, 1)
+    for s in range(3):
+        a, b = [i for _, i in r0.indices(s)], [i for _, i in r1.indices(s)]
+        assert a == [i for _, i in one.indices(2 * s)] and b == [i for _, i in one.indices(2 * s + 1)]
+    assert [i for _, i in deal(1, 0).indices(5)] == [i for _, i in one.indices(5)]  # a fresh object (resume) agrees
+    assert [i for s in range(4) for _, i in deal(1, 0, seed=6).indices(s)][:7] != flat[:7]
