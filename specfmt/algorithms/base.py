@@ -380,7 +380,7 @@ class Training:
         return 1
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: AlgorithmOptions,
-             generator: Any, subset: list[int] | None, normaliser: Any = None) -> tuple[Any, list[int], list[int]]:
+             generator: Any, subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None) -> tuple[Any, list[int], list[int]]:
         """The training loss of one batch: ``(loss, correct per position, counted per position)``.
 
         Args:
@@ -398,6 +398,11 @@ class Training:
                 gradients over -- is the mean over every process's positions (:func:`specfmt.training.loop.fit`:
                 the global count over the number of processes). None: the counts themselves (one process).
                 Objectives that average over the same number of positions on every process ignore it.
+            loss_mask: [B, T] bool, the positions that count (padding and prompt tokens are False), or None:
+                every position, exactly the loss without a mask. speculators' rule
+                (``speculators/models/eagle3/data.py`` ``shift_batch``, ``models/eagle3/metrics.py`` ``align_for_step``):
+                a prediction whose target is the verifier's distribution at position t (its state ``last[t]``) counts
+                when ``loss_mask[t]``; losses are means over the counted predictions, and so are the figures.
         """
         raise NotImplementedError
 

@@ -217,7 +217,7 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
 
 
 def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor", last: "torch.Tensor", noise: float = 0.0,
-                generator: "torch.Generator | None" = None):
+                generator: "torch.Generator | None" = None, loss_mask: "torch.Tensor | None" = None):
     """EAGLE-1 loss of one batch: ``SmoothL1(f_t, h_{t+1}) + 0.1 · CE(head(f_t), softmax(head(h_{t+1})))``.
 
     Args:
@@ -229,6 +229,10 @@ def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor
         noise: half-width of the uniform noise added to the input features (EAGLE's
             augmentation against its own feature errors at inference); 0 for none.
         generator: the noise's random generator (seeded per step by :func:`fit`).
+        loss_mask: [B, T] bool or None (every position): the prediction of ``last[t]`` (feature and token
+            distribution) counts only when ``loss_mask[t]``, and both terms are means over the counted
+            predictions (speculators' alignment of the mask with the targets, ``speculators/models/eagle3/data.py``
+            ``shift_batch``).
 
     Returns:
         ``(loss, [correct], [counted])``.
@@ -245,9 +249,17 @@ def eagle1_loss(draft, embed: "torch.Tensor", head: Callable, ids: "torch.Tensor
     with torch.no_grad():
         p = head(target).float().softmax(-1)
     logits = head(f).float()
-    loss = F.smooth_l1_loss(f.float(), target.float()) + 0.1 * -(p * logits.log_softmax(-1)).sum(-1).mean()
-    correct = int((logits.argmax(-1) == p.argmax(-1)).sum())
-    return loss, [correct], [p.shape[0] * p.shape[1]]
+    if loss_mask is None or bool(loss_mask[:, 1:].all()):  # every target counts: the unmasked means, bit for bit
+        loss = F.smooth_l1_loss(f.float(), target.float()) + 0.1 * -(p * logits.log_softmax(-1)).sum(-1).mean()
+        correct = int((logits.argmax(-1) == p.argmax(-1)).sum())
+        return loss, [correct], [p.shape[0] * p.shape[1]]
+    m = loss_mask[:, 1:].to(device=f.device, dtype=torch.bool)
+    n = m.sum()
+    w = m.float() / n.clamp(min=1)
+    regress = F.smooth_l1_loss(f.float(), target.float(), reduction="none").mean(-1)
+    loss = (regress * w).sum() + 0.1 * (-(p * logits.log_softmax(-1)).sum(-1) * w).sum()
+    correct = int(((logits.argmax(-1) == p.argmax(-1)) & m).sum())
+    return loss, [correct], [int(n)]
 
 
 @dataclass
@@ -309,8 +321,8 @@ class Eagle(Algorithm, Reference, Training, Card):
         return eagle1_proposer(tensors, reading.cfg, lm_head, tensors.get("embed_tokens.weight", embed))
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: EagleOptions, generator: Any,
-             subset: list[int] | None, normaliser: Any = None):
-        return eagle1_loss(module, embed, head, ids, last, options.noise, generator)
+             subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None):
+        return eagle1_loss(module, embed, head, ids, last, options.noise, generator, loss_mask)
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
         tensors = {n: t.detach().clone() for n, t in self.module(cfg).state_dict().items()}

@@ -28,6 +28,8 @@ from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Traini
 from .reference import DecoderChain
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     import torch
 
     from ..checkpoint.reader import CheckpointReader
@@ -209,12 +211,14 @@ def vocab_map_check(cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[st
     return "skip", "d2t/t2d absent (reported under tensors)", []
 
 
-def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
+def vocab_map(docs: "list[list[int]] | Mapping[int, int]", vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
     """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
 
     Tokens are counted at every position but each document's first (the reference's loss
     mask zeroes it); the ``draft_vocab`` most frequent ids, sorted ascending, are the draft
-    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``.
+    vocabulary. ``d2t[i] = used[i] - i`` (offsets), ``t2d[t] = t in used``. ``docs`` may instead be
+    the counts themselves, ``{token id: count}`` (speculators' ``token_freq.pt``, counted under the
+    loss mask: ``speculators/train/vocab_mapping.py``), used as they are.
 
     Returns:
         ``(d2t [Vd] int64, t2d [V] bool, coverage)``: coverage is the share of counted
@@ -224,12 +228,16 @@ def vocab_map(docs: list[list[int]], vocab_size: int, draft_vocab: int) -> tuple
         InputError: the data has fewer distinct tokens than ``draft_vocab``.
     """
     import collections
+    import collections.abc
 
     import torch
 
     counts: collections.Counter = collections.Counter()
-    for d in docs:
-        counts.update(d[1:])
+    if isinstance(docs, collections.abc.Mapping):
+        counts.update({int(t): int(c) for t, c in docs.items()})
+    else:
+        for d in docs:
+            counts.update(d[1:])
     top = counts.most_common(draft_vocab)
     if len(top) < draft_vocab:
         raise InputError(f"the training data has {len(top)} distinct tokens, fewer than the draft vocabulary of {draft_vocab}",
@@ -329,7 +337,7 @@ def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
 
 
 def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int,
-                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None):
+                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None, loss_mask: "torch.Tensor | None" = None):
     """Loss of one batch, unrolled over ``ttt_steps`` drafting steps.
 
     Step ``s`` counts the positions from ``s`` on whose verifier top-1 token is in the draft vocabulary, and
@@ -345,6 +353,11 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         normaliser: ``counts -> divisors`` ([ttt_steps] float64, this batch's counted positions per step -> what
             each step's sum is divided by), so that several processes average to the mean over all their
             positions (:meth:`specfmt.algorithms.base.Training.loss`); None: the counts (at least 1).
+        loss_mask: [B, T] bool or None (every position). A prediction whose target is the verifier's logits at
+            position t counts only when ``loss_mask[t]``, at every step: speculators' alignment
+            (``speculators/models/eagle3/data.py`` ``shift_batch`` keeps ``loss_mask[1:]`` beside the targets
+            ``verifier_last_hidden_states[1:]``; ``models/eagle3/metrics.py`` ``align_for_step`` slices the mask
+            with the targets at step s).
 
     Returns:
         ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
@@ -362,6 +375,8 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
     in_vocab = torch.zeros(tgt.shape[-1], dtype=torch.bool, device=ids.device)
     in_vocab[targets] = True
     keep = in_vocab[top]
+    if loss_mask is not None:
+        keep = keep & loss_mask[:, 1:].to(device=keep.device, dtype=torch.bool)
     tp = tgt_draft.float().softmax(-1)
     tgt_top_draft = tgt_draft.argmax(-1)
     positions = torch.arange(L, device=ids.device)
@@ -564,12 +579,12 @@ class Eagle3(Algorithm, Reference, Training, Card):
         return options.ttt_steps
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: Eagle3Options, generator: Any,
-             subset: list[int] | None, normaliser: Any = None):
+             subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None):
         import torch
 
         with torch.no_grad():
             logits = head(last)
-        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser, loss_mask)
 
     def check_options(self, options: Eagle3Options, *, init: bool) -> None:
         """The shared checks, and ``--draft-layer`` names a family (:func:`specfmt.algorithms.layers.family`)."""

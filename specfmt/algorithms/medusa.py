@@ -176,7 +176,7 @@ def draft_module(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"] | None 
     return layers.load_state(MedusaHeads(cfg), tensors)
 
 
-def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list[int]):
+def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list[int], loss_mask: "torch.Tensor | None" = None):
     """Medusa loss of one batch: head i at position t against the verifier's distribution at t+i+1, weight ``0.8**i``.
 
     Args:
@@ -184,6 +184,10 @@ def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list
         last: [B, T, H] the verifier's last hidden state.
         logits: [B, T, V] the verifier's logits (``lm_head(last)``).
         train: the heads to train; the others are run without gradients, for the figures.
+        loss_mask: [B, T] bool or None (every position): head i's prediction from position t, whose target is
+            the verifier's distribution at t+i+1, counts only when ``loss_mask[t+i+1]`` (the mask goes with the
+            target, as speculators aligns it: ``speculators/models/eagle3/metrics.py`` ``align_for_step``); each
+            head's loss is the mean over its counted predictions.
 
     Returns:
         ``(loss, correct per head, counted per head)``.
@@ -202,10 +206,19 @@ def medusa_loss(heads, last: "torch.Tensor", logits: "torch.Tensor", train: list
         p = logits[:, i + 1:].float().softmax(-1)
         with contextlib.nullcontext() if i in train else torch.no_grad():
             out = heads.head(i, last[:, :n]).float()
+        ce = -(p * out.log_softmax(-1)).sum(-1)
+        hit = out.argmax(-1) == p.argmax(-1)
+        if loss_mask is None or bool(loss_mask[:, i + 1:].all()):  # every target counts: the unmasked mean, bit for bit
+            if i in train:
+                loss = loss + (0.8 ** i) * ce.mean()
+            correct[i] = int(hit.sum())
+            counted[i] = p.shape[0] * p.shape[1]
+            continue
+        m = loss_mask[:, i + 1:].to(device=ce.device, dtype=torch.bool)
         if i in train:
-            loss = loss + (0.8 ** i) * -(p * out.log_softmax(-1)).sum(-1).mean()
-        correct[i] = int((out.argmax(-1) == p.argmax(-1)).sum())
-        counted[i] = p.shape[0] * p.shape[1]
+            loss = loss + (0.8 ** i) * (ce * m).sum() / m.sum().clamp(min=1)
+        correct[i] = int((hit & m).sum())
+        counted[i] = int(m.sum())
     return loss, correct, counted
 
 
@@ -338,12 +351,12 @@ class Medusa(Algorithm, Reference, Training, Card):
         return len(module.blocks)
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: MedusaOptions, generator: Any,
-             subset: list[int] | None, normaliser: Any = None):
+             subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None):
         import torch
 
         with torch.no_grad():
             logits = head(last)
-        return medusa_loss(module, last, logits, list(range(len(module.blocks))) if subset is None else subset)
+        return medusa_loss(module, last, logits, list(range(len(module.blocks))) if subset is None else subset, loss_mask)
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: list[list[int]] | None):
         """Medusa's own initialisation: zero blocks (biases zero) and a copy of the verifier's ``lm_head``

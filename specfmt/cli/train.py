@@ -116,6 +116,7 @@ def _shared_after() -> list[inspect.Parameter]:
         ("device_map", Optional[str], typer.Option(None, "--device-map", help="Spread the verifier over every visible GPU (auto, balanced, sequential; needs accelerate); one process.")),
         ("max_memory", Optional[str], typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB.")),
         ("cache", Optional[Path], typer.Option(None, "--cache", help="Keep the verifier's features in this folder (safetensors shards) and reuse them every epoch; a filled cache trains without loading the verifier.")),
+        ("hidden_states", Optional[Path], typer.Option(None, "--hidden-states", help="Train on hidden-states data in speculators' layout (specfmt datagen's or speculators' own output: a preprocessed dataset with hidden_states/hs_{i}.safetensors), its loss mask included, instead of --data; the verifier's layers are not loaded.")),
         ("fill_cache_only", bool, typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share).")),
         ("resume", bool, typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options).")),
         ("save_every", int, typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C).")),
@@ -198,9 +199,10 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
 
         own = _own_values(options, given)
         opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every")})
-        data, cache, prompts = given.pop("data"), given.pop("cache"), given.pop("prompts")
+        data, cache, prompts, hs = given.pop("data"), given.pop("cache"), given.pop("prompts"), given.pop("hidden_states")
         req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],
-                           cache=str(cache) if cache else None, prompts=str(prompts) if prompts else None, **given)
+                           cache=str(cache) if cache else None, prompts=str(prompts) if prompts else None,
+                           hidden_states=str(hs) if hs else None, **given)
         _run(req, opts)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]

@@ -148,6 +148,10 @@ def write_preprocessed(samples: Sequence[Sample], root: str | Path) -> None:
         "loss_mask": [list(s.loss_mask) for s in samples],
         "seq_len": [len(s) for s in samples],
     })
+    # saved in torch format, as speculators saves it (speculators/data_generation/preprocessing.py
+    # ``build_speculator_training_dataset``: ``dataset.set_format(type="torch")``): its trainer compares a file's
+    # token_ids with the row's input_ids by ``torch.equal`` (speculators/train/data.py ``ArrowDataset._get_raw_data``)
+    ds.set_format(type="torch")
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".preprocessed.{os.getpid()}.tmp"  # per process: data-parallel ranks may write at once
     shutil.rmtree(tmp, ignore_errors=True)

@@ -35,7 +35,8 @@ class Documents:
 
     Attributes:
         ids: one list of token ids per document (the tokenizer's BOS when it adds one,
-            the text, then EOS).
+            the text, then EOS); for hidden-states data, the token counts ``{id: count}``
+            (:func:`specfmt.training.hsdata.hidden_state_documents`), which only a draft vocabulary reads.
         files: sha256 of every data file read, by path (provenance).
         chat: some documents were rendered with the chat template.
     """
@@ -200,28 +201,35 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
         return aux, last
 
 
+#: where a verifier's final norm weight is, by architecture (Llama-style decoders; multimodal wrappers)
+NORM_NAMES = ["model.norm.weight", "model.language_model.norm.weight", "language_model.model.norm.weight"]
+
+
 class FrozenEnds:
     """The two ends of a verifier a draft trains against when its features come from a
-    :class:`FeatureCache`: the input embedding and the ``lm_head``, read alone from the verifier's
-    weights (:meth:`specfmt.sources.verifier.Verifier.embedding`, :meth:`~specfmt.sources.verifier.Verifier.lm_head`),
-    so training never loads the verifier's layers. Offers what :func:`specfmt.training.loop.fit`
-    calls on a verifier: ``get_input_embeddings()``, ``get_output_embeddings()``, ``eval()``.
+    :class:`FeatureCache` or hidden-states data: the input embedding and the ``lm_head``, read alone from the
+    verifier's weights (:meth:`specfmt.sources.verifier.Verifier.embedding`, :meth:`~specfmt.sources.verifier.Verifier.lm_head`),
+    and, for hidden-states data (which stores the last layer before the norm), the final norm, so training
+    never loads the verifier's layers. Offers what :func:`specfmt.training.loop.fit` calls on a verifier:
+    ``get_input_embeddings()``, ``get_output_embeddings()``, ``eval()``, and ``norm`` ([..., H] -> [..., H]; None without it).
     """
 
-    def __init__(self, embed: "torch.Tensor", head: "torch.Tensor"):
+    def __init__(self, embed: "torch.Tensor", head: "torch.Tensor", norm: Any = None):
         import torch
 
         self._embed = torch.nn.Embedding.from_pretrained(embed, freeze=True)
         self._head = torch.nn.Linear(head.shape[1], head.shape[0], bias=False, device="meta")
         self._head.weight = torch.nn.Parameter(head, requires_grad=False)
+        self.norm = norm
 
     @classmethod
-    def from_verifier(cls, verifier: Any, placement: Any) -> "FrozenEnds":
-        """[V, H_t] embedding and head in the placement's dtype, on its device."""
+    def from_verifier(cls, verifier: Any, placement: Any, *, norm: bool = False) -> "FrozenEnds":
+        """[V, H_t] embedding and head in the placement's dtype, on its device; with ``norm``, the final norm
+        (:func:`final_norm`)."""
         dev, dt = placement.device, placement.torch_dtype
         embed = verifier.embedding().to(dev, dt)
         head = embed if verifier.info.tie_word_embeddings else verifier.lm_head().to(dev, dt)  # tied: the same tensor
-        return cls(embed, head)
+        return cls(embed, head, final_norm(verifier).to(dev, dt) if norm else None)
 
     def get_input_embeddings(self):
         return self._embed
@@ -231,6 +239,34 @@ class FrozenEnds:
 
     def eval(self) -> "FrozenEnds":
         return self
+
+
+def final_norm(verifier: Any) -> Any:
+    """The verifier's final norm as transformers' own RMSNorm module of its model type (``LlamaRMSNorm``,
+    ``Qwen3RMSNorm``, ... from ``transformers.models.<type>.modeling_<type>``) with its weight [H] and
+    ``rms_norm_eps``, read alone from the verifier's weights (eval mode, frozen).
+
+    Raises:
+        InputError: the weights hold no final norm (:data:`NORM_NAMES`), or transformers has no RMSNorm
+            class for the model type.
+    """
+    import importlib
+
+    text = verifier.text_config
+    mt = str(text.get("model_type", ""))
+    cls = None
+    try:
+        mod = importlib.import_module(f"transformers.models.{mt}.modeling_{mt}")
+        cls = next((getattr(mod, n) for n in dir(mod) if n.lower() == f"{mt.replace('_', '')}rmsnorm"), None)
+    except ImportError:
+        pass
+    if cls is None:
+        raise InputError(f"transformers has no RMSNorm class for the verifier's model type {mt!r}",
+                         hint="train with --data or --cache (the verifier's own forward)")
+    weight = verifier.tensor(NORM_NAMES)
+    norm = cls(weight.shape[0], eps=float(text.get("rms_norm_eps", 1e-6)))
+    norm.weight.data.copy_(weight)
+    return norm.requires_grad_(False).eval()
 
 
 class FeatureCache:
@@ -324,4 +360,4 @@ class FeatureCache:
         return (torch.cat(aux) if aux else None), torch.cat(last)
 
 
-__all__ = ["Documents", "FeatureCache", "FrozenEnds", "Windows", "read_documents", "verifier_features"]
+__all__ = ["Documents", "FeatureCache", "FrozenEnds", "Windows", "final_norm", "read_documents", "verifier_features"]

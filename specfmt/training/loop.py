@@ -22,6 +22,7 @@ from ..algorithms import get
 from ..algorithms.base import AlgorithmOptions
 from ..errors import InputError, TrainInterrupted
 from . import data
+from .hsdata import HiddenStateBatches
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -147,11 +148,12 @@ def _objective(algo: "Training", draft: Any, embed: Any, head: Any, opts: TrainO
             self.draft = draft
             self._frozen = (embed, head)  # a tuple: not registered, never synchronised or trained
 
-        def forward(self, ids, aux, last, step: int):
+        def forward(self, ids, aux, last, step: int, mask=None):
             embed, head = self._frozen
             g = torch.Generator().manual_seed(opts.seed * 7919 + step)  # the step's noise (EAGLE-1)
+            masked = {"loss_mask": mask} if mask is not None else {}
             return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, options=options, generator=g,
-                             subset=subset, normaliser=global_normaliser)
+                             subset=subset, normaliser=global_normaliser, **masked)
 
     return Objective()
 
@@ -198,7 +200,9 @@ def fit(
         draft: its module (:meth:`specfmt.algorithms.base.Reference.module`), on the verifier's
             device; only its parameters with ``requires_grad`` are trained.
         verifier: a transformers causal LM, eval mode, no gradients.
-        windows: :class:`specfmt.training.data.Windows` (this process's rank and world size).
+        windows: :class:`specfmt.training.data.Windows` (this process's rank and world size), or
+            :class:`specfmt.training.hsdata.HiddenStateBatches`: the features and loss mask read from
+            hidden-states data (``verifier`` then needs only its two ends, :class:`~specfmt.training.data.FrozenEnds`).
         opts: :class:`TrainOptions`.
         options: the algorithm's own options (its :attr:`~specfmt.algorithms.base.Training.train_options`;
             None: their defaults), handed to its objective.
@@ -333,16 +337,20 @@ def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | N
     import torch
     import torch.distributed as dist
 
-    ids = windows.ids(step).to(run.device)
-    if cache is not None:
+    mask = None
+    if isinstance(windows, HiddenStateBatches):  # features read from hidden-states data, with its loss mask
+        ids, aux, last, mask = (t.to(run.device) if t is not None else None for t in windows.batch_at(step))
+    elif cache is not None:
+        ids = windows.ids(step).to(run.device)
         aux, last = cache.get([i for _, i in windows.indices(step)])
         aux, last = (aux.to(run.device) if aux is not None else None), last.to(run.device)
     else:
+        ids = windows.ids(step).to(run.device)
         aux, last = data.verifier_features(verifier, ids, run.taps)
     for g in run.opt.param_groups:
         g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
     with torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
-        loss, correct, counted = run.model(ids, aux, last, step)
+        loss, correct, counted = run.model(ids, aux, last, step, mask)
     run.opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.params, 0.5)

@@ -41,7 +41,8 @@ from ..errors import InputError
 from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
-from .data import FeatureCache, FrozenEnds, Windows, read_documents
+from .data import Documents, FeatureCache, FrozenEnds, Windows, read_documents
+from .hsdata import HiddenStateBatches, hidden_state_documents
 from .loop import fit
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -77,6 +78,9 @@ class TrainRequest:
         device_map: spread the verifier over the GPUs with accelerate (``auto``); None: all on ``device``.
         max_memory: per-device caps for ``device_map`` (``--max-memory`` text or dict).
         cache: feature cache folder, or None.
+        hidden_states: a hidden-states data folder in speculators 0.9's layout (``specfmt datagen``'s or
+            speculators' own output; :class:`specfmt.training.hsdata.HiddenStateBatches`): the features and
+            loss mask come from it and the verifier's layers are never loaded for training; None: ``data``.
         fill_cache_only: fill ``cache`` with the verifier's features and stop (no draft is
             written); under ``torchrun`` each process fills its own shards.
         resume: continue a saved state.
@@ -104,6 +108,7 @@ class TrainRequest:
     device_map: str | None = None
     max_memory: Any = None
     cache: str | None = None
+    hidden_states: str | None = None
     fill_cache_only: bool = False
     resume: bool = False
     dtype: str | None = None
@@ -233,6 +238,9 @@ def _read_data(job: _Job, training: bool) -> Any:
     Raises:
         InputError: training without data, or unreadable data (:func:`specfmt.training.data.read_documents`).
     """
+    if job.req.hidden_states:
+        job.say(f"reading the hidden-states data {job.req.hidden_states}")
+        return hidden_state_documents(Path(job.req.hidden_states))
     if job.req.data:
         job.say("reading the training data")
         return read_documents(job.req.data, job.verifier.tokenizer())
@@ -331,6 +339,9 @@ def check_request(req: TrainRequest) -> AlgorithmOptions | None:
     options = _trainer(req.algorithm).parse_options(req.options, init=req.init is not None) if req.algorithm else None
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
+    if req.hidden_states and (req.data or req.cache):
+        raise InputError("--hidden-states is the training data, with the verifier's features: it goes with neither --data nor --cache",
+                         hint="give --hidden-states DIR alone, or --data FILE (with --cache DIR)")
     if req.fill_cache_only and not req.cache:
         raise InputError("--fill-cache-only fills a --cache folder", hint="give --cache DIR")
     if req.fill_cache_only and (req.dry_run or req.fill_only or req.resume):
@@ -361,6 +372,7 @@ def request_inputs(req: TrainRequest, verifier: Verifier) -> list[Input]:
         found += Input.of("--data", path)
     found += Input.of("--prompts", req.prompts)
     found += Input.of("--cache", req.cache)
+    found += Input.of("--hidden-states", req.hidden_states)
     return found
 
 
@@ -441,9 +453,17 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
     import torch.distributed as dist
 
     req, opts, say, placement = job.req, job.opts, job.say, job.placement
-    windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
     taps = algo.feature_taps(draft.config)
     cache = model = None
+    if req.hidden_states:
+        # the features are on disk, the last layer before the norm: the verifier's two ends and its final norm only
+        say(f"reading the features from {req.hidden_states}; the verifier's embedding, lm_head and final norm only ({placement.dtype})")
+        model = FrozenEnds.from_verifier(job.verifier, placement, norm=True)
+        windows: Any = HiddenStateBatches(req.hidden_states, opts.seq_len, opts.batch_size, opts.seed, taps=taps,
+                                          n_layers=job.verifier.info.num_hidden_layers, norm=model.norm, dtype=placement.torch_dtype,
+                                          world=job.world, rank=job.rank)
+    else:
+        windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
     if req.cache:
         key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
                "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
