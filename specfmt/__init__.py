@@ -21,7 +21,7 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
    proposer, the checks built on them, and how vLLM serves a draft;
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
 6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
-7. ``specfmt.training``: training a draft;
+7. ``specfmt.training``, ``specfmt.datagen``: training a draft, and the training data it reads;
 8. ``specfmt.hub``: publishing to the Hugging Face Hub;
 9. ``specfmt.cli``, ``specfmt.__main__``: the command line.
 """

@@ -188,6 +188,13 @@ class TrainInterrupted(SpecfmtError):
     exit_code = 130
 
 
+class DataInterrupted(SpecfmtError):
+    """Training-data generation stopped by the user (Ctrl-C); what was written is whole, and
+    ``--resume`` continues it."""
+
+    exit_code = 130
+
+
 #: one step of a JSON path as specfmt writes them: ``.key`` or ``[index]``
 _PATH_STEP = re.compile(r"\.([^.\[\]]+)|\[(\d+)\]")
 

@@ -4,6 +4,7 @@
 * :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``;
 * :mod:`~specfmt.cli.push`: ``push``;
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
+* :mod:`~specfmt.cli.regenerate`: ``regenerate`` (the verifier rewrites the assistant turns);
 * :mod:`~specfmt.cli.common`: consoles, the one-line error, tables.
 
 User errors (:class:`specfmt.errors.SpecfmtError`) print one line and exit 2; a failed
@@ -19,7 +20,7 @@ import typer
 
 from .. import __version__
 from ..errors import SpecfmtError
-from . import convert, push, train, validate
+from . import convert, push, regenerate, train, validate
 from .common import err, out, print_error, reported
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ app.command(name="inspect")(validate.inspect)
 app.command(name="serve-command")(validate.serve_command)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")
+app.command(name="regenerate")(regenerate.regenerate)
 
 
 def main() -> None:
