@@ -24,6 +24,7 @@ def regenerate(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Stop after the first N conversations."),
     batch_size: int = typer.Option(64, "--batch-size", min=1, help="Conversations per engine call (and per block of lines written)."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", min=1, help="GPUs vLLM spreads the verifier over (GPU build)."),
+    dtype: str = typer.Option("auto", "--dtype", help="vLLM's dtype: auto (as `vllm serve`: 16 bits for a float32 checkpoint), float32, bfloat16, float16."),
     resume: bool = typer.Option(False, "--resume", help="Continue an output: skip the conversations already in it (same settings only)."),
 ) -> None:
     """Regenerate the assistant turns with the verifier (greedy or sampled), so a draft learns what the verifier says."""
@@ -43,6 +44,6 @@ def regenerate(
 
     with progress:
         figures = run(verifier, data, output, settings, resume=resume, limit=limit, batch=batch_size, max_model_len=max_model_len,
-                      tensor_parallel_size=tensor_parallel_size, progress=show)
+                      tensor_parallel_size=tensor_parallel_size, dtype=dtype, progress=show)
     out.print(f"wrote {figures['written']} conversations ({figures['skipped']} already done), {figures['generated_tokens']:,} generated tokens, "
               f"{figures['truncated_turns']} turns cut at --max-tokens: {output}", markup=False, highlight=False)

@@ -231,7 +231,7 @@ class Output:
             raise InputError("the output exists", where=str(self.path), hint="pass --resume to continue it, or remove it")
         if self.path.exists():
             old = json.loads(self.record_path.read_text()) if self.record_path.is_file() else None
-            mine = {k: self.provenance[k] for k in ("settings", "verifier", "input_sha256")}
+            mine = {k: self.provenance[k] for k in ("settings", "verifier", "input_sha256", "dtype")}
             if old is None or {k: old.get(k) for k in mine} != mine:
                 raise InputError("--resume with other settings, verifier or input than the run that wrote this output",
                                  where=str(self.record_path), hint="use the same options, or write a new output")
@@ -282,6 +282,9 @@ class VLLMCompleter:
 
     Resource settings are ``validate --run``'s (:func:`specfmt.validation.vllm_run.engine_settings`):
     ``enforce_eager``, the context limit, and on vLLM's CPU build ``gpu_memory_utilization=0.2``.
+    ``dtype`` is vLLM's (``auto``, as ``vllm serve``: a float32 checkpoint is served in 16 bits;
+    ``vllm/config/model.py``, ``_resolve_auto_dtype``), so greedy answers are the served verifier's; ``float32`` gives
+    transformers' float32 greedy answers.
     Sampling: ``SamplingParams(temperature, top_p, seed, max_tokens)`` per request (vLLM's
     ``vllm/sampling_params.py``); generation stops at the verifier's end-of-sequence token.
 
@@ -289,7 +292,7 @@ class VLLMCompleter:
         VLLMRunError: vLLM is not installed.
     """
 
-    def __init__(self, verifier: str, settings: Settings, max_model_len: int, tensor_parallel_size: int = 1):
+    def __init__(self, verifier: str, settings: Settings, max_model_len: int, tensor_parallel_size: int = 1, dtype: str = "auto"):
         from ..errors import VLLMRunError
         from ..validation.vllm_run import engine_settings, vllm_available
 
@@ -300,7 +303,7 @@ class VLLMCompleter:
         from vllm.platforms import current_platform
 
         spec = {"tensor_parallel_size": tensor_parallel_size}
-        self.llm = LLM(model=verifier, max_model_len=max_model_len, enforce_eager=True, seed=settings.seed,
+        self.llm = LLM(model=verifier, max_model_len=max_model_len, enforce_eager=True, seed=settings.seed, dtype=dtype,
                        **engine_settings(spec, current_platform.is_cpu()))
         self.settings = settings
         self.max_model_len = max_model_len
@@ -330,7 +333,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool = False, limit: int | None = None,
-        batch: int = 64, max_model_len: int = 2048, tensor_parallel_size: int = 1,
+        batch: int = 64, max_model_len: int = 2048, tensor_parallel_size: int = 1, dtype: str = "auto",
         completer: Callable[[], Completer] | None = None,
         progress: Callable[[int, int, int], None] | None = None) -> dict[str, Any]:
     """Regenerate ``data`` into ``out`` with the verifier (what ``specfmt regenerate`` runs).
@@ -343,6 +346,7 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
         resume: continue an output a previous run with the same settings left.
         limit: only the first ``limit`` conversations of the input.
         batch: conversations per engine call (and per appended block of lines).
+        dtype: vLLM's ``dtype`` (``auto``: what ``vllm serve`` uses).
         completer: builds the generator (default: :class:`VLLMCompleter`); built only when some
             conversation is left to do.
         progress: called ``(conversations done, total, tokens generated)`` after each batch.
@@ -363,14 +367,14 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
     chat = bool(getattr(tokenizer, "chat_template", None))
     convs = read_conversations(data, chat)[:limit]
     output = Output(out, {"tool": "specfmt regenerate", "verifier": str(Path(verifier).resolve()), "input": str(data),
-                          "input_sha256": file_sha256(data), "settings": settings_record(settings),
+                          "input_sha256": file_sha256(data), "settings": settings_record(settings), "dtype": dtype,
                           "mode": "chat template" if chat else "plain-text continuation",
                           "turns": "every assistant turn, each given the regenerated turns before it"})
     output.open(resume)
     todo = [c for c in convs if c.primary_id not in output.done]
     tokens = truncated = 0
     if todo:
-        complete = completer() if completer else VLLMCompleter(verifier, settings, max_model_len, tensor_parallel_size)
+        complete = completer() if completer else VLLMCompleter(verifier, settings, max_model_len, tensor_parallel_size, dtype)
         try:
             for chunk, n in regenerate(todo, complete, tokenizer, settings, batch):
                 output.append(chunk)
