@@ -373,16 +373,16 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
     output.open(resume)
     todo = [c for c in convs if c.primary_id not in output.done]
     tokens = truncated = 0
-    if todo:
-        complete = completer() if completer else VLLMCompleter(verifier, settings, max_model_len, tensor_parallel_size, dtype)
-        try:
+    try:
+        if todo:
+            complete = completer() if completer else VLLMCompleter(verifier, settings, max_model_len, tensor_parallel_size, dtype)
             for chunk, n in regenerate(todo, complete, tokenizer, settings, batch):
                 output.append(chunk)
                 tokens += n
                 truncated += sum(c.truncated for c in chunk)
                 if progress:
                     progress(len(convs) - len(todo) + output.written, len(convs), tokens)
-        except KeyboardInterrupt:
+    except KeyboardInterrupt:
             raise DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)",
                                   where=out, hint="continue with the same command and --resume") from None
     figures = {"written": output.written, "skipped": len(convs) - len(todo), "generated_tokens": tokens, "truncated_turns": truncated}
