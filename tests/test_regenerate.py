@@ -153,10 +153,15 @@ def test_bad_lines_are_named(tmp_path, chat_verifier, row, what):
 
 
 def test_the_command_reports_bad_input_in_one_line(tmp_path, chat_verifier):
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+
     data = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "x"}, {"txt": "x"}])
-    r = run_cli("regenerate", chat_verifier, "--data", data, "--out", tmp_path / "out.jsonl")
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+    r = CliRunner().invoke(app, ["regenerate", str(chat_verifier), "--data", str(data), "--out", str(tmp_path / "out.jsonl")], terminal_width=400)
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [
         f'specfmt: error: each line needs a "messages" list or a "text" or "prompt" string [{data}:2]']
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 @pytest.mark.vllm
@@ -190,3 +195,13 @@ def test_greedy_regeneration_is_the_verifiers_greedy_generate(tmp_path, chat_ver
     assert turns == 3
     prov = json.loads((tmp_path / "out.jsonl.provenance.json").read_text())
     assert prov["complete"] and prov["settings"] == {"temperature": 0.0, "max_tokens": 16}
+
+
+def test_ctrl_c_while_the_engine_starts_is_an_interruption(tmp_path, chat_verifier):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    data = write_jsonl(tmp_path / "in.jsonl", CHATS)
+    with pytest.raises(DataInterrupted, match="interrupted after 0 of 3"):
+        run(str(chat_verifier), str(data), str(tmp_path / "out.jsonl"), Settings(), completer=interrupted)
+    assert not (tmp_path / "out.jsonl").exists()
