@@ -11,7 +11,7 @@ draft vocabulary size), trained with ``specfmt train eagle3``:
 
 Both are measured with ``specfmt validate --run --no-vllm`` on the world's held-out prompts
 (``examples/world/prompts.jsonl``, from files never trained on), k = 3, 32 tokens each, as the
-world's README measures its drafts. Run: ``python benchmarks/regenerate_vs_original.py [--steps 300]``;
+world's README measures its drafts. Run: ``python benchmarks/regenerate_vs_original.py [--steps 100] [--reuse]``;
 writes ``benchmarks/regenerate_vs_original.results.json``.
 """
 
@@ -74,22 +74,25 @@ def figures(report: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--work", default="/tmp/specfmt-regen-bench")
+    ap.add_argument("--reuse", action="store_true", help="keep the regenerated data of an earlier run in --work")
     args = ap.parse_args()
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     res: dict = {"date": date.today().isoformat(), "machine": f"{platform.machine()}, 2 CPU cores (shared), no GPU",
                  "data": make_data(work), "budget": {"steps": args.steps, "batch_size": BATCH, "seq_len": SEQ, "lr": LR, "seed": SEED,
                                                      "draft_vocab": DRAFT_VOCAB}}
-    regen = work / "regenerated.jsonl"
-    for p in (regen, regen.with_name(regen.name + ".provenance.json")):
-        p.unlink(missing_ok=True)
-    stdout, secs = specfmt("regenerate", WORLD / "verifier", "--data", work / "prompts.jsonl", "--out", regen,
-                           "--max-tokens", PIECE - PROMPT, "--max-model-len", 512, "--batch-size", 256)
-    prov = json.loads(regen.with_name(regen.name + ".provenance.json").read_text())
-    res["regeneration"] = {"seconds": round(secs, 1), "settings": prov["settings"], "dtype": prov["dtype"], "mode": prov["mode"],
-                           **{k: prov[k] for k in ("conversations", "generated_tokens", "truncated_turns")}}
+    regen, done = work / "regenerated.jsonl", work / "regeneration.json"
+    if not (args.reuse and done.is_file()):  # --reuse: keep a finished regeneration of an earlier run (its figures in done)
+        for p in (regen, regen.with_name(regen.name + ".provenance.json")):
+            p.unlink(missing_ok=True)
+        stdout, secs = specfmt("regenerate", WORLD / "verifier", "--data", work / "prompts.jsonl", "--out", regen,
+                               "--max-tokens", PIECE - PROMPT, "--max-model-len", 512, "--batch-size", 256)
+        prov = json.loads(regen.with_name(regen.name + ".provenance.json").read_text())
+        done.write_text(json.dumps({"seconds": round(secs, 1), "settings": prov["settings"], "dtype": prov["dtype"], "mode": prov["mode"],
+                                    **{k: prov[k] for k in ("conversations", "generated_tokens", "truncated_turns")}}))
+    res["regeneration"] = json.loads(done.read_text())
     for name, data in (("original", work / "original.jsonl"), ("regenerated", regen)):
         out = work / f"draft-{name}"
         stdout, secs = specfmt("train", "eagle3", "--verifier", WORLD / "verifier", "--data", data, "--steps", args.steps,
