@@ -22,7 +22,7 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
 6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
 7. ``specfmt.training``, ``specfmt.datagen``: training a draft, and its training data made by the verifier
-   (hidden states, loss masks, regenerated responses: ``specfmt datagen``);
+   (hidden states, loss masks: ``specfmt datagen``; the verifier's own responses: ``specfmt regenerate``);
 8. ``specfmt.hub``: publishing to the Hugging Face Hub;
 9. ``specfmt.cli``, ``specfmt.__main__``: the command line.
 """

@@ -188,16 +188,17 @@ class TrainInterrupted(SpecfmtError):
     exit_code = 130
 
 
-class DatagenInterrupted(SpecfmtError):
-    """``specfmt datagen`` stopped by the user (Ctrl-C); every placed file is whole, and the same command resumes.
+class DataInterrupted(SpecfmtError):
+    """Training-data generation (``specfmt datagen``, ``specfmt regenerate``) stopped by the user (Ctrl-C); what was
+    written is whole, and running again resumes it.
 
     Attributes:
-        done: samples whose files are in place.
+        done: the samples or conversations written, when the command counts them (None otherwise).
     """
 
     exit_code = 130
 
-    def __init__(self, message: str, *, done: int, where: str | None = None, hint: str | None = None):
+    def __init__(self, message: str, *, done: int | None = None, where: str | None = None, hint: str | None = None):
         super().__init__(message, where=where, hint=hint)
         self.done = done
 

@@ -18,7 +18,7 @@ from specfmt.datagen import pipeline as dg
 from specfmt.datagen.chat import read_samples
 from specfmt.datagen.hf_engine import TransformersEngine
 from specfmt.datagen.layout import check_sample, existing_samples, hidden_states_folder, read_manifest, read_preprocessed, sample_path
-from specfmt.errors import DatagenInterrupted, InputError, VLLMRunError
+from specfmt.errors import DataInterrupted, InputError, VLLMRunError
 from specfmt.sources.verifier import Verifier
 from speculators_env import spec_env  # noqa: F401  (fixture)
 from specfmt.datagen.chat import assistant_rows
@@ -146,7 +146,7 @@ def test_interrupt_leaves_whole_files_and_the_rerun_finishes(verifier, data, tmp
 
     monkeypatch.setattr(TransformersEngine, "extract", two_then_ctrl_c)
     out = tmp_path / "out"
-    with pytest.raises(DatagenInterrupted, match="interrupted after 2 of 6 samples") as e:
+    with pytest.raises(DataInterrupted, match="interrupted after 2 of 6 samples") as e:
         dg.run_datagen(_req(verifier, data, out))
     assert e.value.exit_code == 130 and e.value.done == 2
     r = CliRunner().invoke(app, ["datagen", "-o", str(out), "--verifier", str(verifier), "--data", str(data), "--engine", "transformers",

@@ -5,6 +5,7 @@
 * :mod:`~specfmt.cli.push`: ``push``;
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
 * :mod:`~specfmt.cli.datagen`: ``datagen``;
+* :mod:`~specfmt.cli.regenerate`: ``regenerate`` (the verifier rewrites the assistant turns);
 * :mod:`~specfmt.cli.common`: consoles, the one-line error, tables.
 
 User errors (:class:`specfmt.errors.SpecfmtError`) print one line and exit 2; a failed
@@ -20,7 +21,7 @@ import typer
 
 from .. import __version__
 from ..errors import SpecfmtError
-from . import convert, datagen, push, train, validate
+from . import convert, datagen, push, regenerate, train, validate
 from .common import err, out, print_error, reported
 
 app = typer.Typer(
@@ -52,6 +53,7 @@ app.command(name="serve-command")(validate.serve_command)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")
 app.command(name="datagen")(datagen.datagen)
+app.command(name="regenerate")(regenerate.regenerate)
 
 
 def main() -> None:

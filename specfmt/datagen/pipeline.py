@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithms.eagle3 import default_taps
-from ..errors import DatagenInterrupted, InputError, SpecfmtError, VLLMRunError
+from ..errors import DataInterrupted, InputError, SpecfmtError, VLLMRunError
 from ..sources.verifier import Verifier
 from .chat import read_samples
 from .engine import HiddenStateEngine
@@ -229,7 +229,7 @@ def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, l
             res.engine = engine.name
             _extract(engine, todo, layers, folder, verifier.info.hidden_size, res, on_file)
     except KeyboardInterrupt:
-        raise DatagenInterrupted(f"interrupted after {res.made} of {len(todo)} samples; every file in place is whole",
+        raise DataInterrupted(f"interrupted after {res.made} of {len(todo)} samples; every file in place is whole",
                                  done=res.made, where=str(folder), hint="run the same command again to resume") from None
     finally:
         res.seconds = time.perf_counter() - start
@@ -261,7 +261,7 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
             output holds other data; a made file fails :func:`~specfmt.datagen.layout.check_sample` (it is removed).
         VLLMRunError: the vLLM engine failed (``--engine vllm``, or ``auto`` after it made files; ``auto`` before any
             falls back to transformers with a note).
-        DatagenInterrupted: Ctrl-C; the files in place are whole, the same command resumes.
+        DataInterrupted: Ctrl-C; the files in place are whole, the same command resumes.
     """
     check_request(req)
     verifier = Verifier.load(req.verifier)
