@@ -169,12 +169,13 @@ def write_preprocessed(samples: Sequence[Sample], root: str | Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def read_preprocessed(root: str | Path) -> list[Sample]:
-    """Read the preprocessed dataset in ``root`` (made by specfmt or by speculators' ``prepare-data``).
+def load_preprocessed(root: str | Path) -> Any:
+    """The preprocessed dataset in ``root`` (made by specfmt or by speculators' ``prepare-data``), as
+    ``datasets.load_from_disk`` returns it, with the columns speculators' trainer reads.
 
     Raises:
-        InputError: no dataset in ``root``; a column speculators' trainer reads is missing; a row's
-            ``loss_mask`` length differs from its ``input_ids``' (the row is named).
+        InputError: ``datasets`` is not installed; no dataset in ``root``; a column speculators' trainer
+            reads (``input_ids``, ``loss_mask``) is missing.
     """
     root = Path(root)
     if not has_preprocessed(root):
@@ -184,7 +185,18 @@ def read_preprocessed(root: str | Path) -> list[Sample]:
     missing = [c for c in ("input_ids", "loss_mask") if c not in ds.column_names]
     if missing:
         raise InputError(f"the preprocessed dataset has no {', '.join(missing)} column", where=str(root))
-    ds = ds.with_format(None)
+    return ds
+
+
+def read_preprocessed(root: str | Path) -> list[Sample]:
+    """Read the preprocessed dataset in ``root`` as :class:`Sample` rows.
+
+    Raises:
+        InputError: as :func:`load_preprocessed`; a row's ``loss_mask`` length differs from its
+            ``input_ids``' (the row is named).
+    """
+    root = Path(root)
+    ds = load_preprocessed(root).with_format(None)
     out = []
     for i, (ids, mask) in enumerate(zip(ds["input_ids"], ds["loss_mask"])):
         if len(ids) != len(mask):
@@ -311,5 +323,5 @@ def read_manifest(root: str | Path) -> Manifest | None:
 
 
 __all__ = ["COLUMNS", "HIDDEN_STATES", "MANIFEST", "SAMPLE_FILE", "TOKEN_FREQ", "Manifest", "Sample", "check_sample",
-           "existing_samples", "has_preprocessed", "hidden_states_folder", "read_manifest", "read_preprocessed",
+           "existing_samples", "has_preprocessed", "hidden_states_folder", "load_preprocessed", "read_manifest", "read_preprocessed",
            "sample_path", "token_frequencies", "write_manifest", "write_preprocessed", "write_token_freq"]

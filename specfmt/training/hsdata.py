@@ -29,30 +29,6 @@ if TYPE_CHECKING:  # pragma: no cover
 from ..datagen import layout
 from ..datagen.engine import sample_path
 
-DATAGEN_HINT = "pip install 'specfmt[datagen]'"
-
-
-def load_dataset_folder(folder: Path) -> Any:
-    """The preprocessed dataset (``datasets.load_from_disk``), in torch format.
-
-    Raises:
-        InputError: ``datasets`` is not installed, or ``folder`` is no saved dataset with ``input_ids`` and ``loss_mask``.
-    """
-    try:
-        import datasets
-    except ImportError:
-        raise InputError("--hidden-states needs the datasets library", hint=DATAGEN_HINT) from None
-    try:
-        ds = datasets.load_from_disk(str(folder))
-    except (FileNotFoundError, ValueError) as e:
-        raise InputError(f"--hidden-states {folder} is no saved dataset ({str(e).splitlines()[0]})",
-                         hint="give the folder speculators' prepare-data or specfmt datagen wrote") from None
-    missing = [c for c in ("input_ids", "loss_mask") if c not in ds.column_names]
-    if missing:
-        raise InputError(f"the dataset in {folder} lacks the column(s) {', '.join(missing)}", hint="give a speculators preprocessed dataset")
-    return ds.with_format("torch")
-
-
 def stored_layers(folder: Path) -> list[int] | None:
     """The layer ids the hidden-states files hold, in order (the last is the verifier's layer count L), from the
     data's manifest (:func:`specfmt.datagen.layout.read_manifest`); None when there is none (speculators' own
@@ -105,14 +81,14 @@ def hidden_state_documents(folder: Path) -> "Documents":
     ``dataset_info.json`` and ``token_freq.pt``.
 
     Raises:
-        InputError: as :func:`load_dataset_folder`; a ``token_freq.pt`` that is no ``{int: int}`` dict.
+        InputError: as :func:`specfmt.datagen.layout.load_preprocessed`; a ``token_freq.pt`` that is no ``{int: int}`` dict.
     """
     import torch
 
     from ..checkpoint.files import sha256_file
     from .data import Documents
 
-    load_dataset_folder(folder)  # the checks, with their messages
+    layout.load_preprocessed(folder)  # the checks, with their messages
     freq_file = folder / layout.TOKEN_FREQ
     if freq_file.is_file():
         counts = torch.load(freq_file, weights_only=True)
@@ -140,7 +116,7 @@ class HiddenStateBatches:
         world, rank: processes and this one's rank.
 
     Raises:
-        InputError: the folder is not such data (:func:`load_dataset_folder`), has no samples, or lacks
+        InputError: the folder is not such data (:func:`specfmt.datagen.layout.load_preprocessed`), has no samples, or lacks
             a layer the draft reads (:func:`tap_positions`).
     """
 
@@ -149,7 +125,7 @@ class HiddenStateBatches:
         import torch
 
         self.folder = Path(folder)
-        self.data = load_dataset_folder(self.folder)
+        self.data = layout.load_preprocessed(self.folder).with_format("torch")
         self.n = len(self.data)
         if self.n < 1:
             raise InputError(f"the dataset in {self.folder} has no samples")
@@ -237,4 +213,4 @@ class HiddenStateBatches:
         return {"hidden_states": str(self.folder.resolve()), "samples": self.n, "taps": self.taps}
 
 
-__all__ = ["HiddenStateBatches", "hidden_state_documents", "load_dataset_folder", "stored_layers", "tap_positions"]
+__all__ = ["HiddenStateBatches", "hidden_state_documents", "stored_layers", "tap_positions"]
