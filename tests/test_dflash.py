@@ -108,19 +108,20 @@ def test_the_card_gives_the_block_the_taps_as_vllm_reads_them_and_the_mask_token
 # --------------------------------------------------------------------------- the reference forward
 
 
-def random_tensors(cfg: dict, seed: int = 0) -> dict:
-    """The draft's tensors, random in float64 (norms around 1), with a consistent d2t/t2d for a draft vocabulary."""
+def random_tensors(cfg: dict, seed: int = 0, near_one: tuple[str, ...] = ("norm.weight",)) -> dict:
+    """The tensors of a draft of the DFlash family (``cfg``'s ``speculators_model_type``: dflash, dflash2, dspark), random
+    in float64 (those named ``*near_one`` around 1: norms), with a consistent d2t/t2d for a draft vocabulary."""
     import torch
 
-    module = get("dflash").module(cfg)
+    module = get(cfg["speculators_model_type"]).module(cfg)
     g = torch.Generator().manual_seed(seed)
     out = {}
     for n, t in module.state_dict().items():
         if n in ("d2t", "t2d"):
             continue
         r = torch.randn(t.shape, generator=g, dtype=torch.float64)
-        out[n] = 1 + 0.2 * r if n.endswith("norm.weight") else 0.3 * r
-    Vd = cfg["draft_vocab_size"]
+        out[n] = 1 + 0.2 * r if n.endswith(near_one) else 0.3 * r
+    Vd, V = cfg["draft_vocab_size"], cfg["transformer_layer_config"]["vocab_size"]
     if Vd < V:
         ids = torch.randperm(V, generator=g)[:Vd].sort().values
         out["d2t"] = ids - torch.arange(Vd)

@@ -204,14 +204,10 @@ def test_what_the_dflash2_converter_refuses(speculators_dflash2, tmp_path, chang
 
 
 def dflash2_tensors(cfg: dict, seed: int = 0) -> dict:
-    import torch
+    """:func:`test_dflash.random_tensors`, the convolutions' ``base_kernel`` around 1 as the norms."""
+    from test_dflash import random_tensors
 
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for n, t in get("dflash2").module(cfg).state_dict().items():
-        r = torch.randn(t.shape, generator=g, dtype=torch.float64)
-        out[n] = 1 + 0.2 * r if n.endswith("norm.weight") or n.endswith("base_kernel") else 0.3 * r
-    return out
+    return random_tensors(cfg, seed, near_one=("norm.weight", "base_kernel"))
 
 
 def test_the_selector_walks_the_block_from_the_anchor():

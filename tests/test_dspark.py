@@ -314,29 +314,11 @@ def test_each_release_reads_a_dspark_config_as_qwen3_dspark_with_taps_minus_one(
 # --------------------------------------------------------------------------- the reference forward, whole
 
 
-def dspark_tensors(cfg: dict, seed: int = 0) -> dict:
-    """The draft's tensors, random in float64 (norms around 1), a consistent d2t/t2d for a draft vocabulary."""
-    module = get("dspark").module(cfg)
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for n, t in module.state_dict().items():
-        if n in ("d2t", "t2d"):
-            continue
-        r = torch.randn(t.shape, generator=g, dtype=torch.float64)
-        out[n] = 1 + 0.2 * r if n.endswith("norm.weight") else 0.3 * r
-    Vd, Vv = cfg["draft_vocab_size"], cfg["transformer_layer_config"]["vocab_size"]
-    if Vd < Vv:
-        ids = torch.randperm(Vv, generator=g)[:Vd].sort().values
-        out["d2t"], out["t2d"] = ids - torch.arange(Vd), torch.zeros(Vv, dtype=torch.bool)
-        out["t2d"][ids] = True
-    return out
-
-
 def test_the_proposer_drafts_the_block_sequentially_through_the_markov_head():
-    from test_dflash import N_LAYERS, _states, _verifier
+    from test_dflash import N_LAYERS, _states, _verifier, random_tensors
 
     cfg = dspark_config(vd=64)
-    tensors = dspark_tensors(cfg, seed=1)
+    tensors = random_tensors(cfg, seed=1)
     embed, head = _verifier(2)
     tokens, states = [5, 9, 11, 3, 40, 7, 21], _states(3, 6)
     algo = get("dspark")
@@ -355,10 +337,10 @@ def test_the_proposer_drafts_the_block_sequentially_through_the_markov_head():
 
 
 def test_each_dspark_misreading_changes_the_proposals_logits():
-    from test_dflash import N_LAYERS, _states, _verifier
+    from test_dflash import N_LAYERS, _states, _verifier, random_tensors
 
     cfg = dspark_config(vd=64)
-    tensors = dspark_tensors(cfg, seed=8)
+    tensors = random_tensors(cfg, seed=8)
     embed, head = _verifier(9)
     tokens, states = [5, 9, 11, 3, 40, 7, 21, 60], _states(10, 7)
     algo = get("dspark")
@@ -409,10 +391,10 @@ def test_the_reference_equals_speculators_dspark_draft_model_in_float64(spec_env
     ``DSparkDraftModel`` (``models/dspark/core.py``: ``_backbone_forward``, then ``markov_head.block_bias`` and ``confidence_head``
     as its ``forward`` applies them, fed the tokens our proposer drafted): every slot's biased logits and confidence logits of
     two blocks agree to 1e-6; the Markov head left out, a causal block, a tap shift and the wrong mask token each miss by far more."""
-    from test_dflash import N_LAYERS, _states, _verifier
+    from test_dflash import N_LAYERS, _states, _verifier, random_tensors
 
     cfg = dspark_config(vd=vd)
-    tensors = dspark_tensors(cfg, seed=5)
+    tensors = random_tensors(cfg, seed=5)
     embed, head = _verifier(6)
     tokens, states = [5, 9, 11, 3, 40, 7, 21, 60, 2, 33, 17, 8, 50], _states(7, 12)
     anchors, B = [4, 8], cfg["block_size"]

@@ -11,6 +11,7 @@ bit for bit), the verifier's features computed on the fly or read from a
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import time
@@ -239,7 +240,15 @@ def fit(
     verifier.eval()
     draft.train()
     t0 = time.perf_counter()
-    _steps(run, stats, verifier, windows, cache, opts, log, autocast)
+    try:
+        _steps(run, stats, verifier, windows, cache, opts, log, autocast)
+    finally:
+        if run.world > 1:
+            # DistributedDataParallel's reducer hangs on the draft's parameters (its autograd hooks) and outlives this
+            # call; one destroyed at the interpreter's exit, with gloo's work objects, aborts the process now and then
+            # ("terminate called without an active exception", SIGABRT: pytorch/pytorch#179291). It goes here.
+            run.model = None
+            gc.collect()
     stats.seconds = time.perf_counter() - t0
     if run.recent:
         stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
