@@ -34,6 +34,8 @@ WORLDS = {"world": REPO / "examples" / "world", "world-qwen3": REPO / "examples"
 LAYERS = [0, 2, 4, 5, 8]  # the embeddings, EAGLE-3-style taps and L = 8 (both worlds' verifiers have 8 layers)
 LENGTHS = [1, 7, 16, 17, 64, 129, 200]  # one token, block edges (vLLM's CPU block: 16 or 128 rows) and more
 BOUND = 1e-5
+#: the training comparison: the example world's README start cut into T-token windows, the draft's taps
+TRAIN_TEXT, TRAIN_T, TRAIN_TAPS, WINDOW0 = 1500, 32, [2, 4, 5], 100
 
 
 def _samples(world: Path) -> list[tuple[int, list[int]]]:
@@ -127,6 +129,8 @@ def extractions(tmp_path_factory) -> dict:
     import sys
 
     jobs = {name: [str(world / "verifier"), str(tmp_path_factory.mktemp(f"hs-{name}")), _samples(world)] for name, world in WORLDS.items()}
+    windows = [(WINDOW0 + i, ids) for i, ids in enumerate(_windows())]  # the training comparison's, through the same engine
+    jobs["world"][2] += windows
     unit = tmp_path_factory.mktemp("connector")
     run = subprocess.run([sys.executable, "-c", CHILD, json.dumps(jobs), json.dumps(LAYERS), str(unit)], capture_output=True, text=True, timeout=600)
     lines = [x for x in run.stdout.splitlines() if x.startswith("RESULT ")]
@@ -134,6 +138,7 @@ def extractions(tmp_path_factory) -> dict:
     report = json.loads(lines[-1][len("RESULT "):])
     out = {name: (Path(jobs[name][1]), [(i, ids) for i, ids in jobs[name][2]], report[name]) for name in WORLDS}
     out["connector"] = (unit, report["failing_write"], report["failing_write_left"])
+    out["windows"] = (Path(jobs["world"][1]), windows)
     return out
 
 
@@ -205,3 +210,60 @@ def test_layer_ids_are_checked():
     for bad in ([], [9], [-1, 2], [4, 2], [2, 2]):
         with pytest.raises(InputError):
             check_layers(bad, 8)
+
+
+def _windows() -> list[list[int]]:
+    """``--data``'s fixed windows (as ``--cache`` cuts them) of the start of the example world's README."""
+    from specfmt.sources.verifier import Verifier
+    from specfmt.training.data import read_documents
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        text = Path(tmp) / "train.txt"
+        text.write_text((WORLDS["world"] / "README.md").read_text()[:TRAIN_TEXT])
+        docs = read_documents([str(text)], Verifier.load(str(WORLDS["world"] / "verifier")).tokenizer())
+    stream = [t for d in docs.ids for t in d]
+    return [stream[i * TRAIN_T:(i + 1) * TRAIN_T] for i in range((len(stream) - TRAIN_T) // TRAIN_T)]
+
+
+def test_a_draft_trained_from_vllm_hidden_states_follows_one_trained_from_transformers_features(extractions, tmp_path):
+    """The same windows (loss mask all ones), the same seed: an EAGLE-3 draft trained 4 steps from vLLM's hidden states
+    against one trained from the transformers engine's (which ``test_hidden_states_train.py`` proves equal, bit for bit,
+    to ``train --data --cache``). Bound: each step's loss within 1e-4 relative, every tensor within 1e-4 absolute."""
+    import shutil
+
+    from test_hidden_states_train import write_hidden_states
+
+    from specfmt.datagen import layout
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+
+    from safetensors.torch import save_file
+
+    folder, samples = extractions["windows"]
+    windows = [ids for _, ids in samples]
+    ours = write_hidden_states(tmp_path / "transformers", WORLDS["world"] / "verifier", windows, TRAIN_TAPS)
+    theirs = tmp_path / "vllm"
+    shutil.copytree(ours, theirs)
+    keep = [LAYERS.index(layer) for layer in TRAIN_TAPS + [8]]  # vLLM stored LAYERS; the data holds the taps and L
+    for i, (index, ids) in enumerate(samples):
+        got = load_file(str(folder / f"hs_{index}.safetensors"))
+        assert got["token_ids"].tolist() == ids
+        save_file({"hidden_states": got["hidden_states"][:, keep].contiguous(), "token_ids": got["token_ids"]},
+                  str(layout.hidden_states_folder(theirs) / f"hs_{i}.safetensors"))
+    opts = TrainOptions(steps=4, batch_size=2, seq_len=TRAIN_T, lr=1e-3, seed=3, save_every=0)
+    runs = {}
+    for name, data in (("transformers", ours), ("vllm", theirs)):
+        losses: list[float] = []
+        req = TrainRequest(str(tmp_path / f"out-{name}"), str(WORLDS["world"] / "verifier"), algorithm="eagle3", device="cpu", validate=False,
+                           taps=TRAIN_TAPS, hidden_states=str(data))
+        res = train_draft(req, opts, log=lambda step, loss, acc: losses.append(loss))
+        runs[name] = (losses, res.draft.tensors)
+    (a, ta), (b, tb) = runs["transformers"], runs["vllm"]
+    assert len(a) == len(b) == 4
+    gaps = [abs(x - y) / max(1.0, abs(x)) for x, y in zip(a, b)]
+    worst = max((ta[n].double() - tb[n].double()).abs().max().item() for n in ta if ta[n].is_floating_point())
+    print(f"\nvLLM vs transformers hidden states, 4 training steps: loss gaps {gaps}, largest tensor difference {worst:.3g}")
+    assert max(gaps) <= 1e-4 and worst <= 1e-4, (gaps, worst)
+    assert ta.keys() == tb.keys() and a != [] and sorted(runs) == ["transformers", "vllm"]
