@@ -10,7 +10,7 @@ the EAGLE-3 reference taps and the last layer L (``specfmt.algorithms.eagle3.def
 of two samples (the engine's start is not timed):
 
 * ``vllm``: :class:`specfmt.datagen.vllm_engine.VllmEngine` (vLLM's CPU build: specfmt's connector), every
-  file written, checked and placed;
+  file written and placed;
 * ``vllm-prefill``: the same ``vllm.LLM`` settings without the speculative method and the connector,
   ``max_tokens=1`` on the same prompts: the prefill the extraction rides on (the ratio's denominator);
 * ``transformers``: ``AutoModelForCausalLM`` forward with ``output_hidden_states`` and a hook for layer L,
