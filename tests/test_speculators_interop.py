@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import subprocess
+from importlib.util import find_spec
 
 import pytest
 
@@ -56,13 +57,16 @@ def test_a_half_made_env_is_rebuilt_never_reused(tmp_path):
     """The marker is written last and holds the package list: a folder without it (killed while
     installing), with another list, or whose import check fails is built again; a complete one is
     reused; a build that fails its check leaves nothing marked."""
-    env = TargetEnv(tmp_path / "env", ("xxhash==4.1.0",), "import xxhash")
+    # a small package this interpreter does not have (xxhash was one until `datasets`, the datagen extra, brought it):
+    # with it importable from site-packages, an env that lost its own copy would pass its import check
+    assert find_spec("tinydb") is None, "the test needs a package the running interpreter lacks: pick another"
+    env = TargetEnv(tmp_path / "env", ("tinydb==4.8.2",), "import tinydb")
     sentinel = env.root / "sentinel"
 
     def rebuilt() -> bool:
         was = sentinel.exists()
         env.ensure()
-        assert env.usable() and env.run("-c", "import xxhash; print(xxhash.__file__)").stdout.startswith(str(env.root))
+        assert env.usable() and env.run("-c", "import tinydb; print(tinydb.__file__)").stdout.startswith(str(env.root))
         return was and not sentinel.exists()
 
     env.ensure()
@@ -72,13 +76,13 @@ def test_a_half_made_env_is_rebuilt_never_reused(tmp_path):
     (env.root / MARKER).unlink()  # half-made: no marker
     assert rebuilt()
     sentinel.touch()
-    (env.root / MARKER).write_text(TargetEnv(env.root, ("xxhash==4.0.0",), env.check).marker())  # another package list
+    (env.root / MARKER).write_text(TargetEnv(env.root, ("tinydb==4.8.0",), env.check).marker())  # another package list
     assert rebuilt()
     sentinel.touch()
-    shutil.rmtree(env.root / "xxhash")  # marked, but the import fails
+    shutil.rmtree(env.root / "tinydb")  # marked, but the import fails
     assert rebuilt()
 
-    broken = TargetEnv(tmp_path / "broken", ("xxhash==4.1.0",), "import xxhash, no_such_module_here")
+    broken = TargetEnv(tmp_path / "broken", ("tinydb==4.8.2",), "import tinydb, no_such_module_here")
     with pytest.raises(RuntimeError, match="No module named 'no_such_module_here'"):
         broken.ensure()
     assert not broken.root.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["env"]
