@@ -87,7 +87,7 @@ def main() -> None:
     if not (args.reuse and done.is_file()):  # --reuse: keep a finished regeneration of an earlier run (its figures in done)
         for p in (regen, regen.with_name(regen.name + ".provenance.json")):
             p.unlink(missing_ok=True)
-        stdout, secs = specfmt("regenerate", WORLD / "verifier", "--data", work / "prompts.jsonl", "--out", regen,
+        stdout, secs = specfmt("regenerate", "--verifier", WORLD / "verifier", "--data", work / "prompts.jsonl", "--out", regen,
                                "--max-tokens", PIECE - PROMPT, "--max-model-len", 512, "--batch-size", 256)
         prov = json.loads(regen.with_name(regen.name + ".provenance.json").read_text())
         done.write_text(json.dumps({"seconds": round(secs, 1), "settings": prov["settings"], "dtype": prov["dtype"], "mode": prov["mode"],

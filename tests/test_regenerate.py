@@ -158,7 +158,7 @@ def test_the_command_reports_bad_input_in_one_line(tmp_path, chat_verifier):
     from specfmt.cli import app
 
     data = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "x"}, {"txt": "x"}])
-    r = CliRunner().invoke(app, ["regenerate", str(chat_verifier), "--data", str(data), "--out", str(tmp_path / "out.jsonl")], terminal_width=400)
+    r = CliRunner().invoke(app, ["regenerate", "--verifier", str(chat_verifier), "--data", str(data), "--out", str(tmp_path / "out.jsonl")], terminal_width=400)
     assert r.exit_code == 2 and r.output.strip().splitlines() == [
         f'specfmt: error: each line needs a "messages" list or a "text" or "prompt" string [{data}:2]']
     assert not (tmp_path / "out.jsonl").exists()
@@ -175,7 +175,7 @@ def test_greedy_regeneration_is_the_verifiers_greedy_generate(tmp_path, chat_ver
     out = tmp_path / "out.jsonl"
     regen(chat_verifier, data, out, Scripted(), limit=1, settings=Settings(max_tokens=16), dtype="float32")
     done = out.read_text()
-    r = run_cli("regenerate", chat_verifier, "--data", data, "--out", out, "--max-tokens", "16", "--max-model-len", "256", "--resume",
+    r = run_cli("regenerate", "--verifier", chat_verifier, "--data", data, "--out", out, "--max-tokens", "16", "--max-model-len", "256", "--resume",
                 "--dtype", "float32")
     assert r.returncode == 0, r.stderr[-2000:]
     assert "wrote 3 conversations (1 already done)" in " ".join(r.stdout.split())

@@ -13,9 +13,9 @@ from .common import err, out, reports_errors
 
 @reports_errors
 def regenerate(
-    verifier: str = typer.Argument(..., help="The verifier's folder (its tokenizer, chat template and weights)."),
+    verifier: str = typer.Option(..., "--verifier", "--model", help="The verifier's folder (its tokenizer, chat template and weights)."),
     data: str = typer.Option(..., "--data", "--dataset", help="Input jsonl: chat lines {\"messages\": [...]} or prompts {\"text\"|\"prompt\": ...}."),
-    output: str = typer.Option(..., "--out", "--outfile", help="Output chat jsonl (what `specfmt train --data` reads); OUT.provenance.json is written beside it."),
+    output: str = typer.Option(..., "-o", "--output", "--out", "--outfile", help="Output chat jsonl (what `specfmt train --data` reads); OUT.provenance.json is written beside it."),
     temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0: greedy (default); above 0: sampled."),
     top_p: float = typer.Option(1.0, "--top-p", min=0.0, max=1.0, help="Nucleus sampling threshold (sampled runs)."),
     seed: int = typer.Option(0, "--seed", help="Base seed of sampled runs: conversation line n uses seed + n."),
