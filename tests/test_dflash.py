@@ -213,12 +213,13 @@ print("REPORT " + json.dumps({"class": type(model).__name__, "missing": sorted(m
 """
 
 
-def _speculators_logits(spec_env, folder, cfg, tensors, embed, head, tokens, states, anchors):
-    """speculators' ``DFlashDraftModel._backbone_forward`` on the same weights, for blocks at ``anchors`` of ``tokens``: [len(anchors)·B, Vd]."""
+def write_driver_inputs(folder, cfg, tensors, embed, head, tokens, states) -> None:
+    """The folder :data:`DRIVE` reads: the draft (``config.json``, ``model.safetensors``), the verifier's embedding and
+    head (``verifier.safetensors``), and the taps of ``states`` with ``tokens`` (``inputs.safetensors``)."""
     import json
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
@@ -226,6 +227,15 @@ def _speculators_logits(spec_env, folder, cfg, tensors, embed, head, tokens, sta
     save_file({"embed": embed.contiguous(), "head": head.contiguous()}, str(folder / "verifier.safetensors"))
     aux = torch.cat([states.hidden[t] for t in cfg["aux_hidden_state_layer_ids"]], dim=-1)
     save_file({"aux": aux.contiguous(), "ids": torch.tensor(tokens[:aux.shape[0]])}, str(folder / "inputs.safetensors"))
+
+
+def _speculators_logits(spec_env, folder, cfg, tensors, embed, head, tokens, states, anchors):
+    """speculators' ``DFlashDraftModel._backbone_forward`` on the same weights, for blocks at ``anchors`` of ``tokens``: [len(anchors)·B, Vd]."""
+    import json
+
+    from safetensors.torch import load_file
+
+    write_driver_inputs(folder, cfg, tensors, embed, head, tokens, states)
     r = spec_env.run("-c", DRIVE, folder, ",".join(map(str, anchors)))
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("REPORT ")), None)
     assert line is not None, r.stderr[-3000:]

@@ -23,7 +23,7 @@ from specfmt.algorithms import get, schema_violations
 from specfmt.algorithms.recognised import recognised
 from specfmt.serving import CPU_BUILD, GPU_BUILD, explicit_config, serving_summary
 from speculators_env import spec_env  # noqa: F401  (fixture)
-from test_dspark import RELEASES, release_algos
+from test_dspark import RELEASES, release_algos, speculators_saver
 
 V, H = 97, 32
 
@@ -78,22 +78,7 @@ def test_serving_is_method_dflash_on_the_gpu_build_only_and_the_card_names_the_p
     assert rows["candidate selector (`selector_rank`, `selector_top_k`)"] == "rank 16, reranks the top 8 of each slot"
 
 
-SAVE = r"""
-import json, sys, torch
-from transformers.models.qwen3 import Qwen3Config
-from speculators.config import SpeculatorsConfig, VerifierConfig
-from speculators.proposals.greedy import GreedyTokenProposalConfig
-from speculators.models.dflash2 import DFlash2SpeculatorConfig
-from speculators.models.dflash2.core import DFlash2DraftModel
-spec, out = json.loads(sys.argv[1]), sys.argv[2]
-tl = Qwen3Config(**spec.pop("transformer_layer_config"))
-tl._attn_implementation = "sdpa"
-sc = spec.pop("speculators_config")
-cfg = DFlash2SpeculatorConfig(transformer_layer_config=tl, **spec, speculators_config=SpeculatorsConfig(algorithm="dflash2",
-    proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=sc["proposal_methods"][0]["speculative_tokens"])],
-    default_proposal_method="greedy", verifier=VerifierConfig(name_or_path="verifier", architectures=["Qwen3ForCausalLM"])))
-DFlash2DraftModel(cfg).save_pretrained(out)
-"""
+SAVE = speculators_saver("dflash2", "DFlash2SpeculatorConfig", "DFlash2DraftModel")
 
 
 def test_speculators_own_dflash2_output_has_exactly_the_tables_tensors_and_validates(spec_env, tmp_path):
@@ -258,7 +243,7 @@ def test_the_reference_equals_speculators_dflash2_draft_model_in_float64(spec_en
     import torch
     from safetensors.torch import load_file, save_file
 
-    from test_dflash import DRIVE, _states, _verifier
+    from test_dflash import DRIVE, _states, _verifier, write_driver_inputs
 
     cfg = dflash2_config()
     cfg["transformer_layer_config"]["num_hidden_layers"] = 2
@@ -270,12 +255,7 @@ def test_the_reference_equals_speculators_dflash2_draft_model_in_float64(spec_en
     by_label = {r.label: r for r in algo.readings(cfg, 5)}
     ours = {a: algo.proposer(by_label["as written"], tensors, embed, head).drafted(tokens[:a + 1], states.prefix(a), 3) for a in anchors}
     folder = tmp_path / "draft"
-    folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(cfg))
-    save_file({n: t.contiguous() for n, t in tensors.items()}, str(folder / "model.safetensors"))
-    save_file({"embed": embed.contiguous(), "head": head.contiguous()}, str(folder / "verifier.safetensors"))
-    aux = torch.cat([states.hidden[t] for t in cfg["aux_hidden_state_layer_ids"]], dim=-1)
-    save_file({"aux": aux.contiguous(), "ids": torch.tensor(tokens[:aux.shape[0]])}, str(folder / "inputs.safetensors"))
+    write_driver_inputs(folder, cfg, tensors, embed, head, tokens, states)
     save_file({"ids": torch.tensor([ours[a][0] for a in anchors])}, str(folder / "drafted.safetensors"))
     head_part, _, _ = DRIVE.partition("core.select_anchors = ")
     assert "model = core.DFlashDraftModel(cfg)" in head_part

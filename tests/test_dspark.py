@@ -129,23 +129,28 @@ def test_serving_says_the_cpu_build_cannot_run_it():
     assert serving_summary(dflash, distribution=CPU_BUILD)[0] == "pass"  # DFlash runs there
 
 
-SAVE = r"""
+def speculators_saver(algorithm: str, config: str, model: str) -> str:
+    """Driver code: speculators 0.9 builds a new ``algorithm`` draft (``speculators.models.ALGORITHM``'s ``config``
+    and ``model`` classes; a Qwen3 layer) from ``argv[1]``, our config's fields as JSON, and saves it to ``argv[2]``."""
+    return r"""
 import json, sys, torch
-from transformers import AutoConfig
 from transformers.models.qwen3 import Qwen3Config
 from speculators.config import SpeculatorsConfig, VerifierConfig
 from speculators.proposals.greedy import GreedyTokenProposalConfig
-from speculators.models.dspark import DSparkSpeculatorConfig
-from speculators.models.dspark.core import DSparkDraftModel
+from speculators.models.ALGORITHM import CONFIG
+from speculators.models.ALGORITHM.core import MODEL
 spec, out = json.loads(sys.argv[1]), sys.argv[2]
 tl = Qwen3Config(**spec.pop("transformer_layer_config"))
 tl._attn_implementation = "sdpa"
 sc = spec.pop("speculators_config")
-cfg = DSparkSpeculatorConfig(transformer_layer_config=tl, **spec, speculators_config=SpeculatorsConfig(algorithm="dspark",
+cfg = CONFIG(transformer_layer_config=tl, **spec, speculators_config=SpeculatorsConfig(algorithm="ALGORITHM",
     proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=sc["proposal_methods"][0]["speculative_tokens"])],
     default_proposal_method="greedy", verifier=VerifierConfig(name_or_path="verifier", architectures=["Qwen3ForCausalLM"])))
-DSparkDraftModel(cfg).save_pretrained(out)
-"""
+MODEL(cfg).save_pretrained(out)
+""".replace("ALGORITHM", algorithm).replace("CONFIG", config).replace("MODEL", model)
+
+
+SAVE = speculators_saver("dspark", "DSparkSpeculatorConfig", "DSparkDraftModel")
 
 
 @pytest.mark.parametrize("vd", [97, 64])
