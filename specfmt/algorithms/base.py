@@ -228,6 +228,17 @@ class Algorithm:
         """Problems of the :attr:`map_tensors` written (numpy arrays or CPU tensors, by name)."""
         return []
 
+    def proposable_ids(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"]) -> "list[int] | None":
+        """The verifier token ids this draft can propose, ascending, or None for all V of them (the default:
+        a draft that proposes over the verifier's whole vocabulary). ``validate --run``'s diagnosis counts the
+        verifier's greedy tokens outside them (:func:`specfmt.validation.diagnosis.vocab_coverage`).
+
+        Args:
+            cfg: a schema-valid config.
+            tensors: the checkpoint's tensors, by specfmt name (``d2t`` [Vd] int64 for a draft vocabulary).
+        """
+        return None
+
 
 class Reference:
     """The reference part: the draft as a module, run as vLLM runs it, and its plausible misreadings.

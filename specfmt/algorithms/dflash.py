@@ -35,7 +35,7 @@ from ..format.model import Forbidden, NonNegativeInt, Nullable, PositiveInt, Sch
 from ..format.tensors import TensorSpec
 from . import layers
 from .base import Algorithm, Card, Proposer, Reference, Variant, register
-from .eagle3 import vocab_map_check, vocab_map_problems
+from .eagle3 import proposable_ids, vocab_map_check, vocab_map_problems
 from .reference import ChainDrafter, VerifierStates
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -253,6 +253,10 @@ class DFlash(Algorithm, Reference, Card):
     def vocab_map_check(self, cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
         """EAGLE-3's check of ``d2t`` / ``t2d`` (:func:`~specfmt.algorithms.eagle3.vocab_map_check`)."""
         return vocab_map_check(cfg, reader)
+
+    def proposable_ids(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"]) -> list[int] | None:
+        """EAGLE-3's ``arange(Vd) + d2t`` (:func:`~specfmt.algorithms.eagle3.proposable_ids`; vLLM ``qwen3_dflash.py`` maps with ``d2t``)."""
+        return proposable_ids(cfg, tensors)
 
     def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
         """Taps beyond the verifier: id j is read as the output of layer j - 1, so j <= N - 1 (N: the

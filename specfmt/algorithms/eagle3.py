@@ -211,6 +211,19 @@ def vocab_map_check(cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[st
     return "skip", "d2t/t2d absent (reported under tensors)", []
 
 
+def proposable_ids(cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"]) -> list[int] | None:
+    """The verifier ids a draft with EAGLE-3's ``d2t`` can propose (EAGLE-3, and the DFlash family that took it
+    over): ``arange(Vd) + d2t`` ascending, as vLLM maps a draft id to the verifier's with ``d2t`` alone
+    (``vllm/model_executor/models/llama_eagle3.py`` ``compute_logits``: ``draft_id_to_target_id``); None, every id,
+    when the draft has no ``d2t`` (Vd = V)."""
+    d2t = tensors.get("d2t")
+    if d2t is None or cfg["draft_vocab_size"] >= cfg["transformer_layer_config"]["vocab_size"]:
+        return None
+    import torch
+
+    return sorted(set((torch.arange(d2t.numel(), dtype=torch.int64) + d2t.to("cpu", torch.int64).reshape(-1)).tolist()))
+
+
 def vocab_map(docs: "list[list[int]] | Mapping[int, int]", vocab_size: int, draft_vocab: int) -> tuple["torch.Tensor", "torch.Tensor", float]:
     """``d2t``/``t2d`` from token frequencies, as SafeAILab ``eagle/traineagle3/cnets.py::scandata``.
 
@@ -506,6 +519,10 @@ class Eagle3(Algorithm, Reference, Training, Card):
 
     def vocab_map_check(self, cfg: dict[str, Any], reader: "CheckpointReader") -> tuple[str, str, list[str]]:
         return vocab_map_check(cfg, reader)
+
+    def proposable_ids(self, cfg: dict[str, Any], tensors: dict[str, "torch.Tensor"]) -> list[int] | None:
+        """``arange(Vd) + d2t`` (:func:`proposable_ids`)."""
+        return proposable_ids(cfg, tensors)
 
     def verifier_problems(self, cfg: dict[str, Any], verifier: "VerifierInfo") -> list["str | Finding"]:
         out_of_range = [t for t in cfg["eagle_aux_hidden_state_layer_ids"] if t >= verifier.num_hidden_layers]

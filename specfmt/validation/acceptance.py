@@ -61,6 +61,8 @@ class ChainResult:
         num_accepted_tokens: accepted draft tokens.
         accepted_per_position: [k] counts.
         token_ids: generated ids per prompt (equal to the verifier alone).
+        drafts_per_prompt: [prompts] verification steps of each prompt, in prompt order (they sum to ``num_drafts``).
+        accepted_per_prompt: [prompts] accepted draft tokens of each prompt (they sum to ``num_accepted_tokens``).
         verifier_seconds: wall time of the verifier's passes (:func:`greedy_path`, all prompts).
         draft_seconds: wall time of simulating this proposer against them.
     """
@@ -73,6 +75,8 @@ class ChainResult:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
     token_ids: list[list[int]] = field(default_factory=list)
+    drafts_per_prompt: list[int] = field(default_factory=list)
+    accepted_per_prompt: list[int] = field(default_factory=list)
     verifier_seconds: float = 0.0
     draft_seconds: float = 0.0
 
@@ -228,12 +232,13 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
             t0 = time.perf_counter()
             seqs = [list(prompt) + path[:1] for prompt, (path, _) in zip(batch, walks)]
             generated = [1] * len(batch)
+            drafts, accepted = [0] * len(batch), [0] * len(batch)
             while True:
                 active = [i for i, g in enumerate(generated) if g < max_tokens]
                 if not active:
                     break
-                drafts = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
-                for i, draft in zip(active, drafts):
+                proposals = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
+                for i, draft in zip(active, proposals):
                     draft = [int(t) for t in draft]
                     if len(draft) != k:
                         raise ValueError(f"the proposer returned {len(draft)} tokens, expected {k}")
@@ -244,10 +249,14 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                     res.num_drafts += 1
                     res.num_draft_tokens += k
                     res.num_accepted_tokens += a
+                    drafts[i] += 1
+                    accepted[i] += a
                     for j in range(a):
                         res.accepted_per_position[j] += 1
                     seqs[i].extend(path[g: g + a + 1])  # the accepted tokens and the verifier's own
                     generated[i] = g + a + 1
+            res.drafts_per_prompt += drafts
+            res.accepted_per_prompt += accepted
             for path in [path for path, _ in walks]:  # (a loop variable would keep the last prompt's states)
                 res.token_ids.append(path[:max_tokens])
                 res.tokens += max_tokens

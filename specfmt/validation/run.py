@@ -67,6 +67,7 @@ from ..sources.placement import Placement, resolve_placement
 from ..sources.verifier import Verifier
 from . import vllm_run
 from .acceptance import ChainResult, group_size, run_chains
+from .diagnosis import diagnose
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts, read_prompt_file
 from .report import FAIL, PASS, SKIP, WARN, Report
 from .static import validate_static
@@ -89,7 +90,7 @@ PHASES = ("verifier load", "greedy paths", "readings", "vLLM")
 ProgressFn = Callable[[str, int, "int | None"], None]
 
 #: what each part of a run measured: its figures in ``validation.json`` and its checks (:func:`keep_earlier`)
-SECTIONS = {"reference": (("reference", "variants"), ("reference", "variants")),
+SECTIONS = {"reference": (("reference", "variants", "diagnosis"), ("reference", "variants")),
             "vllm": (("vllm",), ("vllm", "vllm_exact", "agreement", "vllm_weights"))}
 
 #: the cause no misreading stands for (the static checks and vLLM's weights probe find it)
@@ -128,6 +129,9 @@ class RunResult:
     reference: dict[str, Any] | None = None
     vllm: dict[str, Any] | None = None
     variants: list[dict[str, Any]] = field(default_factory=list)
+    #: why the draft accepts what it does, reported, never failed on (:func:`specfmt.validation.diagnosis.diagnose`;
+    #: None without a reference run)
+    diagnosis: dict[str, Any] | None = None
     causes: list[str] = field(default_factory=list)
     written: str | None = None
     #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
@@ -154,6 +158,7 @@ class RunResult:
             "reference": self.reference,
             "vllm": self.vllm,
             "variants": self.variants,
+            "diagnosis": self.diagnosis,
             "likely_causes": self.causes,
             "kept": self.kept,
             "checks": self.report.to_json()["checks"],
@@ -447,7 +452,20 @@ def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Ve
     if model is None:
         return None
     tensors = _load_tensors(folder)
-    return tensors, _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok)
+    ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok)
+    if ref_res is not None:
+        result.diagnosis = diagnose(ref_res, proposable=algo.proposable_ids(cfg, tensors), vocab_size=cfg["transformer_layer_config"]["vocab_size"],
+                                    texts=result.prompts.texts, cfg=cfg, decode=_decoder(ver))
+    return tensors, ref_res
+
+
+def _decoder(ver: "Verifier") -> "Callable[[int], str] | None":
+    """One token id to its text by the verifier's tokenizer (None when it cannot be loaded: the diagnosis lists ids alone)."""
+    try:
+        tokenizer = ver.tokenizer()
+    except (OSError, ValueError):
+        return None
+    return lambda t: tokenizer.decode([t])
 
 
 def _give_back_gpu(placement: Placement, ver: "Verifier") -> None:
@@ -634,7 +652,7 @@ def _add_chains(a: ChainResult, b: ChainResult) -> ChainResult:
         TypeError: ``ChainResult`` has a field this does not know how to add (a change there must say how).
     """
     rules = {"k": lambda x, y: x, "accepted_per_position": lambda x, y: [i + j for i, j in zip(x, y)],
-             "token_ids": lambda x, y: x + y}
+             "token_ids": lambda x, y: x + y, "drafts_per_prompt": lambda x, y: x + y, "accepted_per_prompt": lambda x, y: x + y}
     out = {}
     for f in fields(ChainResult):
         x, y = getattr(a, f.name), getattr(b, f.name)
