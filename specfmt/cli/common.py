@@ -114,6 +114,48 @@ def figures_table(res) -> Table:
     return table
 
 
+#: the prompts of lowest mean acceptance length ``validate --run`` lists (validation.json holds every prompt's)
+WORST_PROMPTS = 3
+
+
+def diagnosis_tables(res: Any) -> list[Any]:
+    """``validate --run``'s diagnosis (:mod:`specfmt.validation.diagnosis`), printed after the figures: acceptance per
+    position beside the training log's figures ("n/a" where the provenance records none), the verifier's greedy tokens
+    outside the draft vocabulary with the top offenders, the prompts of lowest acceptance, and the hint."""
+    diag, ref = res.diagnosis, res.reference or {}
+    logs = diag["training_log"]
+    pos = Table(title="acceptance per position, and the training log")
+    pos.add_column("position")
+    pos.add_column("reference acceptance rate", justify="right")
+    for log in logs or [{"label": "training log", "per_position": []}]:
+        pos.add_column(escape(log["label"]), justify="right")
+    rates = ref.get("acceptance_rate_per_position") or []
+    for i, rate in enumerate(rates):
+        logged = [log["per_position"] for log in logs]
+        pos.add_row(str(i + 1), f"{rate:.3f}", *([f"{v[i]:.3f}" if i < len(v) else "n/a" for v in logged] or ["n/a"]))
+    cov = diag["vocab_coverage"]
+    shown: list[Any] = [pos, f"draft vocabulary: {cov['draft_vocab_size']} of {cov['vocab_size']} ids; {cov['outside']} of the verifier's "
+                        f"{cov['tokens']} greedy tokens ({100 * cov['share_outside']:.1f} %) are outside it"]
+    if cov["offenders"]:
+        off = Table(title="greedy tokens the draft cannot propose")
+        for col in ("id", "text", "count"):
+            off.add_column(col, justify="left" if col == "text" else "right")
+        for o in cov["offenders"]:
+            off.add_row(str(o["id"]), escape(repr(o["text"])) if o["text"] is not None else "-", str(o["count"]))
+        shown.append(off)
+    worst = sorted(diag["per_prompt"], key=lambda p: (p["mean_acceptance_length"], p["index"]))[:WORST_PROMPTS]
+    if worst:
+        tab = Table(title=f"lowest acceptance: {len(worst)} of {len(diag['per_prompt'])} prompts")
+        for col in ("prompt", "mean acceptance length", "accepted / drafts", "begins"):
+            tab.add_column(col, justify="left" if col == "begins" else "right")
+        for p in worst:
+            tab.add_row(str(p["index"]), f"{p['mean_acceptance_length']:.3f}", f"{p['accepted']} / {p['drafts']}", escape(" ".join(p["prompt"].split())[:40]))
+        shown.append(tab)
+    if diag.get("hint"):
+        shown.append(f"[yellow]hint:[/] {escape(diag['hint'])}")
+    return shown
+
+
 def verdict(rep: Any) -> str:
     """The last line of ``specfmt validate``: passed, failed, or recognised without being validated."""
     if any(c.name == "schema" and c.status == "warn" for c in rep.checks):

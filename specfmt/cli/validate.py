@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, err, figures_table, out, reports_errors, verdict
+from .common import checks_table, diagnosis_tables, err, figures_table, out, reports_errors, verdict
 
 
 @reports_errors
@@ -76,6 +76,8 @@ def validate(
         out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
         if res.reference or res.vllm:
             out.print(figures_table(res))
+        for shown in diagnosis_tables(res) if res.diagnosis else []:
+            out.print(shown)
         if res.causes:
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
         for note in res.notes:  # what became of an earlier validation.json's figures
