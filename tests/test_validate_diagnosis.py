@@ -100,6 +100,7 @@ def test_per_prompt_figures_sum_to_the_run_and_are_written(missing_one):
     assert sum(p["accepted"] for p in per) == res.reference["num_accepted_tokens"]
     assert all(p["mean_acceptance_length"] == round(1 + p["accepted"] / p["drafts"], 4) for p in per)
     assert per[0]["prompt"] == res.prompts.texts[0][:60]
+    assert sum(p["outside"] for p in per) == res.diagnosis["vocab_coverage"]["outside"]
     written = json.loads((missing_one["folder"] / VALIDATION_FILE).read_text())
     assert written["diagnosis"] == json.loads(json.dumps(res.diagnosis))
 

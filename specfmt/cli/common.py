@@ -146,10 +146,10 @@ def diagnosis_tables(res: Any) -> list[Any]:
     worst = sorted(diag["per_prompt"], key=lambda p: (p["mean_acceptance_length"], p["index"]))[:WORST_PROMPTS]
     if worst:
         tab = Table(title=f"lowest acceptance: {len(worst)} of {len(diag['per_prompt'])} prompts")
-        for col in ("prompt", "mean acceptance length", "accepted / drafts", "begins"):
+        for col in ("prompt", "mean acceptance length", "accepted / drafts", "outside vocabulary", "begins"):
             tab.add_column(col, justify="left" if col == "begins" else "right")
         for p in worst:
-            tab.add_row(str(p["index"]), f"{p['mean_acceptance_length']:.3f}", f"{p['accepted']} / {p['drafts']}", escape(" ".join(p["prompt"].split())[:40]))
+            tab.add_row(str(p["index"]), f"{p['mean_acceptance_length']:.3f}", f"{p['accepted']} / {p['drafts']}", str(p.get("outside", "-")), escape(" ".join(p["prompt"].split())[:30]))
         shown.append(tab)
     if diag.get("hint"):
         shown.append(f"[yellow]hint:[/] {escape(diag['hint'])}")

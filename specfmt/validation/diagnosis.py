@@ -69,13 +69,16 @@ def vocab_coverage(token_ids: list[list[int]], proposable: "list[int] | None", v
             "offenders": [{"id": t, "text": decode(t) if decode else None, "count": c} for t, c in offenders]}
 
 
-def per_prompt(res: ChainResult, texts: list[str]) -> list[dict[str, Any]]:
-    """Each prompt's figures, in prompt order: ``[{index, prompt, drafts, accepted, mean_acceptance_length}]``
+def per_prompt(res: ChainResult, texts: list[str], proposable: "list[int] | None" = None) -> list[dict[str, Any]]:
+    """Each prompt's figures, in prompt order: ``[{index, prompt, drafts, accepted, mean_acceptance_length, outside}]``
     (``prompt``: its first 60 characters; the drafts and accepted tokens sum to the run's ``num_drafts`` and
-    ``num_accepted_tokens``; mean acceptance length ``1 + accepted / drafts``, 1.0 without drafts)."""
+    ``num_accepted_tokens``; mean acceptance length ``1 + accepted / drafts``, 1.0 without drafts; ``outside``: its
+    greedy tokens the draft cannot propose, as :func:`vocab_coverage` counts them)."""
+    allowed = None if proposable is None else set(proposable)
     return [{"index": i, "prompt": (texts[i] if i < len(texts) else "")[:60], "drafts": d, "accepted": a,
-             "mean_acceptance_length": round(1 + a / d, 4) if d else 1.0}
-            for i, (d, a) in enumerate(zip(res.drafts_per_prompt, res.accepted_per_prompt))]
+             "mean_acceptance_length": round(1 + a / d, 4) if d else 1.0,
+             "outside": 0 if allowed is None else sum(t not in allowed for t in ids)}
+            for i, (d, a, ids) in enumerate(zip(res.drafts_per_prompt, res.accepted_per_prompt, res.token_ids))]
 
 
 def _at(block: Any, key: str) -> Any:
@@ -103,7 +106,7 @@ def diagnose(res: ChainResult, *, proposable: "list[int] | None", vocab_size: in
     """``validation.json``'s ``diagnosis`` of the reference run as written: ``{vocab_coverage, per_prompt,
     training_log, hint}`` (:func:`vocab_coverage`, :func:`per_prompt`, :func:`training_log`, :func:`hint`)."""
     cov = vocab_coverage(res.token_ids, proposable, vocab_size, decode)
-    return {"vocab_coverage": cov, "per_prompt": per_prompt(res, texts), "training_log": training_log(cfg), "hint": hint(cov)}
+    return {"vocab_coverage": cov, "per_prompt": per_prompt(res, texts, proposable), "training_log": training_log(cfg), "hint": hint(cov)}
 
 
 def hint(coverage: dict[str, Any]) -> str | None:
