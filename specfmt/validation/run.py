@@ -31,6 +31,11 @@ Checks added to the static report:
 A failure names its likely causes: unloaded tensors, or the cause of a misreading its algorithm declares
 (:data:`CAUSES`; EAGLE-3: tap ids, norm order, vocabulary map, q/k norms).
 
+Beside the checks, a diagnosis of the reference run as written, reported and never failed on
+(:mod:`.diagnosis`, ``RunResult.diagnosis``): the verifier's greedy tokens the draft's vocabulary leaves
+out (:meth:`~specfmt.algorithms.base.Algorithm.proposable_ids`), acceptance per prompt, and the training
+log's per-position figures from the draft's provenance.
+
 Every input is checked before anything is loaded (:func:`check_inputs`: the numeric options, the
 prompts file read and parsed, the folder writable for ``validation.json``, vLLM installed when it is
 to run); a run reports its phases as it goes (:data:`PHASES`, through the ``progress`` callback).
