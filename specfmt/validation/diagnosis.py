@@ -114,7 +114,7 @@ def hint(coverage: dict[str, Any]) -> str | None:
     if coverage["share_outside"] <= COVERAGE_HINT:
         return None
     return (f"the draft vocabulary misses {100 * coverage['share_outside']:.1f} % of the verifier's greedy tokens; retrain with the "
-            f"draft vocabulary from the verifier's outputs ({VOCAB_FLAG})")
+            f"draft vocabulary from the verifier's outputs (EAGLE-3: {VOCAB_FLAG})")
 
 
 __all__ = ["COVERAGE_HINT", "TOP_OFFENDERS", "TRAINING_LOG_KEYS", "VOCAB_FLAG", "diagnose", "hint", "per_prompt", "training_log", "vocab_coverage"]
