@@ -284,8 +284,9 @@ def test_train_sets_aside_the_default_share_and_records_the_kept_checkpoint(tmp_
     assert train["options"]["heldout"] is None and train["options"]["eval_every"] == 1 and train["options"]["keep_last"] is False
 
 
-def test_the_heldout_options_are_checked_and_few_documents_train_without_a_split(tmp_path, documents):
+def test_the_heldout_options_are_checked_before_anything_is_read(tmp_path, documents):
     from specfmt.errors import InputError
+    from specfmt.training.pipeline import TrainRequest, heldout_share
 
     with pytest.raises(InputError, match=r"--heldout must be a share in \[0, 1\), not 1.5"):
         _train_world(tmp_path / "a", documents, {"heldout": 1.5})
@@ -294,8 +295,33 @@ def test_the_heldout_options_are_checked_and_few_documents_train_without_a_split
     with pytest.raises(InputError, match="--eval-every must be at least 1"):
         _train_world(tmp_path / "c", documents, {"eval_every": 0})
     assert not any((tmp_path / n).exists() for n in "abc")
+    req = TrainRequest(out="o", verifier="v", algorithm="eagle3")
+    assert heldout_share(req, TrainOptions(), 19) == (0.0, "no held-out split: 19 documents (fewer than 20); the draft is the last step's")
+    assert heldout_share(req, TrainOptions(), 20) == (0.05, None)
+    assert heldout_share(req, TrainOptions(heldout=0.0), 100) == (0.0, None)
+    req.hidden_states = "hs"
+    assert heldout_share(req, TrainOptions(), 100) == (0.0, "no held-out split with --hidden-states (not supported yet): the draft is the last step's")
+
+
+def test_the_cli_shows_each_evaluation_and_which_step_the_draft_holds(tmp_path, documents):
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from conftest import WORLD
+    from specfmt.cli import app
+
     few = tmp_path / "few.jsonl"
     few.write_text("".join(documents.read_text().splitlines(keepends=True)[:5]))
-    res, seen = _train_world(tmp_path / "d", few, {"steps": 1})
-    assert seen == [] and res.stats.kept is None
-    assert "no held-out split: 5 documents (fewer than 20); the draft is the last step's" in res.notes
+    r = CliRunner().invoke(app, ["train", "eagle3", "-o", str(tmp_path / "out"), "--verifier", str(WORLD / "verifier"), "--data", str(few),
+                                 "--draft-vocab", "256", "--steps", "2", "--batch-size", "2", "--seq-len", "32", "--heldout", "0.4",
+                                 "--eval-every", "1", "--keep-last", "--no-validate"], terminal_width=200)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())  # the consoles wrap at 80 columns
+    assert re.findall(r"held-out at step (\d): loss [\d.]+ top-1 [\d. ]+; in the draft vocabulary [\d. ]+ \(coverage [\d. ]+\) ~τ [\d.]+",
+                      text) == ["1", "2"]
+    assert re.search(r"top-1 agreement per position [\d. /]+; in the draft vocabulary [\d. /]+ \(coverage [\d. /]+\) held-out:", text)
+    assert "held-out: the draft holds the weights of step 2 (the last of 2 evaluations)" in text
+    held = json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]["heldout"]
+    assert (held["share"], held["kept_by"], held["kept"]["step"]) == (0.4, "last", 2)

@@ -464,7 +464,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
 
     req, opts, say, placement = job.req, job.opts, job.say, job.placement
     taps = algo.feature_taps(draft.config)
-    cache = model = None
+    cache = model = heldout = None
     if req.hidden_states:
         # the features are on disk, the last layer before the norm: the verifier's two ends and its final norm only
         say(f"reading the features from {req.hidden_states}; the verifier's embedding, lm_head and final norm only ({placement.dtype})")
@@ -507,7 +507,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         + (f", {placement.dtype} autocast over float32 weights" if placement.autocast else ""))
     return fit(draft.algorithm, module, model, windows, opts, options=options, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
                fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None,
-               heldout=None if req.hidden_states else heldout, evaluated=job.evaluated)
+               heldout=heldout, evaluated=job.evaluated)
 
 
 #: the default held-out share, and the fewest documents it is taken from (fewer: no split, with a note)
@@ -539,19 +539,22 @@ def heldout_share(req: TrainRequest, opts: "TrainOptions", n_docs: int) -> tuple
 
 
 def _split(job: _Job) -> tuple[list[list[int]], "Windows | None"]:
-    """``(training documents, held-out windows or None)``: ``job.heldout`` of the documents (at least one), drawn by a
+    """``(training documents, held-out windows or None)``: ``job.heldout`` of the documents (at least one, never all), drawn by a
     permutation seeded by ``--seed``, as fixed windows; the rest, in their order, train.
 
     Raises:
-        InputError: the held-out documents are shorter than two windows (an explicit ``--heldout`` only; the default
-            then has no split, with a note).
+        InputError: fewer than two documents, or held-out documents shorter than two windows (an explicit ``--heldout``
+            only; the default then has no split, with a note).
     """
     import torch
 
     docs, opts = job.docs.ids, job.opts
     if not job.heldout:
         return docs, None
-    n = max(1, round(job.heldout * len(docs)))
+    if len(docs) < 2:
+        raise InputError(f"--heldout {opts.heldout} needs at least two documents; the data has {len(docs)}",
+                         hint="split the data into documents (one text file or jsonl line each), or pass --heldout 0")
+    n = min(len(docs) - 1, max(1, round(job.heldout * len(docs))))
     held = set(torch.randperm(len(docs), generator=torch.Generator().manual_seed(opts.seed)).tolist()[:n])
     tokens = sum(len(docs[i]) for i in held)
     if tokens < 2 * opts.seq_len:
