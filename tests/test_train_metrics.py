@@ -290,8 +290,11 @@ def test_the_heldout_options_are_checked_before_anything_is_read(tmp_path, docum
 
     with pytest.raises(InputError, match=r"--heldout must be a share in \[0, 1\), not 1.5"):
         _train_world(tmp_path / "a", documents, {"heldout": 1.5})
-    with pytest.raises(InputError, match="--heldout is not supported with --cache yet"):
-        _train_world(tmp_path / "b", documents, {"heldout": 0.1}, cache=str(tmp_path / "cache"))
+    from specfmt.training.pipeline import train_draft
+
+    with pytest.raises(InputError, match="--heldout is not supported with --hidden-states yet"):
+        train_draft(TrainRequest(out=str(tmp_path / "b"), verifier="v", algorithm="eagle3", hidden_states=str(tmp_path / "hs")),
+                    TrainOptions(heldout=0.1))
     with pytest.raises(InputError, match="--eval-every must be at least 1"):
         _train_world(tmp_path / "c", documents, {"eval_every": 0})
     assert not any((tmp_path / n).exists() for n in "abc")
@@ -299,8 +302,31 @@ def test_the_heldout_options_are_checked_before_anything_is_read(tmp_path, docum
     assert heldout_share(req, TrainOptions(), 19) == (0.0, "no held-out split: 19 documents (fewer than 20); the draft is the last step's")
     assert heldout_share(req, TrainOptions(), 20) == (0.05, None)
     assert heldout_share(req, TrainOptions(heldout=0.0), 100) == (0.0, None)
-    req.hidden_states = "hs"
-    assert heldout_share(req, TrainOptions(), 100) == (0.0, "no held-out split with --hidden-states (not supported yet): the draft is the last step's")
+    req.cache = "c"
+    assert heldout_share(req, TrainOptions(), 100) == (0.0, "no held-out split with --cache by default: the draft is the last step's "
+                                                             "(give --heldout SHARE)")
+    assert heldout_share(req, TrainOptions(heldout=0.1), 100) == (0.1, None)
+    req.cache, req.hidden_states = None, "hs"
+    assert heldout_share(req, TrainOptions(), 100) == (0.0, "no held-out split with --hidden-states by default: the draft is the last step's")
+
+
+def test_fixed_windows_set_a_share_aside_that_no_epoch_visits():
+    docs = [list(range(i, i + 100)) for i in range(10)]
+    plain, split = Windows(docs, 10, 3, 4, fixed=True), Windows(docs, 10, 3, 4, fixed=True, heldout=0.2)
+    assert plain.held == [] and plain.trained == plain.n == 99 and split.n == 99 and split.trained == 99 - 20
+    assert split.held == Windows(docs, 10, 3, 4, fixed=True, heldout=0.2).held and len(split.held) == 20
+    visited = [i for step in range(2 * 79 // 3 + 1) for _, i in split.indices(step)]
+    assert set(visited) == set(range(99)) - set(split.held)  # two epochs: every other window, none held out
+    assert [plain.indices(s) for s in range(40)] == [Windows(docs, 10, 3, 4, fixed=True, heldout=0.0).indices(s) for s in range(40)]
+
+
+def test_a_cached_run_evaluates_the_held_out_windows_from_the_cache(tmp_path, documents):
+    import json
+
+    res, seen = _train_world(tmp_path / "out", documents, {"heldout": 0.1, "eval_every": 2, "steps": 2}, cache=str(tmp_path / "cache"))
+    assert [e.step for e in seen] == [1 * 2] and res.stats.kept == seen[0]
+    held = json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]["heldout"]
+    assert (held["share"], held["evaluations"], held["kept"]["step"]) == (0.1, 1, 2)
 
 
 def test_the_cli_shows_each_evaluation_and_which_step_the_draft_holds(tmp_path, documents):

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..algorithms.base import Training
-    from .data import FeatureCache, Windows
+    from .data import FeatureCache, HeldOut, Windows
 
 
 @dataclass
@@ -269,7 +269,7 @@ def fit(
     subset: list[int] | None = None,
     log: Callable[[int, float, list[float]], None] | None = None,
     autocast: Any = None,
-    heldout: "Windows | None" = None,
+    heldout: "HeldOut | None" = None,
     evaluated: Callable[[Evaluation], None] | None = None,
 ) -> TrainStats:
     """Train ``draft`` in place against the frozen ``verifier``.
@@ -299,7 +299,7 @@ def fit(
             AdamW state stay float32 (mixed precision with float32 master weights, as EAGLE's own
             trainer runs: ``accelerate launch --mixed_precision=bf16``, SafeAILab/EAGLE ``scripts/train_*.sh``;
             SpecForge's FSDP ``MixedPrecision`` computes in bf16 too); None: float32 throughout.
-        heldout: fixed held-out :class:`~specfmt.training.data.Windows`, evaluated every ``opts.eval_interval()`` steps and at
+        heldout: the held-out windows (:class:`~specfmt.training.data.HeldOut`), evaluated every ``opts.eval_interval()`` steps and at
             the end (:func:`evaluate`); the draft ends with the best evaluation's weights by estimated acceptance length
             (``opts.keep_last``: the last), kept in the training state. None: no evaluation. ``evaluated``: called with each.
 
@@ -439,28 +439,21 @@ def _save(run: _Run, step: int) -> None:
     os.replace(tmp, run.state_path)
 
 
-#: at most this many held-out windows are evaluated (the first ones of the fixed held-out windows)
-EVAL_WINDOWS = 64
-
-
-def evaluate(run: _Run, verifier: Any, heldout: "Windows", step: int, autocast: Any = None) -> Evaluation:
-    """The objective on the held-out windows without gradients: the first :data:`EVAL_WINDOWS` of ``heldout`` (fixed
-    windows, in order), ``heldout.batch`` at a time, the verifier's features computed on the fly; the draft's weights
-    are untouched. Every process runs the same windows (no collective but the objective's normaliser), so every
-    process reaches the same figures and keeps the same weights.
+def evaluate(run: _Run, verifier: Any, heldout: "HeldOut", step: int, autocast: Any = None) -> Evaluation:
+    """The objective on the held-out windows without gradients (:class:`~specfmt.training.data.HeldOut`: fixed windows,
+    in order, their features computed or read from the cache); the draft's weights are untouched. Every process runs
+    the same windows (no collective but the objective's normaliser), so every process reaches the same figures and
+    keeps the same weights.
 
     Returns:
         :class:`Evaluation` at ``step``: the mean of the batches' losses, the figures over all the windows' predictions.
     """
     import torch
 
-    n = min(heldout.n, EVAL_WINDOWS)
     losses, sums = [], [[0] * run.positions for _ in range(4)]
     run.draft.eval()
     with torch.no_grad(), torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
-        for first in range(0, n, heldout.batch):
-            ids = torch.stack([heldout.window(0, i) for i in range(first, min(n, first + heldout.batch))]).to(run.device)
-            aux, last = data.verifier_features(verifier, ids, run.taps)
+        for ids, aux, last in heldout.batches(verifier, run.taps, run.device):
             loss, *counts = run.objective(ids, aux, last, 0)
             losses.append(float(loss))
             sums = [[a + b for a, b in zip(s, c)] for s, c in zip(sums, counts)]

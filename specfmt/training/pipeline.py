@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
-from .data import Documents, FeatureCache, FrozenEnds, Windows, read_documents
+from .data import Documents, FeatureCache, FrozenEnds, HeldOut, Windows, read_documents
 from .hsdata import HiddenStateBatches, hidden_state_documents
 from .loop import fit
 
@@ -472,9 +472,11 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         windows: Any = HiddenStateBatches(req.hidden_states, opts.seq_len, opts.batch_size, opts.seed, taps=taps,
                                           n_layers=job.verifier.info.num_hidden_layers, norm=model.norm, dtype=placement.torch_dtype,
                                           world=job.world, rank=job.rank)
+    elif req.cache:  # fixed windows: the held-out share is of the windows, whose features the cache holds too
+        windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True, world=job.world, rank=job.rank, heldout=job.heldout)
     else:
         train_ids, heldout = _split(job)
-        windows = Windows(train_ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
+        windows = Windows(train_ids, opts.seq_len, opts.batch_size, opts.seed, world=job.world, rank=job.rank)
     if req.cache:
         key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
                "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
@@ -486,6 +488,8 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         if req.fill_cache_only:
             say(f"the feature cache {req.cache} holds the features of all {windows.n} windows")
             return None
+    if cache is not None and windows.held:
+        heldout = HeldOut(windows, windows.held[:EVAL_WINDOWS], cache)
     if cache is not None and model is None:
         # the features are on disk: training reads them and never loads the verifier, only its two ends
         say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
@@ -512,35 +516,39 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
 
 #: the default held-out share, and the fewest documents it is taken from (fewer: no split, with a note)
 HELDOUT_SHARE, HELDOUT_MIN_DOCS = 0.05, 20
+#: at most this many held-out windows are evaluated (the first of the fixed held-out windows, in order)
+EVAL_WINDOWS = 64
 
 
 def heldout_share(req: TrainRequest, opts: "TrainOptions", n_docs: int) -> tuple[float, str | None]:
     """The share of ``--data`` documents set aside for the held-out evaluation, and a note when there is none.
 
     ``opts.heldout`` None: :data:`HELDOUT_SHARE` when there are at least :data:`HELDOUT_MIN_DOCS` documents and the data
-    is ``--data`` without ``--cache``, else 0 (with a note).
+    is ``--data`` without ``--cache``, else 0 (with a note). With ``--cache`` the share is of the fixed windows, and
+    only when given (a default would change which windows an existing cached run trains on).
 
     Raises:
-        InputError: ``--heldout`` outside [0, 1), or above 0 with ``--cache`` or ``--hidden-states`` (not supported yet).
+        InputError: ``--heldout`` outside [0, 1), or above 0 with ``--hidden-states`` (not supported yet).
     """
     share = opts.heldout
     if share is not None and not 0 <= share < 1:
         raise InputError(f"--heldout must be a share in [0, 1), not {share}", hint="e.g. --heldout 0.05")
-    other = "--hidden-states" if req.hidden_states else "--cache" if req.cache else None
-    if other and share:
-        raise InputError(f"--heldout is not supported with {other} yet", hint="pass --heldout 0, or train from --data without --cache")
+    if req.hidden_states and share:
+        raise InputError("--heldout is not supported with --hidden-states yet", hint="pass --heldout 0, or train from --data")
     if share is not None:
         return share, None
-    if other:
-        return 0.0, f"no held-out split with {other} (not supported yet): the draft is the last step's"
+    if req.hidden_states or req.cache:
+        flag = "--hidden-states" if req.hidden_states else "--cache"
+        return 0.0, f"no held-out split with {flag} by default: the draft is the last step's" + ("" if req.hidden_states else " (give --heldout SHARE)")
     if n_docs < HELDOUT_MIN_DOCS:
         return 0.0, f"no held-out split: {n_docs} documents (fewer than {HELDOUT_MIN_DOCS}); the draft is the last step's"
     return HELDOUT_SHARE, None
 
 
-def _split(job: _Job) -> tuple[list[list[int]], "Windows | None"]:
+def _split(job: _Job) -> tuple[list[list[int]], "HeldOut | None"]:
     """``(training documents, held-out windows or None)``: ``job.heldout`` of the documents (at least one, never all), drawn by a
-    permutation seeded by ``--seed``, as fixed windows; the rest, in their order, train.
+    permutation seeded by ``--seed``, cut into fixed windows of which the first :data:`EVAL_WINDOWS` are evaluated; the
+    rest, in their order, train.
 
     Raises:
         InputError: fewer than two documents, or held-out documents shorter than two windows (an explicit ``--heldout``
@@ -565,7 +573,7 @@ def _split(job: _Job) -> tuple[list[list[int]], "Windows | None"]:
         job.heldout = 0.0
         return docs, None
     heldout = Windows([docs[i] for i in sorted(held)], opts.seq_len, opts.batch_size, opts.seed, fixed=True)
-    return [d for i, d in enumerate(docs) if i not in held], heldout
+    return [d for i, d in enumerate(docs) if i not in held], HeldOut(heldout, list(range(min(heldout.n, EVAL_WINDOWS))))
 
 
 def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int]) -> Any:
@@ -635,5 +643,5 @@ def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], optio
 FILLABLE = frozenset(n for a in trainable() for n in a.training.fillable)  # type: ignore[union-attr]
 
 
-__all__ = ["HELDOUT_MIN_DOCS", "HELDOUT_SHARE", "TrainRequest", "TrainResult", "check_request", "heldout_share", "request_inputs",
+__all__ = ["EVAL_WINDOWS", "HELDOUT_MIN_DOCS", "HELDOUT_SHARE", "TrainRequest", "TrainResult", "check_request", "heldout_share", "request_inputs",
            "state_dir", "train_draft"]
