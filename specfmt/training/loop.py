@@ -6,7 +6,10 @@ AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %, gradients clipped at 
 from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
 bit for bit), the verifier's features computed on the fly or read from a
 :class:`specfmt.training.data.FeatureCache`, and several processes through ``torch.distributed``
-(``torchrun``; the objective is wrapped in ``DistributedDataParallel``).
+(``torchrun``; the objective is wrapped in ``DistributedDataParallel``). The figures are all-position top-1
+agreement with the in-vocabulary agreement and the draft vocabulary's coverage beside it
+(:class:`~specfmt.algorithms.base.LossFigures`, :class:`PositionFigures`); held-out windows, when given, are
+evaluated during training and the best evaluation's weights kept (:func:`evaluate`, :class:`Evaluation`).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ algorithm's own options as one typed object (:class:`~specfmt.algorithms.base.Al
 2. fill-ins (``fill_vocab``, ``fill_embed``, ``fill_heads``): ``d2t``/``t2d`` from the data,
    embeddings and heads copied from the verifier, Medusa heads added;
 3. training (:func:`specfmt.training.loop.fit`) unless ``steps`` is 0 or it is a dry run, with
-   the state saved next to OUT (``OUT.train-state/``) for ``--resume``;
+   the state saved next to OUT (``OUT.train-state/``) for ``--resume``; a held-out share of the data
+   (:func:`heldout_share`) is evaluated during training and the best evaluation's weights are written;
 4. the draft written atomically in the specfmt format (:func:`specfmt.draft.save_draft`);
 5. a short validation run: the static checks and the reference run of
    :func:`specfmt.validation.run.validate_run` (no vLLM), its figures written to
