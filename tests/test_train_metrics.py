@@ -17,7 +17,7 @@ from torch import nn
 
 from specfmt.algorithms.base import LossFigures
 from specfmt.algorithms.eagle3 import draft_module, eagle3_ttt_loss
-from specfmt.training.data import Windows
+from specfmt.training.data import HeldOut, Windows
 from specfmt.training.loop import Evaluation, PositionFigures, TrainOptions, acceptance_estimate, fit
 
 V, VD, H, STEPS = 50, 30, 32, 3
@@ -207,7 +207,8 @@ def test_fit_logs_and_reports_the_hand_counted_figures():
 
 
 def _fit_heldout(tmp_path=None, *, steps=4, keep_last=False, resume=False, draft=None):
-    verifier, heldout = FakeVerifier(), _windows(seed=9, n_tokens=100, fixed=True)
+    held = _windows(seed=9, n_tokens=100, fixed=True)
+    verifier, heldout = FakeVerifier(), HeldOut(held, list(range(held.n)))
     draft = draft if draft is not None else tiny_draft(1)
     seen: list[Evaluation] = []
     opts = TrainOptions(steps=steps, batch_size=2, seq_len=12, lr=3e-2, save_every=0, eval_every=1, keep_last=keep_last)
