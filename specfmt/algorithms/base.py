@@ -291,6 +291,40 @@ class Reference:
         return self.causes[cause]
 
 
+class LossFigures(tuple):
+    """What :meth:`Training.loss` returns: ``(loss, correct, counted)``, unpacked as those three, with the
+    conditional figures beside them as attributes.
+
+    ``correct[j]`` / ``counted[j]`` is the all-position top-1 agreement at draft position j: counted are
+    every prediction under the loss mask, correct those whose top draft token (mapped to the verifier's
+    vocabulary) is the verifier's top-1 (SafeAILab/EAGLE divides by all loss-mask positions,
+    ``eagle/traineagle3/cnets.py``). ``cond_correct[j]`` / ``cond_counted[j]`` counts only the predictions
+    whose verifier top-1 is in the draft vocabulary (the only ones a draft with one can get right);
+    ``cond_counted[j] / counted[j]`` is that vocabulary's coverage. An objective without a draft
+    vocabulary (EAGLE-1, Medusa) returns a plain triple: its conditional figures are the all-position
+    ones (coverage 1), through :meth:`of`.
+
+    Attributes:
+        cond_correct: per position, the correct predictions among the in-vocabulary ones.
+        cond_counted: per position, the counted predictions whose verifier top-1 is in the draft vocabulary.
+    """
+
+    cond_correct: list[int]
+    cond_counted: list[int]
+
+    def __new__(cls, loss: Any, correct: list[int], counted: list[int], cond_correct: list[int] | None = None,
+                cond_counted: list[int] | None = None) -> "LossFigures":
+        self = super().__new__(cls, (loss, list(correct), list(counted)))
+        self.cond_correct = list(correct if cond_correct is None else cond_correct)
+        self.cond_counted = list(counted if cond_counted is None else cond_counted)
+        return self
+
+    @classmethod
+    def of(cls, result: Any) -> "LossFigures":
+        """``result`` of :meth:`Training.loss` as :class:`LossFigures` (a plain triple: conditional = all-position)."""
+        return result if isinstance(result, cls) else cls(*result)
+
+
 class Training:
     """The training part: ``specfmt train``'s options, objective, new drafts and fill-ins.
 
@@ -392,7 +426,9 @@ class Training:
 
     def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: AlgorithmOptions,
              generator: Any, subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None) -> tuple[Any, list[int], list[int]]:
-        """The training loss of one batch: ``(loss, correct per position, counted per position)``.
+        """The training loss of one batch: ``(loss, correct per position, counted per position)``, all-position
+        figures (every prediction under the loss mask counts), or a :class:`LossFigures` with the conditional
+        figures too (an objective with a draft vocabulary).
 
         Args:
             module: the draft (:meth:`Reference.module`, train mode).

@@ -24,7 +24,7 @@ from ..format.draft import Draft
 from ..format.model import ConfigModel, Forbidden, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Training, Variant, option, register
+from .base import Algorithm, AlgorithmOptions, Card, LossFigures, Proposer, Reference, Training, Variant, option, register
 from .reference import DecoderChain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -373,8 +373,11 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
             with the targets at step s).
 
     Returns:
-        ``(loss, correct, counted)``: the weighted loss (scalar), and per step the number of
-        counted positions whose top draft id is the verifier's top token, and of counted positions.
+        :class:`~specfmt.algorithms.base.LossFigures` ``(loss, correct, counted)``: the weighted loss (scalar), and per
+        step s the all-position figures: counted are the predictions of positions s..L-1 under the loss mask, correct
+        those whose top draft token mapped to the verifier's vocabulary (``target_ids()[argmax]``) is the verifier's
+        top-1 (SafeAILab/EAGLE divides by every loss-mask position, ``eagle/traineagle3/cnets.py``); its
+        ``cond_correct``/``cond_counted`` count the in-vocabulary predictions only (those the loss averages over).
     """
     import torch
 
@@ -387,15 +390,14 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
     top = tgt.argmax(-1)
     in_vocab = torch.zeros(tgt.shape[-1], dtype=torch.bool, device=ids.device)
     in_vocab[targets] = True
-    keep = in_vocab[top]
-    if loss_mask is not None:
-        keep = keep & loss_mask[:, 1:].to(device=keep.device, dtype=torch.bool)
+    seen = torch.ones_like(top, dtype=torch.bool) if loss_mask is None else loss_mask[:, 1:].to(device=top.device, dtype=torch.bool)
+    keep = in_vocab[top] & seen
     tp = tgt_draft.float().softmax(-1)
     tgt_top_draft = tgt_draft.argmax(-1)
     positions = torch.arange(L, device=ids.device)
     past = [[] for _ in draft.layers]
     loss = torch.zeros((), device=ids.device)
-    correct, counted = [], []
+    correct, counted, cond_correct, cond_counted = [], [], [], []
     counts = torch.stack([keep[:, s:].sum() for s in range(ttt_steps)]).to(torch.float64)  # step s counts positions s..L-1
     divisors = normaliser(counts) if normaliser is not None else counts.clamp(min=1)
     for s in range(ttt_steps):
@@ -405,12 +407,14 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         valid[:, :s] = False
         ce = -(tp * logits.float().log_softmax(-1)).sum(-1)
         loss = loss + (0.8 ** s) * (ce * valid).sum() / divisors[s].to(ce.dtype)
-        correct.append(int(((logits.argmax(-1) == tgt_top_draft) & valid).sum()))
-        counted.append(int(valid.sum()))
+        cond_correct.append(int(((logits.argmax(-1) == tgt_top_draft) & valid).sum()))
+        cond_counted.append(int(valid.sum()))
+        correct.append(int(((targets[logits.argmax(-1)] == top) & seen)[:, s:].sum()))
+        counted.append(int(seen[:, s:].sum()))
         for i, (k, v) in enumerate(kv):
             past[i].append((k, v))
         hidden = torch.cat([torch.zeros_like(feedback[:, :1]), feedback[:, :-1]], dim=1)
-    return loss, correct, counted
+    return LossFigures(loss, correct, counted, cond_correct, cond_counted)
 
 
 @dataclass

@@ -45,7 +45,13 @@ def _report(result, *, dry_run: bool) -> None:
         out.print(f"trained {len(result.trained)} tensors: {s.steps} steps"
                   + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")
                   + f", {s.tokens:,} tokens in {s.seconds:.0f} s ({s.tokens_per_second:,.0f} tokens/s); "
-                  f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}")
+                  f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}" + _conditional(s.conditional_accuracy, s.coverage))
+        if s.kept is not None:
+            k = s.kept
+            out.print(f"held-out: the draft holds the weights of step {k.step} ({'the last' if len(s.evaluations) and k is s.evaluations[-1] else 'the best'}"
+                      f" of {len(s.evaluations)} evaluations): loss {k.loss:.3f}, top-1 agreement per position "
+                      + " / ".join(f"{a:.3f}" for a in k.accuracy) + _conditional(k.conditional_accuracy, k.coverage)
+                      + f", estimated acceptance length {k.estimated_acceptance_length:.3f}", markup=False, highlight=False)
     out.print(f"wrote {result.out}" + (" (initialised, not trained)" if dry_run else ""), markup=False)
     v = result.validation
     if v is not None:
@@ -54,6 +60,15 @@ def _report(result, *, dry_run: bool) -> None:
             out.print(figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
     print_serving(result.draft.config, str(result.out))
+
+
+def _conditional(conditional: list[float], coverage: list[float], sep: str = " / ", digits: int = 3) -> str:
+    """The in-vocabulary agreement and the draft vocabulary's coverage, when it misses some of the verifier's top-1
+    tokens (nothing for a draft without a vocabulary, or one that covers every counted position)."""
+    if all(c >= 1.0 for c in coverage):
+        return ""
+    return (f"; in the draft vocabulary {sep.join(f'{a:.{digits}f}' for a in conditional)}"
+            f" (coverage {sep.join(f'{c:.{digits}f}' for c in coverage)})")
 
 
 def _run(req, opts) -> None:
@@ -74,16 +89,22 @@ def _run(req, opts) -> None:
         if not first:
             first.extend([now, step])
         rate = per_step * (step - first[1]) / (now - first[0]) if step > first[1] else 0.0
-        figures = (f"loss {loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in acc)}  ~τ {acceptance_estimate(acc):.2f}"
-                   + (f"  {rate:,.0f} tok/s" if rate else ""))
+        figures = (f"loss {loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in acc)}"
+                   + _conditional(getattr(acc, "conditional", acc), getattr(acc, "coverage", []), " ", 2)
+                   + f"  ~τ {acceptance_estimate(acc):.2f}" + (f"  {rate:,.0f} tok/s" if rate else ""))
         if task is None:
             task = progress.add_task("training", total=opts.steps, completed=step, figures="")
         progress.update(task, completed=step + 1, figures=figures)
         if not err.is_terminal and ((step + 1) % max(1, opts.steps // 10) == 0 or step + 1 == opts.steps):
             err.print(f"step {step + 1}/{opts.steps}  {figures}", markup=False, highlight=False)
 
+    def evaluated(e) -> None:
+        err.print(f"held-out at step {e.step}: loss {e.loss:.3f}  top-1 {' '.join(f'{a:.2f}' for a in e.accuracy)}"
+                  + _conditional(e.conditional_accuracy, e.coverage, " ", 2) + f"  ~τ {e.estimated_acceptance_length:.2f}",
+                  markup=False, highlight=False)
+
     with progress:
-        result = train_draft(req, opts, log=log, status=lambda msg: err.print(msg, markup=False, highlight=False))
+        result = train_draft(req, opts, log=log, status=lambda msg: err.print(msg, markup=False, highlight=False), evaluated=evaluated)
     _report(result, dry_run=req.dry_run)
     if result.validation is not None and not result.validation.report.ok:
         raise typer.Exit(1)
@@ -120,6 +141,9 @@ def _shared_after() -> list[inspect.Parameter]:
         ("fill_cache_only", bool, typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share).")),
         ("resume", bool, typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options).")),
         ("save_every", int, typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C).")),
+        ("heldout", Optional[float], typer.Option(None, "--heldout", help="Share of the --data documents (with --cache: of the windows) set aside and evaluated during training; the draft written is the best evaluation's (default: 0.05 with at least 20 documents and no --cache, else 0).")),
+        ("eval_every", Optional[int], typer.Option(None, "--eval-every", help="Steps between held-out evaluations (default: a tenth of --steps); one also runs at the end.")),
+        ("keep_last", bool, typer.Option(False, "--keep-last", help="Write the last step's weights, not the best held-out evaluation's (by estimated acceptance length).")),
         ("dtype", Optional[str], typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32).")),
         ("dry_run", bool, typer.Option(False, "--dry-run", help="Write the initialised draft (fill-ins done, no training); vLLM loads it.")),
         ("validate", bool, typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run.")),
@@ -198,7 +222,8 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
         from ..training.pipeline import TrainRequest
 
         own = _own_values(options, given)
-        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every")})
+        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every", "heldout",
+                                                          "eval_every", "keep_last")})
         data, cache, prompts, hs = given.pop("data"), given.pop("cache"), given.pop("prompts"), given.pop("hidden_states")
         req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],
                            cache=str(cache) if cache else None, prompts=str(prompts) if prompts else None,

@@ -17,7 +17,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..checkpoint.files import jsonl_objects, sha256_file
 from ..checkpoint.output import apply_umask
@@ -125,21 +125,36 @@ class Windows:
     permutation seeded by ``(seed, e)``. Batch b of step s on rank r takes the flat window
     numbers ``((s·W + r)·B + b)`` across epochs: a pure function of the step, so a resumed
     run repeats nothing and skips nothing, and W ranks never share a window within a step.
+    ``heldout`` (fixed windows only): that share of the n windows (at least one, never all), drawn by a
+    permutation seeded by ``seed``, is set aside (:attr:`held`) and the epochs permute the others.
 
     Raises:
         InputError: the stream is shorter than two windows.
     """
 
-    def __init__(self, docs: list[list[int]], seq_len: int, batch: int, seed: int, *, fixed: bool = False, world: int = 1, rank: int = 0):
+    def __init__(self, docs: list[list[int]], seq_len: int, batch: int, seed: int, *, fixed: bool = False, world: int = 1, rank: int = 0,
+                 heldout: float = 0.0):
         import torch
 
         self.stream = torch.tensor([t for d in docs for t in d], dtype=torch.long)
         self.seq_len, self.batch, self.seed, self.fixed, self.world, self.rank = seq_len, batch, seed, fixed, world, rank
         self.n = (self.stream.numel() - seq_len) // seq_len
-        if self.n < 1:
-            raise InputError(f"the training data has {self.stream.numel()} tokens; --seq-len {seq_len} needs at least {2 * seq_len}",
-                             hint="give more data or a smaller --seq-len")
+        if self.n < 1 or (heldout and self.n < 2):
+            raise InputError(f"the training data has {self.stream.numel()} tokens; --seq-len {seq_len} needs at least "
+                             f"{(3 if heldout else 2) * seq_len}" + (" with --heldout" if heldout else ""), hint="give more data or a smaller --seq-len")
         self._perms: dict[int, tuple[Any, int]] = {}
+        self.held: list[int] = []
+        self._pool = None  # the window numbers the epochs permute (None: all n)
+        if heldout:
+            assert fixed, "a held-out share of windows needs fixed windows"
+            k = min(self.n - 1, max(1, round(heldout * self.n)))
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 1))
+            self.held, self._pool = sorted(order[:k].tolist()), order[k:].sort().values
+
+    @property
+    def trained(self) -> int:
+        """How many windows the epochs visit (n less the held-out ones)."""
+        return self.n if self._pool is None else len(self._pool)
 
     def _epoch(self, e: int):
         if e not in self._perms:
@@ -147,7 +162,8 @@ class Windows:
 
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + e)
             offset = 0 if self.fixed else int(torch.randint(0, self.seq_len, (1,), generator=g))
-            self._perms = {e: (torch.randperm(self.n, generator=g), offset)}
+            perm = torch.randperm(self.n, generator=g) if self._pool is None else self._pool[torch.randperm(len(self._pool), generator=g)]
+            self._perms = {e: (perm, offset)}
         return self._perms[e]
 
     def indices(self, step: int) -> list[tuple[int, int]]:
@@ -155,7 +171,7 @@ class Windows:
         first = (step * self.world + self.rank) * self.batch
         out = []
         for g in range(first, first + self.batch):
-            e, i = divmod(g, self.n)
+            e, i = divmod(g, self.trained)
             out.append((e, int(self._epoch(e)[0][i])))
         return out
 
@@ -175,6 +191,30 @@ class Windows:
         h = hashlib.sha256(self.stream.numpy().tobytes())
         h.update(f"{self.seq_len}".encode())
         return h.hexdigest()
+
+
+@dataclass
+class HeldOut:
+    """The held-out windows a run is evaluated on (:func:`specfmt.training.loop.evaluate`): window ``numbers`` of the
+    fixed ``windows``, their features computed by the verifier, or read from ``cache`` (a complete feature cache of
+    ``windows``)."""
+
+    windows: Windows
+    numbers: list[int]
+    cache: "FeatureCache | None" = None
+
+    def batches(self, verifier: Any, taps: list[int], device: Any) -> "Iterator[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]]":
+        """``(ids [B, T], aux, last)`` of the windows, ``windows.batch`` at a time, in order, on ``device``."""
+        import torch
+
+        for first in range(0, len(self.numbers), self.windows.batch):
+            idx = self.numbers[first:first + self.windows.batch]
+            ids = torch.stack([self.windows.window(0, i) for i in idx]).to(device)
+            if self.cache is None:
+                yield ids, *verifier_features(verifier, ids, taps)
+            else:
+                aux, last = self.cache.get(idx)
+                yield ids, (aux.to(device) if aux is not None else None), last.to(device)
 
 
 def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tuple["torch.Tensor | None", "torch.Tensor"]:
@@ -360,4 +400,4 @@ class FeatureCache:
         return (torch.cat(aux) if aux else None), torch.cat(last)
 
 
-__all__ = ["Documents", "FeatureCache", "FrozenEnds", "Windows", "final_norm", "read_documents", "verifier_features"]
+__all__ = ["Documents", "FeatureCache", "FrozenEnds", "HeldOut", "Windows", "final_norm", "read_documents", "verifier_features"]

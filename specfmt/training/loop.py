@@ -6,7 +6,10 @@ AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %, gradients clipped at 
 from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
 bit for bit), the verifier's features computed on the fly or read from a
 :class:`specfmt.training.data.FeatureCache`, and several processes through ``torch.distributed``
-(``torchrun``; the objective is wrapped in ``DistributedDataParallel``).
+(``torchrun``; the objective is wrapped in ``DistributedDataParallel``). The figures are all-position top-1
+agreement with the in-vocabulary agreement and the draft vocabulary's coverage beside it
+(:class:`~specfmt.algorithms.base.LossFigures`, :class:`PositionFigures`); held-out windows, when given, are
+evaluated during training and the best evaluation's weights kept (:func:`evaluate`, :class:`Evaluation`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..algorithms import get
-from ..algorithms.base import AlgorithmOptions
+from ..algorithms.base import AlgorithmOptions, LossFigures
 from ..errors import InputError, TrainInterrupted
 from . import data
 from .hsdata import HiddenStateBatches
@@ -29,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..algorithms.base import Training
-    from .data import FeatureCache, Windows
+    from .data import FeatureCache, HeldOut, Windows
 
 
 @dataclass
@@ -41,10 +44,17 @@ class TrainStats:
         tokens: positions trained on (batch x window per step, all steps).
         seconds: wall time.
         loss: mean loss of the last 50 steps.
-        accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the
-            share of counted positions where the draft's top token equals the verifier's
-            (last 50 steps, all ranks).
+        accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the all-position
+            top-1 agreement: the share of every prediction under the loss mask whose top draft token is the
+            verifier's top-1 (last 50 steps, all ranks; :class:`~specfmt.algorithms.base.LossFigures`).
+        conditional_accuracy: per position, the same share among the predictions whose verifier top-1 is in
+            the draft vocabulary (equal to ``accuracy`` for a draft without one).
+        coverage: per position, the share of counted predictions whose verifier top-1 is in the draft
+            vocabulary (1.0 without one).
         resumed_from: the step a resumed run started at (0: from the start).
+        evaluations: the held-out evaluations, in step order (:class:`Evaluation`; empty without a held-out split).
+        kept: the evaluation whose weights the draft holds at the end (the best by estimated acceptance
+            length, or the last with ``keep_last``); None without a held-out split.
     """
 
     steps: int = 0
@@ -53,6 +63,10 @@ class TrainStats:
     loss: float = float("nan")
     accuracy: list[float] = field(default_factory=list)
     resumed_from: int = 0
+    conditional_accuracy: list[float] = field(default_factory=list)
+    coverage: list[float] = field(default_factory=list)
+    evaluations: list["Evaluation"] = field(default_factory=list)
+    kept: "Evaluation | None" = None
 
     @property
     def tokens_per_second(self) -> float:
@@ -62,6 +76,58 @@ class TrainStats:
     def estimated_acceptance_length(self) -> float:
         """``1 + a1 + a1·a2 + ...`` from the per-position top-1 agreement: a rough running estimate."""
         return acceptance_estimate(self.accuracy)
+
+
+class PositionFigures(list):
+    """The per-position all-position top-1 agreement of one step (a list of floats, what ``fit``'s ``log``
+    callback receives), with the conditional agreement and the draft vocabulary's coverage beside it.
+
+    Attributes:
+        conditional: per position, the agreement among the predictions whose verifier top-1 is in the draft vocabulary.
+        coverage: per position, the share of counted predictions whose verifier top-1 is in the draft vocabulary.
+    """
+
+    conditional: list[float]
+    coverage: list[float]
+
+    @classmethod
+    def of(cls, correct: list[int], counted: list[int], cond_correct: list[int], cond_counted: list[int]) -> "PositionFigures":
+        """From the counts (summed over steps or processes); a position with nothing counted reads 0."""
+        f = cls(a / max(b, 1) for a, b in zip(correct, counted))
+        f.conditional = [a / max(b, 1) for a, b in zip(cond_correct, cond_counted)]
+        f.coverage = [a / max(b, 1) for a, b in zip(cond_counted, counted)]
+        return f
+
+
+@dataclass
+class Evaluation:
+    """One evaluation of the draft on the held-out windows (no gradients).
+
+    Attributes:
+        step: optimizer steps done when it ran.
+        loss: the objective's mean loss over the held-out batches.
+        accuracy: per position, the all-position top-1 agreement (as :attr:`TrainStats.accuracy`).
+        conditional_accuracy: per position, among in-vocabulary predictions.
+        coverage: per position, the draft vocabulary's coverage of the verifier's top-1.
+    """
+
+    step: int
+    loss: float
+    accuracy: list[float]
+    conditional_accuracy: list[float]
+    coverage: list[float]
+
+    @property
+    def estimated_acceptance_length(self) -> float:
+        """:func:`acceptance_estimate` of :attr:`accuracy`."""
+        return acceptance_estimate(self.accuracy)
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures rounded to 4 places, as the provenance records them."""
+        return {"step": self.step, "loss": round(self.loss, 4), "top1_agreement": [round(a, 4) for a in self.accuracy],
+                "top1_agreement_conditional": [round(a, 4) for a in self.conditional_accuracy],
+                "draft_vocab_coverage": [round(a, 4) for a in self.coverage],
+                "estimated_acceptance_length": round(self.estimated_acceptance_length, 4)}
 
 
 def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
@@ -96,6 +162,10 @@ class TrainOptions:
         warmup: warmup steps (None: 5 % of ``steps``, at least 1).
         seed: seeds the windows, the noise and a new draft's initialisation.
         save_every: steps between saved training states (0: only at the end or on Ctrl-C).
+        heldout: share of the data set aside and evaluated during training (None: the pipeline's default,
+            :func:`specfmt.training.pipeline.heldout_share`; 0: no split).
+        eval_every: steps between held-out evaluations (None: a tenth of ``steps``, at least 1); one also runs at the end.
+        keep_last: write the last weights, not the best held-out evaluation's.
     """
 
     steps: int = 500
@@ -105,6 +175,12 @@ class TrainOptions:
     warmup: int | None = None
     seed: int = 0
     save_every: int = 100
+    heldout: float | None = None
+    eval_every: int | None = None
+    keep_last: bool = False
+
+    def eval_interval(self) -> int:
+        return self.eval_every if self.eval_every is not None else max(1, self.steps // 10)
 
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else max(1, self.steps // 20)
@@ -153,8 +229,9 @@ def _objective(algo: "Training", draft: Any, embed: Any, head: Any, opts: TrainO
             embed, head = self._frozen
             g = torch.Generator().manual_seed(opts.seed * 7919 + step)  # the step's noise (EAGLE-1)
             masked = {"loss_mask": mask} if mask is not None else {}
-            return algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, options=options, generator=g,
-                             subset=subset, normaliser=global_normaliser, **masked)
+            r = LossFigures.of(algo.loss(self.draft, embed=embed, head=head, ids=ids, aux=aux, last=last, options=options, generator=g,
+                                         subset=subset, normaliser=global_normaliser, **masked))
+            return r[0], r[1], r[2], r.cond_correct, r.cond_counted  # a plain tuple through DistributedDataParallel
 
     return Objective()
 
@@ -174,7 +251,9 @@ class _Run:
     world: int
     state_path: Path | None
     fingerprint: dict[str, Any]
-    recent: list[tuple[float, list[int], list[int]]] = field(default_factory=list)
+    objective: Any = None
+    recent: list[tuple[float, list[int], list[int], list[int], list[int]]] = field(default_factory=list)
+    best: dict[str, Any] | None = None
 
 
 def fit(
@@ -193,6 +272,8 @@ def fit(
     subset: list[int] | None = None,
     log: Callable[[int, float, list[float]], None] | None = None,
     autocast: Any = None,
+    heldout: "HeldOut | None" = None,
+    evaluated: Callable[[Evaluation], None] | None = None,
 ) -> TrainStats:
     """Train ``draft`` in place against the frozen ``verifier``.
 
@@ -215,13 +296,15 @@ def fit(
         resume: continue from the state in ``state_dir``.
         fingerprint: what the run is (options, data, verifier); a resumed state must match.
         subset: the parts the objective trains (Medusa heads; :meth:`~specfmt.algorithms.base.Training.heads_trained`), None for all.
-        log: called on the main process as ``log(step, loss, accuracy_per_position)`` after
-            every step.
+        log: called on the main process as ``log(step, loss, accuracy_per_position)`` after every step (a :class:`PositionFigures`).
         autocast: a 16-bit torch dtype (the verifier's, ``torch.bfloat16``): the draft's forward and
             loss run under ``torch.autocast(device_type, autocast)`` while its weights, gradients and
             AdamW state stay float32 (mixed precision with float32 master weights, as EAGLE's own
             trainer runs: ``accelerate launch --mixed_precision=bf16``, SafeAILab/EAGLE ``scripts/train_*.sh``;
             SpecForge's FSDP ``MixedPrecision`` computes in bf16 too); None: float32 throughout.
+        heldout: the held-out windows (:class:`~specfmt.training.data.HeldOut`), evaluated every ``opts.eval_interval()`` steps and at
+            the end (:func:`evaluate`); the draft ends with the best evaluation's weights by estimated acceptance length
+            (``opts.keep_last``: the last), kept in the training state. None: no evaluation. ``evaluated``: called with each.
 
     Returns:
         :class:`TrainStats` (figures summed over processes).
@@ -241,7 +324,7 @@ def fit(
     draft.train()
     t0 = time.perf_counter()
     try:
-        _steps(run, stats, verifier, windows, cache, opts, log, autocast)
+        _steps(run, stats, verifier, windows, cache, opts, log, autocast, (heldout, evaluated))
     finally:
         if run.world > 1:
             # DistributedDataParallel's reducer hangs on the draft's parameters (its autograd hooks) and outlives this
@@ -250,15 +333,27 @@ def fit(
             run.model = None
             gc.collect()
     stats.seconds = time.perf_counter() - t0
-    if run.recent:
-        stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
-        stats.accuracy = [sum(r[1][s] for r in run.recent) / max(1, sum(r[2][s] for r in run.recent)) for s in range(run.positions)]
+    _finish(run, stats, opts)
     draft.eval()
     return stats
 
 
+def _finish(run: _Run, stats: TrainStats, opts: TrainOptions) -> None:
+    """The last 50 steps' figures into ``stats``; the best evaluation's weights into the draft (unless ``keep_last``)."""
+    if run.recent:
+        stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
+        sums = [[sum(r[k][s] for r in run.recent) for s in range(run.positions)] for k in range(1, 5)]
+        f = PositionFigures.of(*sums)
+        stats.accuracy, stats.conditional_accuracy, stats.coverage = list(f), f.conditional, f.coverage
+    if run.best is not None:
+        stats.evaluations = [Evaluation(**e) for e in run.best["history"]]
+        stats.kept = stats.evaluations[-1] if opts.keep_last else Evaluation(**run.best["figures"])
+        if not opts.keep_last:
+            run.draft.load_state_dict(run.best["draft"])
+
+
 def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", cache: "FeatureCache | None", opts: TrainOptions,
-           log: Callable[[int, float, list[float]], None] | None, autocast: Any) -> None:
+           log: Callable[[int, float, list[float]], None] | None, autocast: Any, held: tuple[Any, Any] = (None, None)) -> None:
     """The steps from ``stats.resumed_from`` to ``opts.steps``, the state saved every ``opts.save_every`` steps and at the end.
 
     Raises:
@@ -267,13 +362,15 @@ def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", ca
     done = stats.resumed_from
     try:
         for step in range(stats.resumed_from, opts.steps):
-            loss, c, n, tokens = _step(run, verifier, windows, cache, opts, step, autocast)
-            run.recent = (run.recent + [(loss, c, n)])[-50:]
+            loss, c, n, cc, cn, tokens = _step(run, verifier, windows, cache, opts, step, autocast)
+            run.recent = (run.recent + [(loss, c, n, cc, cn)])[-50:]
             stats.steps += 1
             stats.tokens += tokens
             done = step + 1
             if log and run.rank == 0:
-                log(step, loss, [a / max(b, 1) for a, b in zip(c, n)])
+                log(step, loss, PositionFigures.of(c, n, cc, cn))
+            if held[0] is not None and (done % opts.eval_interval() == 0 or done == opts.steps):
+                _keep(run, evaluate(run, verifier, held[0], done, autocast), held[1])
             if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
                 _save(run, done)
     except KeyboardInterrupt:
@@ -302,7 +399,7 @@ def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, opti
     opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
     return _Run(model, draft, opt, params, device, algo.feature_taps(draft.cfg), algo.train_positions(draft, options),
                 dist.get_rank() if distributed else 0, dist.get_world_size() if distributed else 1,
-                Path(state_dir) / STATE_FILE if state_dir else None, fingerprint or {})
+                Path(state_dir) / STATE_FILE if state_dir else None, fingerprint or {}, objective=obj)
 
 
 def _resume(run: _Run) -> int:
@@ -323,7 +420,9 @@ def _resume(run: _Run) -> int:
                          hint="resume with the same options, or start over without --resume")
     run.draft.load_state_dict(state["draft"])
     run.opt.load_state_dict(state["optimizer"])
-    run.recent = [(float(a), list(b), list(c)) for a, b, c in state["recent"]]
+    run.recent = [(float(r[0]), list(r[1]), list(r[2]), list(r[3 if len(r) > 3 else 1]), list(r[4 if len(r) > 3 else 2]))
+                  for r in state["recent"]]
+    run.best = state.get("best")
     return int(state["step"])
 
 
@@ -335,14 +434,54 @@ def _save(run: _Run, step: int) -> None:
         return
     run.state_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = run.state_path.with_suffix(".tmp")
-    torch.save({"step": step, "draft": run.draft.state_dict(), "optimizer": run.opt.state_dict(), "recent": run.recent,
-                "fingerprint": run.fingerprint}, tmp)
+    saved = {"step": step, "draft": run.draft.state_dict(), "optimizer": run.opt.state_dict(), "recent": run.recent,
+             "fingerprint": run.fingerprint}
+    if run.best is not None:
+        saved["best"] = run.best
+    torch.save(saved, tmp)
     os.replace(tmp, run.state_path)
 
 
+def evaluate(run: _Run, verifier: Any, heldout: "HeldOut", step: int, autocast: Any = None) -> Evaluation:
+    """The objective on the held-out windows without gradients (:class:`~specfmt.training.data.HeldOut`: fixed windows,
+    in order, their features computed or read from the cache); the draft's weights are untouched. Every process runs
+    the same windows (no collective but the objective's normaliser), so every process reaches the same figures and
+    keeps the same weights.
+
+    Returns:
+        :class:`Evaluation` at ``step``: the mean of the batches' losses, the figures over all the windows' predictions.
+    """
+    import torch
+
+    losses, sums = [], [[0] * run.positions for _ in range(4)]
+    run.draft.eval()
+    with torch.no_grad(), torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
+        for ids, aux, last in heldout.batches(verifier, run.taps, run.device):
+            loss, *counts = run.objective(ids, aux, last, 0)
+            losses.append(float(loss))
+            sums = [[a + b for a, b in zip(s, c)] for s, c in zip(sums, counts)]
+    run.draft.train()
+    f = PositionFigures.of(*sums)
+    return Evaluation(step, sum(losses) / len(losses), list(f), f.conditional, f.coverage)
+
+
+def _keep(run: _Run, e: Evaluation, evaluated: Callable[[Evaluation], None] | None) -> None:
+    """Record the evaluation; keep a copy of the weights when it is the best so far by estimated acceptance length."""
+    from dataclasses import asdict
+
+    best = run.best
+    history = (best["history"] if best else []) + [asdict(e)]
+    if best is None or e.estimated_acceptance_length > Evaluation(**best["figures"]).estimated_acceptance_length:
+        best = {"figures": asdict(e), "draft": {k: v.detach().clone() for k, v in run.draft.state_dict().items()}}
+    run.best = {**best, "history": history}
+    if evaluated is not None and run.rank == 0:
+        evaluated(e)
+
+
 def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | None", opts: TrainOptions, step: int,
-          autocast: Any) -> tuple[float, list[int], list[int], int]:
-    """One optimizer step: ``(loss, correct per position, counted per position, tokens)``, summed over processes."""
+          autocast: Any) -> tuple[float, list[int], list[int], list[int], list[int], int]:
+    """One optimizer step: ``(loss, correct, counted, conditional correct, conditional counted, tokens)``, the figures
+    per position, summed over processes."""
     import torch
     import torch.distributed as dist
 
@@ -359,19 +498,21 @@ def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | N
     for g in run.opt.param_groups:
         g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
     with torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
-        loss, correct, counted = run.model(ids, aux, last, step, mask)
+        loss, correct, counted, cond_correct, cond_counted = run.model(ids, aux, last, step, mask)
     run.opt.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(run.params, 0.5)
     run.opt.step()
-    figures = torch.tensor([loss.item(), *correct, *counted], dtype=torch.float64)
+    figures = torch.tensor([loss.item(), *correct, *counted, *cond_correct, *cond_counted], dtype=torch.float64)
     if run.world > 1:  # NCCL reduces device tensors only
         figures = figures.to(run.device)
         dist.all_reduce(figures)
         figures = figures.cpu()
         figures[0] /= run.world
     p = run.positions
-    return float(figures[0]), [int(x) for x in figures[1:1 + p]], [int(x) for x in figures[1 + p:]], ids.numel() * run.world
+    counts = [[int(x) for x in figures[1 + k * p:1 + (k + 1) * p]] for k in range(4)]
+    return float(figures[0]), *counts, ids.numel() * run.world
 
 
-__all__ = ["STATE_FILE", "TrainOptions", "TrainStats", "acceptance_estimate", "fit", "global_normaliser", "warmup_cosine"]
+__all__ = ["STATE_FILE", "Evaluation", "PositionFigures", "TrainOptions", "TrainStats", "acceptance_estimate", "evaluate", "fit",
+           "global_normaliser", "warmup_cosine"]

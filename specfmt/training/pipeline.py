@@ -11,7 +11,8 @@ algorithm's own options as one typed object (:class:`~specfmt.algorithms.base.Al
 2. fill-ins (``fill_vocab``, ``fill_embed``, ``fill_heads``): ``d2t``/``t2d`` from the data,
    embeddings and heads copied from the verifier, Medusa heads added;
 3. training (:func:`specfmt.training.loop.fit`) unless ``steps`` is 0 or it is a dry run, with
-   the state saved next to OUT (``OUT.train-state/``) for ``--resume``;
+   the state saved next to OUT (``OUT.train-state/``) for ``--resume``; a held-out share of the data
+   (:func:`heldout_share`) is evaluated during training and the best evaluation's weights are written;
 4. the draft written atomically in the specfmt format (:func:`specfmt.draft.save_draft`);
 5. a short validation run: the static checks and the reference run of
    :func:`specfmt.validation.run.validate_run` (no vLLM), its figures written to
@@ -41,13 +42,13 @@ from ..errors import InputError
 from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
-from .data import Documents, FeatureCache, FrozenEnds, Windows, read_documents
+from .data import Documents, FeatureCache, FrozenEnds, HeldOut, Windows, read_documents
 from .hsdata import HiddenStateBatches, hidden_state_documents
 from .loop import fit
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..validation.run import RunResult
-    from .loop import TrainOptions, TrainStats
+    from .loop import Evaluation, TrainOptions, TrainStats
 
 
 @dataclass(init=False)
@@ -209,6 +210,8 @@ class _Job:
     say: Callable[[str], None]
     docs: Any = None
     notes: list[str] = field(default_factory=list)
+    heldout: float = 0.0
+    evaluated: Any = None
 
     @property
     def doc_ids(self) -> list[list[int]] | None:
@@ -377,7 +380,7 @@ def request_inputs(req: TrainRequest, verifier: Verifier) -> list[Input]:
 
 
 def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, float, list[float]], None] | None = None,
-                status: Callable[[str], None] | None = None) -> TrainResult:
+                status: Callable[[str], None] | None = None, evaluated: "Callable[[Evaluation], None] | None" = None) -> TrainResult:
     """Run a :class:`TrainRequest`.
 
     Args:
@@ -385,6 +388,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         opts: the shared training hyper-parameters (the algorithm's own options are ``req.options``).
         log: per-step callback (process 0), as for :func:`specfmt.training.loop.fit`.
         status: called with one-line phase messages ("reading data", ...).
+        evaluated: called (process 0) with each held-out :class:`~specfmt.training.loop.Evaluation` (``opts.heldout``,
+            :func:`heldout_share`).
 
     Returns:
         :class:`TrainResult`.
@@ -402,10 +407,13 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     out = real_path(req.out)
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
+    if opts.eval_every is not None and opts.eval_every < 1:
+        raise InputError(f"--eval-every must be at least 1, not {opts.eval_every}")
+    heldout_share(req, opts, HELDOUT_MIN_DOCS)  # an explicit --heldout is checked before anything is read
     ours = not (dist.is_available() and dist.is_initialized())
     rank, world, placement = _init_distributed(req)
     try:
-        return _train(req, opts, out, rank, world, placement, log, status)
+        return _train(req, opts, out, rank, world, placement, log, status, evaluated)
     finally:
         # a process group left to the interpreter's exit aborts a gloo process now and then
         # ("terminate called without an active exception", SIGABRT): every process takes its own down
@@ -414,7 +422,7 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
 
 
 def _train(req: TrainRequest, opts: "TrainOptions", out: Path, rank: int, world: int, placement: "Placement",
-           log: Callable[[int, float, list[float]], None] | None, status: Callable[[str], None] | None) -> TrainResult:
+           log: Callable[[int, float, list[float]], None] | None, status: Callable[[str], None] | None, evaluated: Any = None) -> TrainResult:
     """:func:`train_draft` once the process group (under torchrun) is up."""
     import torch
 
@@ -424,9 +432,12 @@ def _train(req: TrainRequest, opts: "TrainOptions", out: Path, rank: int, world:
     inputs = request_inputs(req, verifier)
     check_output(out, req.force, inputs)
     req.verifier = verifier.name_or_path
-    job = _Job(req, opts, verifier, placement, rank, world, status or (lambda msg: None))
+    job = _Job(req, opts, verifier, placement, rank, world, status or (lambda msg: None), evaluated=evaluated)
     training = not (req.fill_only or req.dry_run) and (opts.steps > 0 or req.fill_cache_only)
     job.docs = _read_data(job, training)
+    if training and not req.fill_cache_only:
+        job.heldout, note = heldout_share(req, opts, len(job.docs.ids) if not req.hidden_states else 0)
+        job.notes += [note] if note else []
     draft, algo, options, filled, prior = _read_init(job) if req.init is not None else _new_draft(job)
     module = _module(draft, device)
     subset = algo.heads_trained(module, draft.config, prior, options)
@@ -454,7 +465,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
 
     req, opts, say, placement = job.req, job.opts, job.say, job.placement
     taps = algo.feature_taps(draft.config)
-    cache = model = None
+    cache = model = heldout = None
     if req.hidden_states:
         # the features are on disk, the last layer before the norm: the verifier's two ends and its final norm only
         say(f"reading the features from {req.hidden_states}; the verifier's embedding, lm_head and final norm only ({placement.dtype})")
@@ -462,8 +473,11 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         windows: Any = HiddenStateBatches(req.hidden_states, opts.seq_len, opts.batch_size, opts.seed, taps=taps,
                                           n_layers=job.verifier.info.num_hidden_layers, norm=model.norm, dtype=placement.torch_dtype,
                                           world=job.world, rank=job.rank)
+    elif req.cache:  # fixed windows: the held-out share is of the windows, whose features the cache holds too
+        windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True, world=job.world, rank=job.rank, heldout=job.heldout)
     else:
-        windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
+        train_ids, heldout = _split(job)
+        windows = Windows(train_ids, opts.seq_len, opts.batch_size, opts.seed, world=job.world, rank=job.rank)
     if req.cache:
         key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
                "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
@@ -475,6 +489,8 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         if req.fill_cache_only:
             say(f"the feature cache {req.cache} holds the features of all {windows.n} windows")
             return None
+    if cache is not None and windows.held:
+        heldout = HeldOut(windows, windows.held[:EVAL_WINDOWS], cache)
     if cache is not None and model is None:
         # the features are on disk: training reads them and never loads the verifier, only its two ends
         say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
@@ -495,7 +511,70 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         + (f" on {job.world} processes" if job.world > 1 else "")
         + (f", {placement.dtype} autocast over float32 weights" if placement.autocast else ""))
     return fit(draft.algorithm, module, model, windows, opts, options=options, embed=embed, cache=cache, state_dir=sdir, resume=req.resume,
-               fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None)
+               fingerprint=fingerprint, subset=subset, log=log, autocast=placement.torch_dtype if placement.autocast else None,
+               heldout=heldout, evaluated=job.evaluated)
+
+
+#: the default held-out share, and the fewest documents it is taken from (fewer: no split, with a note)
+HELDOUT_SHARE, HELDOUT_MIN_DOCS = 0.05, 20
+#: at most this many held-out windows are evaluated (the first of the fixed held-out windows, in order)
+EVAL_WINDOWS = 64
+
+
+def heldout_share(req: TrainRequest, opts: "TrainOptions", n_docs: int) -> tuple[float, str | None]:
+    """The share of ``--data`` documents set aside for the held-out evaluation, and a note when there is none.
+
+    ``opts.heldout`` None: :data:`HELDOUT_SHARE` when there are at least :data:`HELDOUT_MIN_DOCS` documents and the data
+    is ``--data`` without ``--cache``, else 0 (with a note). With ``--cache`` the share is of the fixed windows, and
+    only when given (a default would change which windows an existing cached run trains on).
+
+    Raises:
+        InputError: ``--heldout`` outside [0, 1), or above 0 with ``--hidden-states`` (not supported yet).
+    """
+    share = opts.heldout
+    if share is not None and not 0 <= share < 1:
+        raise InputError(f"--heldout must be a share in [0, 1), not {share}", hint="e.g. --heldout 0.05")
+    if req.hidden_states and share:
+        raise InputError("--heldout is not supported with --hidden-states yet", hint="pass --heldout 0, or train from --data")
+    if share is not None:
+        return share, None
+    if req.hidden_states or req.cache:
+        flag = "--hidden-states" if req.hidden_states else "--cache"
+        return 0.0, f"no held-out split with {flag} by default: the draft is the last step's" + ("" if req.hidden_states else " (give --heldout SHARE)")
+    if n_docs < HELDOUT_MIN_DOCS:
+        return 0.0, f"no held-out split: {n_docs} documents (fewer than {HELDOUT_MIN_DOCS}); the draft is the last step's"
+    return HELDOUT_SHARE, None
+
+
+def _split(job: _Job) -> tuple[list[list[int]], "HeldOut | None"]:
+    """``(training documents, held-out windows or None)``: ``job.heldout`` of the documents (at least one, never all), drawn by a
+    permutation seeded by ``--seed``, cut into fixed windows of which the first :data:`EVAL_WINDOWS` are evaluated; the
+    rest, in their order, train.
+
+    Raises:
+        InputError: fewer than two documents, or held-out documents shorter than two windows (an explicit ``--heldout``
+            only; the default then has no split, with a note).
+    """
+    import torch
+
+    docs, opts = job.docs.ids, job.opts
+    if not job.heldout:
+        return docs, None
+    if len(docs) < 2:
+        raise InputError(f"--heldout {opts.heldout} needs at least two documents; the data has {len(docs)}",
+                         hint="split the data into documents (one text file or jsonl line each), or pass --heldout 0")
+    n = min(len(docs) - 1, max(1, round(job.heldout * len(docs))))
+    held = set(torch.randperm(len(docs), generator=torch.Generator().manual_seed(opts.seed)).tolist()[:n])
+    tokens = sum(len(docs[i]) for i in held)
+    if tokens < 2 * opts.seq_len:
+        if opts.heldout is not None:
+            raise InputError(f"--heldout {opts.heldout} sets aside {n} documents of {tokens} tokens; --seq-len {opts.seq_len} needs "
+                             f"at least {2 * opts.seq_len}", hint="raise --heldout, give more data, or pass --heldout 0")
+        job.notes.append(f"no held-out split: {n} of {len(docs)} documents hold {tokens} tokens, under two windows")
+        job.heldout = 0.0
+        return docs, None
+    heldout = Windows([docs[i] for i in sorted(held)], opts.seq_len, opts.batch_size, opts.seed, fixed=True)
+    return [d for i, d in enumerate(docs) if i not in held], HeldOut(heldout, list(range(min(heldout.n, EVAL_WINDOWS))))
 
 
 def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int]) -> Any:
@@ -511,6 +590,15 @@ def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int
         if job.rank == 0:
             cache.mark_complete()
     return model
+
+
+def _heldout_record(job: _Job, stats: "TrainStats | None") -> dict[str, Any] | None:
+    """``specfmt.train.heldout`` of the provenance: the share set aside, which evaluation's weights the draft holds
+    (``kept``: best or last) and its figures (:meth:`specfmt.training.loop.Evaluation.to_json`); None without a split."""
+    if stats is None or stats.kept is None:
+        return None
+    return {"share": job.heldout, "evaluations": len(stats.evaluations), "kept_by": "last" if job.opts.keep_last else "best",
+            "kept": stats.kept.to_json()}
 
 
 def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], options: AlgorithmOptions, training: bool) -> TrainResult:
@@ -530,6 +618,9 @@ def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], optio
         "tokens_per_second": round(stats.tokens_per_second, 1) if stats else None,
         "verifier_placement": job.placement.to_json() if training else None,
         "top1_agreement": [round(a, 4) for a in stats.accuracy] if stats else None,
+        "top1_agreement_conditional": [round(a, 4) for a in stats.conditional_accuracy] if stats else None,
+        "draft_vocab_coverage": [round(a, 4) for a in stats.coverage] if stats else None,
+        "heldout": _heldout_record(job, stats),
         "processes": job.world,
         "dry_run": req.dry_run,
     }
@@ -553,4 +644,5 @@ def _write(job: _Job, result: TrainResult, out: Path, inputs: list[Input], optio
 FILLABLE = frozenset(n for a in trainable() for n in a.training.fillable)  # type: ignore[union-attr]
 
 
-__all__ = ["TrainRequest", "TrainResult", "check_request", "request_inputs", "state_dir", "train_draft"]
+__all__ = ["EVAL_WINDOWS", "HELDOUT_MIN_DOCS", "HELDOUT_SHARE", "TrainRequest", "TrainResult", "check_request", "heldout_share", "request_inputs",
+           "state_dir", "train_draft"]
