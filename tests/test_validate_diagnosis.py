@@ -124,6 +124,11 @@ def test_training_log_reads_documented_keys_only_and_shows_n_a_without_them():
     assert training_log({"specfmt": {"train": {"top1_agreement": None}}}) == []
     assert training_log({"specfmt": {"train": {"top1_agreement": ["x"], "accuracy": [0.5]}}}) == []
     assert training_log({}) == []
+    # what specfmt train writes (docs/format.md): the all-position and in-vocabulary figures, and the kept checkpoint's held-out ones
+    train = {"top1_agreement": [0.5, 0.25], "top1_agreement_conditional": [0.6, 0.3], "heldout": {"kept": {"top1_agreement": [0.4, 0.2]}}}
+    assert [(r["key"], r["per_position"]) for r in training_log({"specfmt": {"train": train}})] == [
+        ("specfmt.train.top1_agreement", [0.5, 0.25]), ("specfmt.train.top1_agreement_conditional", [0.6, 0.3]),
+        ("specfmt.train.heldout.kept.top1_agreement", [0.4, 0.2])]
 
 
 def test_a_draft_over_the_whole_vocabulary_reports_no_coverage_loss():

@@ -37,7 +37,9 @@ TOP_OFFENDERS = 10
 COVERAGE_HINT = 0.02
 #: per-position lists of a draft's provenance shown beside the measured acceptance: ``{key under specfmt.train:
 #: label}``; a dotted key reads a nested dict (``heldout.accuracy``). Absent or malformed keys show "n/a".
-TRAINING_LOG_KEYS: dict[str, str] = {"top1_agreement": "training top-1 agreement"}
+TRAINING_LOG_KEYS: dict[str, str] = {"top1_agreement": "training top-1 agreement",
+                                     "top1_agreement_conditional": "training, in the draft vocabulary",
+                                     "heldout.kept.top1_agreement": "held-out top-1 agreement"}
 #: the flag that chooses a new draft's vocabulary from the verifier's outputs (``specfmt train eagle3``)
 VOCAB_FLAG = "specfmt train eagle3 --vocab-from verifier"
 
