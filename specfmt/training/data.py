@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import json
 import os
@@ -199,6 +200,63 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
         last = out.last_hidden_state
         aux = torch.cat([out.hidden_states[j].to(last.device) for j in taps], dim=-1) if taps else None
         return aux, last
+
+
+class VerifierTop1(collections.abc.Mapping):
+    """``{token id: count}`` of the verifier's top-1 prediction (argmax of its logits) over the training
+    positions, for a draft vocabulary chosen by what the draft is trained to propose (``--vocab-from verifier``).
+
+    The token stream (the documents concatenated, as :class:`Windows` reads them) is cut into windows of T
+    tokens at offset 0 (the last one shorter) and the verifier runs over each; positions 1..T-1 of a window
+    count, the positions whose logits are training targets (:func:`specfmt.algorithms.eagle3.eagle3_ttt_loss`
+    reads ``target_logits[:, 1:]``). Cost: one verifier forward over the data. Computed on first use, so
+    a draft that needs no vocabulary map never runs the verifier.
+
+    Args:
+        load: returns the verifier (a transformers causal LM, eval mode), loaded once.
+        docs: token ids per document.
+        seq_len: T, tokens per window; batch: windows per forward.
+
+    Attributes:
+        what: how a fill-in description names these counts.
+        notes: warnings the draft vocabulary built from them adds (shown by ``specfmt train``).
+    """
+
+    what = "the verifier's top-1 predictions over the training positions"
+
+    def __init__(self, load: Callable[[], Any], docs: list[list[int]], seq_len: int, batch: int):
+        self._load, self._docs, self._T, self._B = load, docs, seq_len, batch
+        self._counts: dict[int, int] | None = None
+        self.notes: list[str] = []
+
+    def counts(self) -> dict[int, int]:
+        if self._counts is None:
+            import torch
+
+            model = self._load()
+            stream = torch.tensor([t for d in self._docs for t in d], dtype=torch.long)
+            chunks = [c for c in stream.split(self._T) if c.numel() >= 2]
+            head, dev = model.get_output_embeddings(), model.get_input_embeddings().weight.device
+            total = torch.zeros(head.weight.shape[0], dtype=torch.long)
+            for i in range(0, len(chunks), self._B):
+                group = chunks[i:i + self._B]
+                for n in sorted({c.numel() for c in group}):  # the last window may be shorter
+                    ids = torch.stack([c for c in group if c.numel() == n]).to(dev)
+                    _, last = verifier_features(model, ids, [])
+                    with torch.no_grad():
+                        top = head(last[:, 1:].to(head.weight.device)).argmax(-1)
+                    total += torch.bincount(top.flatten().cpu(), minlength=total.numel())
+            self._counts = {int(t): int(total[t]) for t in total.nonzero().flatten()}
+        return self._counts
+
+    def __getitem__(self, key: int) -> int:
+        return self.counts()[key]
+
+    def __iter__(self):
+        return iter(self.counts())
+
+    def __len__(self) -> int:
+        return len(self.counts())
 
 
 #: where a verifier's final norm weight is, by architecture (Llama-style decoders; multimodal wrappers)

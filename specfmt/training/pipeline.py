@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
-from .data import Documents, FeatureCache, FrozenEnds, Windows, read_documents
+from .data import Documents, FeatureCache, FrozenEnds, VerifierTop1, Windows, read_documents
 from .hsdata import HiddenStateBatches, hidden_state_documents
 from .loop import fit
 
@@ -160,7 +160,8 @@ def _options_record(opts: "TrainOptions", options: AlgorithmOptions) -> dict[str
     keys = list(shared)
     at = keys.index("warmup") + 1
     extra = {k: getattr(options, k, default) for k, default in _RECORDED_OPTIONS.items()}
-    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}}
+    own = {f.name: getattr(options, f.name) for f in options.declared() if f.metadata.get("recorded")}  # after the shared ones
+    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}, **own}
 
 
 def _digest(obj: Any) -> str:
@@ -209,6 +210,7 @@ class _Job:
     say: Callable[[str], None]
     docs: Any = None
     notes: list[str] = field(default_factory=list)
+    model: Any = None
 
     @property
     def doc_ids(self) -> list[list[int]] | None:
@@ -260,7 +262,7 @@ def _read_init(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
         raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
     req.algorithm = draft.algorithm
     algo = _trainer(draft.algorithm)
-    options = algo.parse_options(req.options, init=True)
+    options = algo.settle_options(algo.parse_options(req.options, init=True), counts_only=bool(req.hidden_states), init=True)
     algo.check_draft(draft, options, str(req.init))
     prior: dict[str, Any] = json.loads(json.dumps(draft.config))
     filled = _fill(job, algo, options, draft)
@@ -277,10 +279,12 @@ def _new_draft(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
     if req.fill_only:
         raise InputError("nothing to fill: no --init draft")
     algo = _trainer(str(req.algorithm))
-    options = algo.parse_options(req.options, init=False)
+    options = algo.settle_options(algo.parse_options(req.options, init=False), counts_only=bool(req.hidden_states), init=False)
     shape = algo.new_shape(replace(options, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32"))
     cfg = algo.new_config(job.verifier, shape)
-    tensors, filled = algo.new_draft(cfg, job.verifier, job.doc_ids)
+    docs = _vocab_docs(job, algo, options)
+    tensors, filled = algo.new_draft(cfg, job.verifier, docs)
+    job.notes += getattr(docs, "notes", [])
     job.notes.append(f"new {algo.name} draft for {req.verifier}")
     return Draft(cfg, tensors), algo, options, filled, None
 
@@ -290,7 +294,9 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
     req = job.req
     filled: dict[str, str] = {}
     cfg = draft.config
-    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=job.doc_ids))
+    docs = _vocab_docs(job, algo, options)
+    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=docs))
+    job.notes += getattr(docs, "notes", [])
     if req.embed:
         filled.update(algo.fill_embed(draft, job.verifier))
     filled.update(algo.fill_heads(draft, job.verifier, options, lm_heads=req.lm_heads, fill_only=req.fill_only))
@@ -300,6 +306,26 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
             raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {limit[0]} {algo.title} {limit[1]}")
         cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
     return filled
+
+
+def _vocab_docs(job: _Job, algo: Training, options: AlgorithmOptions) -> Any:
+    """What a draft vocabulary is counted over: the data's token ids (or counts), or the verifier's top-1
+    predictions over them (:class:`specfmt.training.data.VerifierTop1`, computed only if a map is built)."""
+    if job.doc_ids is None or not algo.vocab_from_verifier(options):
+        return job.doc_ids
+
+    def load() -> Any:
+        job.say("counting the verifier's top-1 predictions over the training positions (draft vocabulary)")
+        return _verifier_model(job)
+
+    return VerifierTop1(load, job.doc_ids, job.opts.seq_len, job.opts.batch_size)
+
+
+def _verifier_model(job: _Job) -> Any:
+    """The verifier, loaded once per request (the draft vocabulary and the training share it)."""
+    if job.model is None:
+        job.model = _load_verifier(job.verifier, job.placement, job.say)
+    return job.model
 
 
 def _load_verifier(verifier: Verifier, placement: "Placement", say: Callable[[str], None]) -> Any:
@@ -337,6 +363,9 @@ def check_request(req: TrainRequest) -> AlgorithmOptions | None:
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
     options = _trainer(req.algorithm).parse_options(req.options, init=req.init is not None) if req.algorithm else None
+    if options is not None:
+        options = _trainer(req.algorithm).settle_options(options, counts_only=bool(req.hidden_states),
+                                                            init=req.init is not None)
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
     if req.hidden_states and (req.data or req.cache):
@@ -480,7 +509,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
         model = FrozenEnds.from_verifier(job.verifier, placement)
     elif model is None:
-        model = _load_verifier(job.verifier, placement, say)
+        model = _verifier_model(job)
     where = model.get_output_embeddings().weight.device  # a device map: the draft trains beside the verifier's last layers
     if where != device:
         module.to(where)
@@ -502,7 +531,7 @@ def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int
     """Compute the verifier's features of every window into the cache (each process its share); the verifier loaded."""
     import torch.distributed as dist
 
-    model = _load_verifier(job.verifier, job.placement, job.say)
+    model = _verifier_model(job)
     job.say(f"computing the verifier's features of {windows.n} windows into {job.req.cache}"
             + (f" (process {job.rank} of {job.world})" if job.world > 1 else ""))
     cache.build(windows, model, taps, input_device(model), rank=job.rank, world=job.world)
