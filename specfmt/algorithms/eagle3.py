@@ -697,13 +697,15 @@ class Eagle3(Algorithm, Reference, Training, Card):
             raise InputError("the draft's vocabulary is the verifier's (Vd = V): it needs no d2t/t2d")
         if "d2t" in draft.tensors:
             raise InputError("the draft already has d2t/t2d", hint="drop --vocab-map to keep them")
-        d2t, t2d, coverage = vocab_map(docs, V, Vd)
+        what = getattr(docs, "what", None)  # the verifier's top-1 counts (specfmt.training.data.VerifierTop1)
+        d2t, t2d, coverage = vocab_map(docs if what is None else docs.at_least(Vd), V, Vd)
         draft.tensors["d2t"], draft.tensors["t2d"] = d2t, t2d
-        what = getattr(docs, "what", None)
         if what is None:
             how = f"top {Vd} token ids by frequency over the training data, covering {coverage:.1%} of its positions (cnets.py scandata)"
         else:
-            how = f"top {Vd} token ids by frequency of {what}, covering {coverage:.1%} of them (verifier top-1 coverage)"
+            unseen = Vd - sum(1 for t in t2d.nonzero().flatten().tolist() if t in docs)
+            how = (f"top {Vd} token ids by frequency of {what}, covering {coverage:.1%} of them (verifier top-1 coverage)"
+                   + (f"; {unseen} ids it never predicts filled by text frequency" if unseen else ""))
             if coverage < COVERAGE_WARN:
                 docs.notes.append(f"warning: the draft vocabulary covers {coverage:.1%} of the verifier's top-1 over the training positions, "
                                   f"below {COVERAGE_WARN:.0%}: expect lower acceptance (docs/commands/train.md); raise --draft-vocab")

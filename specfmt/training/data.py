@@ -249,6 +249,23 @@ class VerifierTop1(collections.abc.Mapping):
             self._counts = {int(t): int(total[t]) for t in total.nonzero().flatten()}
         return self._counts
 
+    def at_least(self, n: int) -> dict[int, int]:
+        """The counts, with the text's most frequent ids (after each document's first, as cnets.py counts) that the
+        verifier never predicts added at count 0, in that order, until there are ``n`` ids: a draft vocabulary larger
+        than the verifier's distinct predictions is filled by text frequency."""
+        import collections
+
+        counts = dict(self.counts())
+        if len(counts) < n:
+            text: collections.Counter = collections.Counter()
+            for d in self._docs:
+                text.update(d[1:])
+            for t, _ in text.most_common():
+                if len(counts) >= n:
+                    break
+                counts.setdefault(t, 0)
+        return counts
+
     def __getitem__(self, key: int) -> int:
         return self.counts()[key]
 
