@@ -282,7 +282,7 @@ def _new_draft(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
     options = algo.settle_options(algo.parse_options(req.options, init=False), counts_only=bool(req.hidden_states), init=False)
     shape = algo.new_shape(replace(options, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32"))
     cfg = algo.new_config(job.verifier, shape)
-    docs = _vocab_docs(job, algo, options)
+    docs = _vocab_docs(job, algo, options, cfg)
     tensors, filled = algo.new_draft(cfg, job.verifier, docs)
     job.notes += getattr(docs, "notes", [])
     job.notes.append(f"new {algo.name} draft for {req.verifier}")
@@ -294,7 +294,7 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
     req = job.req
     filled: dict[str, str] = {}
     cfg = draft.config
-    docs = _vocab_docs(job, algo, options)
+    docs = _vocab_docs(job, algo, options, cfg)
     filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=docs))
     job.notes += getattr(docs, "notes", [])
     if req.embed:
@@ -308,17 +308,30 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
     return filled
 
 
-def _vocab_docs(job: _Job, algo: Training, options: AlgorithmOptions) -> Any:
+def _vocab_docs(job: _Job, algo: Training, options: AlgorithmOptions, cfg: dict[str, Any]) -> Any:
     """What a draft vocabulary is counted over: the data's token ids (or counts), or the verifier's top-1
-    predictions over them (:class:`specfmt.training.data.VerifierTop1`, computed only if a map is built)."""
+    predictions over them (:class:`specfmt.training.data.VerifierTop1`, computed only if a map is built; from
+    the ``--cache`` when it is complete)."""
     if job.doc_ids is None or not algo.vocab_from_verifier(options):
         return job.doc_ids
+    opts = job.opts
 
     def load() -> Any:
         job.say("counting the verifier's top-1 predictions over the training positions (draft vocabulary)")
         return _verifier_model(job)
 
-    return VerifierTop1(load, job.doc_ids, job.opts.seq_len, job.opts.batch_size)
+    cache = None
+    if job.req.cache:
+        windows = Windows(job.doc_ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True)
+        cache = FeatureCache(job.req.cache, _cache_key(job, windows, algo.feature_taps(cfg)))
+    return VerifierTop1(load, job.doc_ids, opts.seq_len, opts.batch_size, cache=cache,
+                        ends=lambda: FrozenEnds.from_verifier(job.verifier, job.placement))
+
+
+def _cache_key(job: _Job, windows: Any, taps: list[int]) -> dict[str, Any]:
+    """What a ``--cache`` folder's features are valid for (:class:`specfmt.training.data.FeatureCache`)."""
+    return {"verifier": job.req.verifier, "verifier_config": _digest(job.verifier.config),
+            "data": windows.digest(), "seq_len": job.opts.seq_len, "taps": taps, "dtype": job.placement.dtype}
 
 
 def _verifier_model(job: _Job) -> Any:
@@ -494,9 +507,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
     else:
         windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=req.cache is not None, world=job.world, rank=job.rank)
     if req.cache:
-        key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
-               "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
-        cache = FeatureCache(req.cache, key)
+        cache = FeatureCache(req.cache, _cache_key(job, windows, taps))
         if job.world > 1:  # every process has read the folder before any writes to it
             dist.barrier()
         if not cache.complete:
