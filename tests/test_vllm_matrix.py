@@ -27,6 +27,8 @@ from builders_medusa import write_full, write_legacy, write_v01, write_v2
 from conftest import WORLD
 from specfmt.algorithms import get
 from specfmt.convert import convert
+from specfmt.training.loop import TrainOptions
+from specfmt.training.pipeline import TrainRequest, train_draft
 from specfmt.serving import CHECKED_RELEASES, CPU_BUILD, GPU_BUILD, LAUNCHERS, installed_distribution, serve_command
 
 HUB_VERIFIER = "specfmt-test/tiny-verifier"
@@ -96,6 +98,10 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
     for name, (fmt, build) in SOURCES.items():
         outs[name] = root / name
         convert(fmt, str(build(root / "src" / name)), outs[name], VERIFIER)
+    for name, flag in NEW_DRAFTS.items():  # `specfmt train eagle3 --dry-run --FLAG`: a new draft with the flag, untrained
+        outs[name] = root / name
+        train_draft(TrainRequest(str(outs[name]), VERIFIER, algorithm="eagle3", dry_run=True, validate=False, device="cpu", **{flag: True}),
+                    TrainOptions())
     for name in ("eagle3-world", "eagle-world", "medusa-world"):
         hub = root / f"{name}-hub"
         shutil.copytree(outs[name], hub)
@@ -104,6 +110,10 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
         (hub / "config.json").write_text(json.dumps(cfg, indent=2))
         outs[f"{name}-hub"] = hub
     return outs
+
+
+#: new EAGLE-3 drafts with each EAGLE-3.1 norm (issue 27), as `specfmt train eagle3 --dry-run` writes them
+NEW_DRAFTS = {"train-norm-before-fc": "norm_before_fc", "train-fc-norm": "fc_norm", "train-norm-output": "norm_output"}
 
 
 #: the launchers' cases: ``vllm ARGV`` (the GPU build), ``python3 -m MODULE ARGV`` (the CPU build)
@@ -181,6 +191,8 @@ def test_the_printed_serve_command_is_accepted_by_the_release_with_our_fields(re
                 assert rec["norm_before_residual"] is cfg["norm_before_residual"], (name, rec)
                 assert rec["num_aux_hidden_states"] == len(cfg["eagle_aux_hidden_state_layer_ids"]), (name, rec)
                 assert rec["draft_vocab_size"] == cfg["draft_vocab_size"], (name, rec)
+                for key in ("norm_before_fc", "fc_norm", "norm_output"):  # the EAGLE-3.1 norms a new draft may have, honoured
+                    assert bool(rec.get(key)) is bool(cfg.get(key)), (name, key, rec)
                 family = cfg["transformer_layer_config"]["model_type"]
                 assert rec["architectures"] == [{"llama": "Eagle3LlamaForCausalLM", "qwen3": "Eagle3Qwen3ForCausalLM"}[family]], (name, rec)
             if algo.name == "eagle":

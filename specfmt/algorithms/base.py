@@ -74,7 +74,7 @@ Proposer = Callable[[list[int], Any, int], list[int]]
 # --------------------------------------------------------------------------- options
 
 
-def option(default: Any, flag: str, help: str, *, new_only: bool = False, at_least: int | None = None) -> Any:
+def option(default: Any, flag: str, help: str, *, new_only: bool = False, at_least: int | None = None, recorded: bool = False) -> Any:
     """A field of an :class:`AlgorithmOptions` subclass that ``specfmt train ALGORITHM`` offers as ``flag``.
 
     Args:
@@ -84,8 +84,9 @@ def option(default: Any, flag: str, help: str, *, new_only: bool = False, at_lea
         help: one line for ``--help``.
         new_only: the option shapes a new draft; with ``--init`` (a draft that has its shape) it is refused.
         at_least: the smallest value accepted (:meth:`AlgorithmOptions.problems`).
+        recorded: the trained draft's provenance records the value (``specfmt.train.options``, after the shared options).
     """
-    return field(default=default, metadata={"flag": flag, "help": help, "new_only": new_only, "at_least": at_least})
+    return field(default=default, metadata={"flag": flag, "help": help, "new_only": new_only, "at_least": at_least, "recorded": recorded})
 
 
 @dataclass
@@ -379,6 +380,20 @@ class Training:
         problems = options.problems(init=init)
         if problems:
             raise InputError(problems[0])
+
+    def settle_options(self, options: AlgorithmOptions, *, counts_only: bool, init: bool) -> AlgorithmOptions:
+        """The options with the defaults that depend on the data or the draft filled in; ``counts_only``: the data
+        gives token counts, not token ids (``--hidden-states``); ``init``: the draft is read from ``--init``.
+
+        Raises:
+            InputError: an option the data cannot serve.
+        """
+        return options
+
+    def vocab_from_verifier(self, options: AlgorithmOptions) -> bool:
+        """A draft vocabulary is chosen by the verifier's top-1 predictions over the training positions
+        (:class:`specfmt.training.data.VerifierTop1`), not by the data's token frequencies."""
+        return False
 
     def new_shape(self, options: AlgorithmOptions) -> AlgorithmOptions:
         """The options a new draft is built from, with the algorithm's defaults filled in."""

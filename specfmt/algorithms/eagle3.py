@@ -350,11 +350,12 @@ def ttt_mask(L: int, s: int, device=None) -> "torch.Tensor":
 
 
 def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", target_logits: "torch.Tensor", ttt_steps: int,
-                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None, loss_mask: "torch.Tensor | None" = None):
+                    normaliser: "Callable[[torch.Tensor], torch.Tensor] | None" = None, loss_mask: "torch.Tensor | None" = None, *,
+                    decay: float = 0.8):
     """Loss of one batch, unrolled over ``ttt_steps`` drafting steps.
 
     Step ``s`` counts the positions from ``s`` on whose verifier top-1 token is in the draft vocabulary, and
-    its loss is the sum of their cross-entropies divided by their number (weight ``0.8**s``).
+    its loss is the sum of their cross-entropies divided by their number (weight ``decay**s``).
 
     Args:
         draft: a :func:`draft_module` (train mode).
@@ -371,6 +372,8 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
             (``speculators/models/eagle3/data.py`` ``shift_batch`` keeps ``loss_mask[1:]`` beside the targets
             ``verifier_last_hidden_states[1:]``; ``models/eagle3/metrics.py`` ``align_for_step`` slices the mask
             with the targets at step s).
+        decay: γ, the weight of step s is ``γ**s`` (SafeAILab ``eagle/traineagle3/cnets.py``: 0.8; speculators
+            ``--ttt-step-loss-decay``, default 1.0, ``speculators/losses/utils.py`` ``exp_loss_decay``).
 
     Returns:
         :class:`~specfmt.algorithms.base.LossFigures` ``(loss, correct, counted)``: the weighted loss (scalar), and per
@@ -406,7 +409,7 @@ def eagle3_ttt_loss(draft, embed: "torch.Tensor", ids: "torch.Tensor", aux: "tor
         valid = keep.clone()
         valid[:, :s] = False
         ce = -(tp * logits.float().log_softmax(-1)).sum(-1)
-        loss = loss + (0.8 ** s) * (ce * valid).sum() / divisors[s].to(ce.dtype)
+        loss = loss + (decay ** s) * (ce * valid).sum() / divisors[s].to(ce.dtype)
         cond_correct.append(int(((logits.argmax(-1) == tgt_top_draft) & valid).sum()))
         cond_counted.append(int(valid.sum()))
         correct.append(int(((targets[logits.argmax(-1)] == top) & seen)[:, s:].sum()))
@@ -428,6 +431,24 @@ class Eagle3Options(AlgorithmOptions):
     layers: int = option(1, "--layers", "New draft: decoder layers.", new_only=True)
     draft_layer: str | None = option(None, "--draft-layer", "New draft: its decoder-layer family, llama (default) or qwen3 (q/k RMSNorm "
                                      "per head; speculators' default). With --init: the family the draft must have.")
+    vocab_from: str | None = option(None, "--vocab-from", "Draft vocabulary (new draft, or train fill of a draft without d2t/t2d): "
+                                    "verifier (its top-1 predictions over the training positions; a new draft's default) or data (token "
+                                    "frequency of the text, cnets.py; the default with --init or --hidden-states).", recorded=True)
+    norm_before_fc: bool = option(False, "--norm-before-fc", "New draft: one RMSNorm over the concatenated taps before fc "
+                                  "(EAGLE-3.1; speculators' default).", new_only=True, recorded=True)
+    fc_norm: bool = option(False, "--fc-norm", "New draft: one RMSNorm per tap before fc (EAGLE-3.1 paper; not with --norm-before-fc).",
+                           new_only=True, recorded=True)
+    norm_output: bool = option(False, "--norm-output", "New draft: feed the normed output back to the next drafting step "
+                               "(EAGLE-3.1; speculators' default).", new_only=True, recorded=True)
+    lm_head: str = option("trained", "--lm-head", "trained (from the verifier's rows; default) or frozen at the verifier's rows "
+                          "(speculators' default).", recorded=True)
+    ttt_decay: float = option(0.8, "--ttt-decay", "Weight of drafting step s in the loss: gamma**s (SafeAILab 0.8, default; "
+                              "speculators 1.0).", recorded=True)
+
+
+#: the coverage of the verifier's top-1 over the training positions below which a new draft vocabulary is warned
+#: about: measured on examples/world (docs/commands/train.md, "Draft vocabulary"; benchmarks/vocab_coverage.py)
+COVERAGE_WARN = 0.95
 
 
 #: the misreadings of an EAGLE-3 checkpoint (:meth:`Eagle3.readings`) and what each says
@@ -514,7 +535,7 @@ class Eagle3(Algorithm, Reference, Training, Card):
         if not 0 < Vd <= V:
             raise InputError(f"--draft-vocab {Vd} must be between 1 and the verifier's vocabulary ({V})")
         return build_config(info, tlc, speculative_tokens=self.default_speculative_tokens(shape), draft_vocab_size=Vd, taps=taps,
-                            dtype=shape.dtype)
+                            norm_before_fc=shape.norm_before_fc, fc_norm=shape.fc_norm, norm_output=shape.norm_output, dtype=shape.dtype)
 
     def verifier_hidden_size(self, cfg: dict[str, Any]) -> int:
         return Eagle3Config.of(cfg).verifier_hidden_size
@@ -605,16 +626,49 @@ class Eagle3(Algorithm, Reference, Training, Card):
 
         with torch.no_grad():
             logits = head(last)
-        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser, loss_mask)
+        return eagle3_ttt_loss(module, embed, ids, aux, logits, options.ttt_steps, normaliser, loss_mask, decay=options.ttt_decay)
 
     def check_options(self, options: Eagle3Options, *, init: bool) -> None:
         """The shared checks, and ``--draft-layer`` names a family (:func:`specfmt.algorithms.layers.family`)."""
         super().check_options(options, init=init)
         if options.draft_layer is not None:
             layers.family(options.draft_layer)
+        if options.vocab_from not in (None, "verifier", "data"):
+            raise InputError(f"--vocab-from must be verifier or data, not {options.vocab_from!r}")
+        if options.lm_head not in ("trained", "frozen"):
+            raise InputError(f"--lm-head must be trained or frozen, not {options.lm_head!r}")
+        if not 0 < options.ttt_decay <= 1:
+            raise InputError(f"--ttt-decay must be in (0, 1], not {options.ttt_decay}", hint="0.8 is SafeAILab's, 1.0 speculators'")
+        if options.norm_before_fc and options.fc_norm:
+            raise InputError("--norm-before-fc and --fc-norm are exclusive: one RMSNorm over the concatenated taps, or one per tap",
+                             hint="give one of them (speculators' default is --norm-before-fc)")
+
+    def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, options: Eagle3Options) -> None:
+        """``--lm-head frozen``: ``lm_head.weight`` keeps its values (``requires_grad`` False, so
+        :func:`specfmt.training.loop.fit` leaves it out of the optimizer), as speculators freezes it
+        (``speculators/model.py`` ``DraftVocabMixin``: ``self.lm_head.weight.requires_grad = False``)."""
+        if options.lm_head == "frozen":
+            module.lm_head.weight.requires_grad_(False)
+        return None
 
     def new_shape(self, options: Eagle3Options) -> Eagle3Options:
         return replace(options, draft_layer=options.draft_layer or "llama")
+
+    def settle_options(self, options: Eagle3Options, *, counts_only: bool, init: bool) -> Eagle3Options:
+        """``--vocab-from`` settled: ``verifier`` for a new draft, ``data`` when the data holds token counts only
+        (hidden-states data, whose tokens are usually the verifier's own regenerated responses) or for the map of an
+        ``--init`` draft (a trained draft's map is rebuilt as its trainer built it, cnets.py scandata).
+
+        Raises:
+            InputError: ``--vocab-from verifier`` with such data.
+        """
+        if options.vocab_from == "verifier" and counts_only:
+            raise InputError("--vocab-from verifier needs the token ids of --data; --hidden-states data gives token counts only",
+                             hint="drop --vocab-from (hidden-states data uses its token_freq.pt) or train from --data")
+        return replace(options, vocab_from=options.vocab_from or ("data" if counts_only or init else "verifier"))
+
+    def vocab_from_verifier(self, options: Eagle3Options) -> bool:
+        return options.vocab_from == "verifier"
 
     def check_draft(self, draft: "Draft", options: Eagle3Options, init: str) -> None:
         """``--draft-layer`` with ``--init`` is a check, not a conversion: the layers are the draft's own.
@@ -664,9 +718,18 @@ class Eagle3(Algorithm, Reference, Training, Card):
             raise InputError("the draft's vocabulary is the verifier's (Vd = V): it needs no d2t/t2d")
         if "d2t" in draft.tensors:
             raise InputError("the draft already has d2t/t2d", hint="drop --vocab-map to keep them")
-        d2t, t2d, coverage = vocab_map(docs, V, Vd)
+        what = getattr(docs, "what", None)  # the verifier's top-1 counts (specfmt.training.data.VerifierTop1)
+        d2t, t2d, coverage = vocab_map(docs if what is None else docs.at_least(Vd), V, Vd)
         draft.tensors["d2t"], draft.tensors["t2d"] = d2t, t2d
-        how = f"top {Vd} token ids by frequency over the training data, covering {coverage:.1%} of its positions (cnets.py scandata)"
+        if what is None:
+            how = f"top {Vd} token ids by frequency over the training data, covering {coverage:.1%} of its positions (cnets.py scandata)"
+        else:
+            unseen = Vd - sum(1 for t in t2d.nonzero().flatten().tolist() if t in docs)
+            how = (f"top {Vd} token ids by frequency of {what}, covering {coverage:.1%} of them (verifier top-1 coverage)"
+                   + (f"; {unseen} ids it never predicts filled by text frequency" if unseen else ""))
+            if coverage < COVERAGE_WARN:
+                docs.notes.append(f"warning: the draft vocabulary covers {coverage:.1%} of the verifier's top-1 over the training positions, "
+                                  f"below {COVERAGE_WARN:.0%}: expect lower acceptance (docs/commands/train.md); raise --draft-vocab")
         return {"d2t": how, "t2d": how}
 
     def fill_embed(self, draft: "Draft", verifier: "Verifier") -> dict[str, str]:

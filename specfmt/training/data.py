@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 import hashlib
 import json
 import os
@@ -239,6 +240,88 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
         last = out.last_hidden_state
         aux = torch.cat([out.hidden_states[j].to(last.device) for j in taps], dim=-1) if taps else None
         return aux, last
+
+
+class VerifierTop1(collections.abc.Mapping):
+    """``{token id: count}`` of the verifier's top-1 prediction (argmax of its logits) over the training
+    positions, for a draft vocabulary chosen by what the draft is trained to propose (``--vocab-from verifier``).
+
+    The training positions: the windows of a fixed :class:`Windows` (T tokens at offset 0, what a
+    :class:`FeatureCache` holds), positions 1..T-1 of each, the positions whose logits are training targets
+    (:func:`specfmt.algorithms.eagle3.eagle3_ttt_loss` reads ``target_logits[:, 1:]``). The verifier runs once
+    over them, or, when ``cache`` is complete, its ``lm_head`` reads the cached last hidden states and the
+    verifier does not run. Computed on first use, so a draft that needs no vocabulary map never runs it.
+
+    Args:
+        load: returns the verifier (a transformers causal LM, eval mode), loaded once.
+        docs: token ids per document.
+        seq_len: T, tokens per window; batch: windows per forward.
+        cache: the request's feature cache (``--cache``), or None; ends: returns the verifier's
+            :class:`FrozenEnds` (its ``lm_head``), used with a complete cache.
+
+    Attributes:
+        what: how a fill-in description names these counts.
+        notes: warnings the draft vocabulary built from them adds (shown by ``specfmt train``).
+
+    Raises:
+        InputError: (on first use) the data is shorter than two windows (:class:`Windows`).
+    """
+
+    what = "the verifier's top-1 predictions over the training positions"
+
+    def __init__(self, load: Callable[[], Any], docs: list[list[int]], seq_len: int, batch: int, *,
+                 cache: "FeatureCache | None" = None, ends: Callable[[], Any] | None = None):
+        self._load, self._docs, self._T, self._B, self._cache, self._ends = load, docs, seq_len, batch, cache, ends
+        self._counts: dict[int, int] | None = None
+        self.notes: list[str] = []
+
+    def counts(self) -> dict[int, int]:
+        if self._counts is None:
+            import torch
+
+            windows = Windows(self._docs, self._T, self._B, 0, fixed=True)
+            cached = self._cache is not None and self._cache.complete
+            model = self._ends() if cached else self._load()
+            head, total = model.get_output_embeddings(), None
+            for start in range(0, windows.n, self._B):
+                idx = list(range(start, min(windows.n, start + self._B)))
+                if cached:
+                    last = self._cache.get(idx)[1]
+                else:
+                    ids = torch.stack([windows.window(0, i) for i in idx]).to(model.get_input_embeddings().weight.device)
+                    last = verifier_features(model, ids, [])[1]
+                with torch.no_grad():
+                    top = head(last[:, 1:].to(head.weight.device)).argmax(-1).flatten().cpu()
+                counts = torch.bincount(top, minlength=head.weight.shape[0])
+                total = counts if total is None else total + counts
+            self._counts = {int(t): int(total[t]) for t in total.nonzero().flatten()}
+        return self._counts
+
+    def at_least(self, n: int) -> dict[int, int]:
+        """The counts, with the text's most frequent ids (after each document's first, as cnets.py counts) that the
+        verifier never predicts added at count 0, in that order, until there are ``n`` ids: a draft vocabulary larger
+        than the verifier's distinct predictions is filled by text frequency."""
+        import collections
+
+        counts = dict(self.counts())
+        if len(counts) < n:
+            text: collections.Counter = collections.Counter()
+            for d in self._docs:
+                text.update(d[1:])
+            for t, _ in text.most_common():
+                if len(counts) >= n:
+                    break
+                counts.setdefault(t, 0)
+        return counts
+
+    def __getitem__(self, key: int) -> int:
+        return self.counts()[key]
+
+    def __iter__(self):
+        return iter(self.counts())
+
+    def __len__(self) -> int:
+        return len(self.counts())
 
 
 #: where a verifier's final norm weight is, by architecture (Llama-style decoders; multimodal wrappers)

@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
-from .data import Documents, FeatureCache, FrozenEnds, HeldOut, Windows, read_documents
+from .data import FeatureCache, FrozenEnds, HeldOut, VerifierTop1, Windows, read_documents
 from .hsdata import HiddenStateBatches, hidden_state_documents
 from .loop import fit
 
@@ -161,7 +161,8 @@ def _options_record(opts: "TrainOptions", options: AlgorithmOptions) -> dict[str
     keys = list(shared)
     at = keys.index("warmup") + 1
     extra = {k: getattr(options, k, default) for k, default in _RECORDED_OPTIONS.items()}
-    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}}
+    own = {f.name: getattr(options, f.name) for f in options.declared() if f.metadata.get("recorded")}  # after the shared ones
+    return {**{k: shared[k] for k in keys[:at]}, **extra, **{k: shared[k] for k in keys[at:]}, **own}
 
 
 def _digest(obj: Any) -> str:
@@ -212,10 +213,17 @@ class _Job:
     notes: list[str] = field(default_factory=list)
     heldout: float = 0.0
     evaluated: Any = None
+    model: Any = None
+    split: Any = None  # (training documents, held-out windows or None) of a --data run without --cache (:func:`_split`)
 
     @property
     def doc_ids(self) -> list[list[int]] | None:
         return self.docs.ids if self.docs is not None else None
+
+    @property
+    def train_ids(self) -> list[list[int]] | None:
+        """The documents the draft trains on (a draft vocabulary is counted over them): the held-out ones left out."""
+        return self.split[0] if self.split is not None else self.doc_ids
 
 
 def _trainer(name: str) -> Training:
@@ -263,7 +271,7 @@ def _read_init(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
         raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
     req.algorithm = draft.algorithm
     algo = _trainer(draft.algorithm)
-    options = algo.parse_options(req.options, init=True)
+    options = algo.settle_options(algo.parse_options(req.options, init=True), counts_only=bool(req.hidden_states), init=True)
     algo.check_draft(draft, options, str(req.init))
     prior: dict[str, Any] = json.loads(json.dumps(draft.config))
     filled = _fill(job, algo, options, draft)
@@ -280,10 +288,12 @@ def _new_draft(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
     if req.fill_only:
         raise InputError("nothing to fill: no --init draft")
     algo = _trainer(str(req.algorithm))
-    options = algo.parse_options(req.options, init=False)
+    options = algo.settle_options(algo.parse_options(req.options, init=False), counts_only=bool(req.hidden_states), init=False)
     shape = algo.new_shape(replace(options, speculative_tokens=req.speculative_tokens, dtype=req.dtype or "float32"))
     cfg = algo.new_config(job.verifier, shape)
-    tensors, filled = algo.new_draft(cfg, job.verifier, job.doc_ids)
+    docs = _vocab_docs(job, algo, options, cfg)
+    tensors, filled = algo.new_draft(cfg, job.verifier, docs)
+    job.notes += getattr(docs, "notes", [])
     job.notes.append(f"new {algo.name} draft for {req.verifier}")
     return Draft(cfg, tensors), algo, options, filled, None
 
@@ -293,7 +303,9 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
     req = job.req
     filled: dict[str, str] = {}
     cfg = draft.config
-    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=job.doc_ids))
+    docs = _vocab_docs(job, algo, options, cfg)
+    filled.update(algo.fill_vocab(draft, wanted=req.vocab_map, docs=docs))
+    job.notes += getattr(docs, "notes", [])
     if req.embed:
         filled.update(algo.fill_embed(draft, job.verifier))
     filled.update(algo.fill_heads(draft, job.verifier, options, lm_heads=req.lm_heads, fill_only=req.fill_only))
@@ -303,6 +315,39 @@ def _fill(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft) ->
             raise InputError(f"--speculative-tokens {req.speculative_tokens} is more than the {limit[0]} {algo.title} {limit[1]}")
         cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = req.speculative_tokens
     return filled
+
+
+def _vocab_docs(job: _Job, algo: Training, options: AlgorithmOptions, cfg: dict[str, Any]) -> Any:
+    """What a draft vocabulary is counted over: the data's token ids (or counts), or the verifier's top-1
+    predictions over them (:class:`specfmt.training.data.VerifierTop1`, computed only if a map is built; from
+    the ``--cache`` when it is complete)."""
+    if job.train_ids is None or not algo.vocab_from_verifier(options):
+        return job.train_ids
+    opts = job.opts
+
+    def load() -> Any:
+        job.say("counting the verifier's top-1 predictions over the training positions (draft vocabulary)")
+        return _verifier_model(job)
+
+    cache = None
+    if job.req.cache:
+        windows = Windows(job.train_ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True)
+        cache = FeatureCache(job.req.cache, _cache_key(job, windows, algo.feature_taps(cfg)))
+    return VerifierTop1(load, job.train_ids, opts.seq_len, opts.batch_size, cache=cache,
+                        ends=lambda: FrozenEnds.from_verifier(job.verifier, job.placement))
+
+
+def _cache_key(job: _Job, windows: Any, taps: list[int]) -> dict[str, Any]:
+    """What a ``--cache`` folder's features are valid for (:class:`specfmt.training.data.FeatureCache`)."""
+    return {"verifier": job.req.verifier, "verifier_config": _digest(job.verifier.config),
+            "data": windows.digest(), "seq_len": job.opts.seq_len, "taps": taps, "dtype": job.placement.dtype}
+
+
+def _verifier_model(job: _Job) -> Any:
+    """The verifier, loaded once per request (the draft vocabulary and the training share it)."""
+    if job.model is None:
+        job.model = _load_verifier(job.verifier, job.placement, job.say)
+    return job.model
 
 
 def _load_verifier(verifier: Verifier, placement: "Placement", say: Callable[[str], None]) -> Any:
@@ -340,6 +385,9 @@ def check_request(req: TrainRequest) -> AlgorithmOptions | None:
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
     options = _trainer(req.algorithm).parse_options(req.options, init=req.init is not None) if req.algorithm else None
+    if options is not None:
+        options = _trainer(req.algorithm).settle_options(options, counts_only=bool(req.hidden_states),
+                                                            init=req.init is not None)
     if req.cache and req.fill_only:
         raise InputError("--cache has no use without training")
     if req.hidden_states and (req.data or req.cache):
@@ -438,6 +486,8 @@ def _train(req: TrainRequest, opts: "TrainOptions", out: Path, rank: int, world:
     if training and not req.fill_cache_only:
         job.heldout, note = heldout_share(req, opts, len(job.docs.ids) if not req.hidden_states else 0)
         job.notes += [note] if note else []
+        if not (req.cache or req.hidden_states):  # split before the draft vocabulary is counted: over the training documents only
+            job.split = _split(job)
     draft, algo, options, filled, prior = _read_init(job) if req.init is not None else _new_draft(job)
     module = _module(draft, device)
     subset = algo.heads_trained(module, draft.config, prior, options)
@@ -476,12 +526,10 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
     elif req.cache:  # fixed windows: the held-out share is of the windows, whose features the cache holds too
         windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True, world=job.world, rank=job.rank, heldout=job.heldout)
     else:
-        train_ids, heldout = _split(job)
+        train_ids, heldout = job.split or (job.docs.ids, None)
         windows = Windows(train_ids, opts.seq_len, opts.batch_size, opts.seed, world=job.world, rank=job.rank)
     if req.cache:
-        key = {"verifier": req.verifier, "verifier_config": _digest(job.verifier.config),
-               "data": windows.digest(), "seq_len": opts.seq_len, "taps": taps, "dtype": placement.dtype}
-        cache = FeatureCache(req.cache, key)
+        cache = FeatureCache(req.cache, _cache_key(job, windows, taps))
         if job.world > 1:  # every process has read the folder before any writes to it
             dist.barrier()
         if not cache.complete:
@@ -496,7 +544,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         say(f"reading the features from {req.cache}; the verifier's embedding and lm_head only ({placement.dtype})")
         model = FrozenEnds.from_verifier(job.verifier, placement)
     elif model is None:
-        model = _load_verifier(job.verifier, placement, say)
+        model = _verifier_model(job)
     where = model.get_output_embeddings().weight.device  # a device map: the draft trains beside the verifier's last layers
     if where != device:
         module.to(where)
@@ -581,7 +629,7 @@ def _fill_cache(job: _Job, cache: FeatureCache, windows: Windows, taps: list[int
     """Compute the verifier's features of every window into the cache (each process its share); the verifier loaded."""
     import torch.distributed as dist
 
-    model = _load_verifier(job.verifier, job.placement, job.say)
+    model = _verifier_model(job)
     job.say(f"computing the verifier's features of {windows.n} windows into {job.req.cache}"
             + (f" (process {job.rank} of {job.world})" if job.world > 1 else ""))
     cache.build(windows, model, taps, input_device(model), rank=job.rank, world=job.world)
