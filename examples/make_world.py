@@ -360,6 +360,10 @@ def train_draft(algorithm: str, out: Path, verifier_dir: Path, data: list[Path],
         if name in ("d2t",):
             print(f"  {name}: {how}")
     stats = {"steps": s.steps, "tokens": s.tokens, "seconds": round(s.seconds), "accuracy": [round(a, 3) for a in s.accuracy]}
+    if "d2t" in res.filled:  # EAGLE-3: how the draft vocabulary was chosen, with its coverage
+        stats["vocab"] = res.filled["d2t"]
+    if s.kept is not None:  # a held-out split: the weights written are those of its best evaluation
+        stats["kept"] = s.kept.to_json()
     return stats, {n: t for n, t in res.draft.tensors.items()}
 
 
@@ -440,33 +444,39 @@ def heldout_acceptance(out: Path, name: str, fmt: str) -> dict:
     return {"k": 3, "prompts": len(run.prompts.ids), "tokens": run.max_tokens * len(run.prompts.ids), **{k: ref[k] for k in keys}}
 
 
-def make_drafts(out: Path, train_paths: list[Path], steps: dict[str, int]) -> dict:
-    """Train the three drafts with the specfmt trainer and save them in their research layouts."""
+def make_drafts(out: Path, train_paths: list[Path], steps: dict[str, int], only: list[str] | None = None,
+                kept: dict | None = None) -> dict:
+    """Train the drafts (``only``: these algorithms; the others' files and ``kept`` figures stay) with the specfmt
+    trainer and save them in their research layouts."""
     import tempfile
 
-    figures = {}
+    only = list(DRAFT_DIRS) if only is None else only
+    figures = {a: f for a, f in (kept or {}).items() if a not in only}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        stats, t = train_draft("eagle3", tmp / "eagle3", out / "verifier", train_paths, steps["eagle3"], draft_vocab=DRAFT_VOCAB)
-        save_eagle3(t, out / "eagle3-safeailab")
-        figures["eagle3"] = stats
-        stats, t = train_draft("eagle", tmp / "eagle", out / "verifier", train_paths, steps["eagle"], noise=EAGLE1_NOISE)
-        save_eagle1(t, out / "eagle-safeailab")
-        figures["eagle"] = stats
-        stats, t = train_draft("medusa", tmp / "medusa", out / "verifier", train_paths, steps["medusa"], heads=MEDUSA_HEADS)
-        save_medusa(t, out / "medusa-legacy", MEDUSA_HEADS, 1)
-        figures["medusa"] = stats
-    for algo, (name, fmt) in DRAFT_DIRS.items():
+        if "eagle3" in only:
+            stats, t = train_draft("eagle3", tmp / "eagle3", out / "verifier", train_paths, steps["eagle3"], draft_vocab=DRAFT_VOCAB)
+            save_eagle3(t, out / "eagle3-safeailab")
+            figures["eagle3"] = stats
+        if "eagle" in only:
+            stats, t = train_draft("eagle", tmp / "eagle", out / "verifier", train_paths, steps["eagle"], noise=EAGLE1_NOISE)
+            save_eagle1(t, out / "eagle-safeailab")
+            figures["eagle"] = stats
+        if "medusa" in only:
+            stats, t = train_draft("medusa", tmp / "medusa", out / "verifier", train_paths, steps["medusa"], heads=MEDUSA_HEADS)
+            save_medusa(t, out / "medusa-legacy", MEDUSA_HEADS, 1)
+            figures["medusa"] = stats
+    for algo in only:
+        name, fmt = DRAFT_DIRS[algo]
         figures[algo]["heldout"] = heldout_acceptance(out, name, fmt)
-    return figures
+    return {a: figures[a] for a in DRAFT_DIRS}
 
 
 def dir_size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: list,
-                 ratio: float, steps: int, drafts: dict) -> None:
+def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: list, steps: int, drafts: dict) -> None:
     names = ["verifier"] + [d for d, _ in DRAFT_DIRS.values()]
     sizes = {name: dir_size(out / name) for name in names}
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
@@ -477,11 +487,19 @@ def write_readme(out: Path, stats: dict, train: dict, heldout: dict, prompts: li
     py = f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
     e3, e1, md = drafts["eagle3"], drafts["eagle"], drafts["medusa"]
 
+    def kept(d: dict) -> str:
+        if "kept" not in d:
+            return ""
+        k = d["kept"]
+        return (f" (all positions); the weights written are step {k['step']}'s, the best by estimated acceptance length "
+                f"({k['estimated_acceptance_length']:.3f}) on the training files held out (`--heldout`, 5 %; top-1 agreement "
+                f"there {', '.join(f'{a:.3f}' for a in k['top1_agreement'])})")
+
     def figures(d: dict) -> str:
         h = d["heldout"]
         return (f"{d['steps']} steps of {DRAFT_BATCH} x {DRAFT_SEQ} training tokens, AdamW lr {DRAFT_LR:g}, {d['seconds']} s on "
                 f"2 CPU threads; top-1 agreement with the verifier over the last 50 steps, per position: "
-                f"{', '.join(f'{a:.3f}' for a in d['accuracy'])}. On the held-out prompts (converted with "
+                f"{', '.join(f'{a:.3f}' for a in d['accuracy'])}{kept(d)}. On the held-out prompts (converted with "
                 f"`specfmt convert`, reference run in float32, k = 3, 32 tokens each): mean acceptance length "
                 f"**{h['mean_acceptance_length']:.3f}**, acceptance rate per position "
                 f"{', '.join(f'{a:.3f}' for a in h['acceptance_rate_per_position'])} ({h['num_drafts']} drafts)")
@@ -562,9 +580,8 @@ exactly as the research trainers save them.
   `draft_vocab_size: {DRAFT_VOCAB}`; no aux-layer ids, so the reference's default
   taps (2, N//2, N-3) = (2, 4, 5) apply for the {N_LAYERS}-layer verifier.
 * Training-time test over 3 steps: {figures(e3)}.
-* `d2t`/`t2d` come from token counts over the training corpus, as
-  `cnets.py::scandata` builds them; the top {DRAFT_VOCAB} tokens cover {ratio:.1%} of
-  training positions. `d2t[i] = used_tokens[i] - i`, `t2d[t] = t in used_tokens`.
+* `d2t`/`t2d` (`specfmt train eagle3 --vocab-from verifier`, the default): {e3['vocab']}.
+  `d2t[i] = used_tokens[i] - i`, `t2d[t] = t in used_tokens`.
 
 #### `eagle-safeailab/`
 
@@ -600,7 +617,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--medusa-steps", type=int, default=MEDUSA_STEPS, help="Medusa heads training steps")
     ap.add_argument("--drafts-only", action="store_true",
                     help="keep the verifier, tokenizer and prompts in --out; retrain and rewrite the drafts")
+    ap.add_argument("--drafts", default=",".join(DRAFT_DIRS),
+                    help="with --drafts-only: the drafts to retrain, of " + ", ".join(DRAFT_DIRS) + " (the others and their figures stay)")
     args = ap.parse_args(argv)
+    only = [d for d in args.drafts.split(",") if d]
+    if set(only) - set(DRAFT_DIRS) or (not args.drafts_only and set(only) != set(DRAFT_DIRS)):
+        ap.error(f"--drafts names of {', '.join(DRAFT_DIRS)}, and only with --drafts-only")
 
     t_start = time.time()
     seed_everything()
@@ -629,16 +651,15 @@ def main(argv: list[str] | None = None) -> None:
         stats = train_verifier(train_docs, heldout_docs, args.steps, out / "verifier")
         stats = {k: v for k, v in stats.items() if k != "embed"}
         steps = args.steps
-    from specfmt.algorithms.eagle3 import vocab_map
-
-    ratio = vocab_map(train_docs, VOCAB, DRAFT_VOCAB)[2]
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     train_paths = [stdlib / n for n in sorted(train)]
-    for name, _ in DRAFT_DIRS.values():
-        shutil.rmtree(out / name, ignore_errors=True)
-    draft_stats = make_drafts(out, train_paths, {"eagle3": args.draft_steps, "eagle": args.eagle1_steps, "medusa": args.medusa_steps})
+    for algo in only:
+        shutil.rmtree(out / DRAFT_DIRS[algo][0], ignore_errors=True)
+    kept = manifest["drafts"] if args.drafts_only else None
+    draft_stats = make_drafts(out, train_paths, {"eagle3": args.draft_steps, "eagle": args.eagle1_steps, "medusa": args.medusa_steps},
+                              only, kept)
     (out / MANIFEST).write_text(json.dumps({"verifier_steps": steps, "verifier": stats, "drafts": draft_stats}, indent=2) + "\n")
-    write_readme(out, stats, train, heldout, prompts, ratio, steps, draft_stats)
+    write_readme(out, stats, train, heldout, prompts, steps, draft_stats)
 
     print(f"wrote {out} ({dir_size(out) / 1e6:.2f} MB) in {time.time() - t_start:.0f}s")
 
