@@ -365,7 +365,9 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
                         "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
                         "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
                 print(f"training {key}", flush=True)
+                load = os.getloadavg()[0]
                 figures, draft = train_one(trainer, spec, work)
+                figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
                 d2t, used = vocab_of(draft)
                 assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
                 rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from,
