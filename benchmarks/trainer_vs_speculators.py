@@ -23,9 +23,10 @@ What is shared, and how (issue 27):
   ``batch_size`` windows of ``seq_len``; speculators packs whole samples into one row of
   ``--total-seq-len`` tokens, given ``batch_size * seq_len``: with samples of exactly ``seq_len``
   tokens that is ``batch_size`` samples, the same tokens per step. speculators' linear schedule is
-  given ``--scheduler-total-steps STEPS`` (else it decays over its 20 default epochs, not the
-  budget) and ``--train-data-ratio 1`` (all data trains, as specfmt's); ``--num-layers 1`` (specfmt's
-  draft; speculators' default is 5). Everything else is each trainer's own default (speculators:
+  given ``--max-steps STEPS``, over which its linear schedule decays (``trainer.py``
+  ``_resolve_scheduler_steps``), and ``--train-data-ratio 0.999`` (it refuses 1: two of the samples
+  are its validation split, the rest trains); ``--num-layers 1`` (both trainers' EAGLE-3 default,
+  stated). Everything else is each trainer's own default (speculators:
   Muon + AdamW, KL loss, norm_before_fc / norm_output on, lm_head frozen; specfmt: whatever
   ``specfmt train eagle3`` defaults to), plus what ``--specfmt-option`` / ``--speculators-arg`` add.
 * **Measurement**: each draft in the specfmt format (speculators' checkpoint through
@@ -56,6 +57,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -64,7 +66,7 @@ RESULTS = Path(__file__).with_suffix(".results.json")
 TRAINERS = ("specfmt", "speculators")
 #: each trainer's learning-rate sweep: specfmt's around its 3e-3; speculators' default 1e-3 (Muon and AdamW,
 #: speculators/train/config/schema.py ``lr``, ``muon_lr`` unset -> ``lr``) and x/÷ 3
-DEFAULT_LRS = {"specfmt": "1e-3,3e-3,1e-2", "speculators": "3.3e-4,1e-3,3e-3"}
+DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  # each default first
 #: speculators 0.9's ``python -m speculators.train`` flags fixed by the benchmark (see the module docstring)
 SPECULATORS_FIXED = ["--speculator-type", "eagle3", "--num-layers", "1", "--draft-arch", "llama",
                      "--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--hidden-states-dtype", "float32",
@@ -113,6 +115,12 @@ def _top1_counts(engine, folder: Path, n: int, vocab_size: int) -> dict[int, int
     return {t: int(c) for t, c in enumerate(counts.tolist())}
 
 
+def ordered_counts(counts: dict[int, int]) -> dict[int, int]:
+    """``counts`` in the order (-count, id): speculators breaks ties by id (``build_vocab_mappings_from_distribution``),
+    specfmt's ``vocab_map`` by the dict's order (``Counter.most_common``), so both take the same ids from this dict."""
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str) -> dict:
     """Make (once) ``root``: the preprocessed dataset, the hidden states and ``token_freq.pt``; returns its facts."""
     import torch
@@ -142,8 +150,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str) -> dict
         pass
     counts = (_top1_counts(engine, folder, len(windows), V) if vocab_from == "verifier"
               else {**{t: 0 for t in range(V)}, **layout.token_frequencies(samples)})
-    ordered = dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))  # ties by id, as speculators sorts them
-    torch.save(ordered, root / layout.TOKEN_FREQ)
+    torch.save(ordered_counts(counts), root / layout.TOKEN_FREQ)
     files = layout.existing_samples(folder)
     layout.write_manifest(root, layout.Manifest(
         verifier=str(world / "verifier"), layers=layers, hidden_size=verifier.info.hidden_size, engine="transformers",
@@ -327,9 +334,18 @@ def _slug(key: str) -> str:
 
 
 def _save(path: Path, results: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp, path)
+    """Write ``results`` merged into what the file holds now (runs and data by key): two harnesses (one per
+    trainer) may share one results file; a lock beside it orders their writes."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / f"{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        disk = json.loads(path.read_text()) if path.is_file() else {}
+        for part in ("runs", "data"):
+            results[part] = {**disk.get(part, {}), **results.get(part, {})}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp, path)
 
 
 def _meta(args: argparse.Namespace) -> dict:
@@ -338,7 +354,7 @@ def _meta(args: argparse.Namespace) -> dict:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     return {"date": datetime.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
             "cpus": os.cpu_count(), "machine": platform.machine(), "threads": args.threads, "specfmt_commit": commit,
-            "speculators": "0.9.0 (CPU patches of tests/test_hidden_states_interop.py)", "load_average_at_start": os.getloadavg()[0],
+            "speculators": "0.9.0 (CPU patches of tests/test_hidden_states_interop.py)", "loadavg": [round(x, 2) for x in os.getloadavg()],
             "batch": args.batch_size, "seq_len": args.seq_len, "draft_vocab": args.draft_vocab, "seed": args.seed,
             "warmup_steps_not_timed": args.warmup}
 
@@ -351,32 +367,32 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     facts["vocab_coverage_of_counts"] = vocab_coverage(data, args.draft_vocab)
     results.setdefault("data", {})[f"{world.name}|{args.vocab_from}"] = facts
     want_d2t, want_used = expected_vocab(data, args.draft_vocab)
+    lrs = {t: [float(x) for x in (args.lrs or DEFAULT_LRS[t]).split(",")] for t in args.trainers.split(",")}
     for steps in map(int, args.steps.split(",")):
-        for trainer in args.trainers.split(","):
+        for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
-            for lr in map(float, (args.lrs or DEFAULT_LRS[trainer]).split(",")):
-                key = run_key(world.name, trainer, steps, lr, args.vocab_from, options)
-                if key in results["runs"] and not args.force:
-                    print(f"have {key}", flush=True)
-                    continue
-                run_dir = work / "runs" / _slug(key)
-                spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
-                        "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
-                        "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
-                        "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
-                print(f"training {key}", flush=True)
-                load = os.getloadavg()[0]
-                figures, draft = train_one(trainer, spec, work)
-                figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
-                d2t, used = vocab_of(draft)
-                assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
-                rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from,
-                       "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
-                       "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
-                results["runs"][key] = rec
-                _save(Path(args.json), results)
-                print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}  "
-                      f"{rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
+            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options)
+            if key in results["runs"] and not args.force:
+                print(f"have {key}", flush=True)
+                continue
+            run_dir = work / "runs" / _slug(key)
+            spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
+                    "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
+                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
+                    "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
+            print(f"training {key}", flush=True)
+            load = os.getloadavg()[0]
+            figures, draft = train_one(trainer, spec, work)
+            figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
+            d2t, used = vocab_of(draft)
+            assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
+            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from,
+                   "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
+                   "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
+            results["runs"][key] = rec
+            _save(Path(args.json), results)
+            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}  "
+                  f"{rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
     if args.vllm:
         run_vllm(args, world, results)
 
