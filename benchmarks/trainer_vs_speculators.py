@@ -386,7 +386,7 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
             figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
             d2t, used = vocab_of(draft)
             assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
-            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from,
+            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from, "threads": args.threads,
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
             results["runs"][key] = rec

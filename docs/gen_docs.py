@@ -481,12 +481,14 @@ def bench_trainer_vs_speculators(data: dict) -> str:
              f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
             for r in runs]
     m = data.get("meta", {})
-    facts = "; ".join(f"{w}: {f['samples']:,} samples of {f['seq_len']} tokens, draft vocabulary from the {f['vocab_from']} counts "
+    source = {"verifier": "the verifier's top-1 predictions", "data": "the training tokens"}
+    facts = "; ".join(f"{w.split('|')[0]}: {f['samples']:,} samples of {f['seq_len']} tokens, draft vocabulary from the counts of "
+                      f"{source.get(f['vocab_from'], f['vocab_from'])} "
                       f"(the top {m.get('draft_vocab', '?')} hold {f['vocab_coverage_of_counts']:.1%} of them)" for w, f in data.get("data", {}).items())
     head = (f"{m.get('batch', '?')} × {m.get('seq_len', '?')} tokens per step, seed {m.get('seed', '?')}; {facts}. "
             "Bold: each trainer's best learning rate per budget.")
     return head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", "tokens/s", "train (s)",
-                                   "load average before / after"], rows, "lrllrlrrrl")
+                                   "load average before / after"], rows, "lrlrrlrrrl")
 
 
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
