@@ -121,7 +121,7 @@ def ordered_counts(counts: dict[int, int]) -> dict[int, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str) -> dict:
+def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None) -> dict:
     """Make (once) ``root``: the preprocessed dataset, the hidden states and ``token_freq.pt``; returns its facts."""
     import torch
 
@@ -140,7 +140,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str) -> dict
     verifier = Verifier.load(str(world / "verifier"))
     n_layers, V = verifier.info.num_hidden_layers, verifier.info.vocab_size
     layers = default_taps(n_layers) + [n_layers]
-    windows = _windows(verifier, seq_len)
+    windows = _windows(verifier, seq_len)[:max_samples]
     samples = [layout.Sample(w, [1] * len(w)) for w in windows]
     t0 = time.perf_counter()
     layout.write_preprocessed(samples, root)
@@ -362,8 +362,8 @@ def _meta(args: argparse.Namespace) -> dict:
 def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     """Every selected (steps, trainer, lr) not yet in ``results``: train, check the vocabulary, measure, save."""
     work = Path(args.work).expanduser() / world.name
-    data = work / f"data-{args.seq_len}-{args.vocab_from}"
-    facts = prepare_data(world, data, args.seq_len, args.vocab_from)
+    data = work / (f"data-{args.seq_len}-{args.vocab_from}" + (f"-first{args.max_samples}" if args.max_samples else ""))
+    facts = prepare_data(world, data, args.seq_len, args.vocab_from, args.max_samples)
     facts["vocab_coverage_of_counts"] = vocab_coverage(data, args.draft_vocab)
     results.setdefault("data", {})[f"{world.name}|{args.vocab_from}"] = facts
     want_d2t, want_used = expected_vocab(data, args.draft_vocab)
@@ -371,7 +371,7 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     for steps in map(int, args.steps.split(",")):
         for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
-            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options)
+            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options) + (f"|first{args.max_samples}" if args.max_samples else "")
             if key in results["runs"] and not args.force:
                 print(f"have {key}", flush=True)
                 continue
@@ -440,6 +440,8 @@ def main() -> None:
     ap.add_argument("--draft-vocab", type=int, default=1024)
     ap.add_argument("--vocab-from", choices=("verifier", "data"), default="verifier",
                     help="token_freq.pt counts: the verifier's top-1 at every training position, or the training tokens")
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="only the first N windows (a quick check of the harness; its results are not comparable)")
     ap.add_argument("--seed", type=int, default=1237)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5, help="steps not timed")
@@ -456,6 +458,9 @@ def main() -> None:
     if args.child:
         print(json.dumps(specfmt_child(json.loads(args.child))))
         return
+    import torch
+
+    torch.set_num_threads(args.threads)  # the extraction and the reference runs here, as each trainer
     world = Path(args.world).resolve()
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
