@@ -39,7 +39,10 @@ What is shared, and how (issue 27):
   step) after the same warmup.
 
 Each run is checkpointed into the results file as it ends (key: world, trainer, steps, lr, vocab,
-options); a run already there is skipped unless ``--force``. Usage::
+options, and for specfmt the git tree of specfmt/, so new specfmt code or defaults run again); a run
+already there is skipped unless ``--force``. One harness per trainer may run at once on one results
+file. On a loaded machine give ``--threads 1`` (and ``GOMP_SPINCOUNT=0``): measured here at load
+average ~15 on 2 cores, specfmt's step took 30 s with 2 threads and 2.2 s with 1. Usage::
 
     python benchmarks/trainer_vs_speculators.py [--world examples/world] [--trainers specfmt,speculators] \\
         [--steps 150,1500] [--lrs 1e-3,3e-3] [--vllm] [--force]
@@ -299,8 +302,19 @@ def measure(draft: Path, world: Path, use_vllm: bool) -> dict:
             "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
 
 
+def specfmt_tree() -> str:
+    """The git tree of specfmt/ at HEAD (``+dirty`` with uncommitted changes there): specfmt's runs are keyed by it,
+    so a change of specfmt's trainer or its defaults runs them again, and a run says which code made it."""
+    def git(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+
+    tree = git("rev-parse", "--short", "HEAD:specfmt").stdout.strip() or "unknown"
+    return tree + ("" if git("diff", "--quiet", "HEAD", "--", "specfmt").returncode == 0 else "+dirty")
+
+
 def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str]) -> str:
-    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options)])
+    code = [f"specfmt-tree:{specfmt_tree()}"] if trainer == "specfmt" else []
+    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code])
 
 
 def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
@@ -387,6 +401,7 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
             d2t, used = vocab_of(draft)
             assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
             rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from, "threads": args.threads,
+                   "specfmt_tree": specfmt_tree(),
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
             results["runs"][key] = rec
