@@ -417,7 +417,7 @@ def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
     for steps in map(int, args.steps.split(",")):
         for trainer in args.trainers.split(","):
             runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
-                    == (world.name, trainer, steps, args.vocab_from)]
+                    == (world.name, trainer, steps, args.vocab_from) and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
             if not runs:
                 continue
             best = max(runs, key=lambda r: r["reference"]["al"])
@@ -437,7 +437,7 @@ def table(results: dict) -> str:
         al = f"{r['reference']['al']:.3f}" + (" **best**" if r["reference"]["al"] == best else "")
         pp = " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"])
         vl = f"{r['vllm']['al']:.3f}" if "vllm" in r else ""
-        opts = f" {' '.join(r['options'])}" if r["options"] else ""
+        opts = (f" {' '.join(r['options'])}" if r["options"] else "") + (f" ({r['specfmt_tree']})" if r["trainer"] == "specfmt" else "")
         rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts} | {r['lr']:g} | {al} ({pp}) | {vl} | "
                     f"{r['tokens_per_second']:,.0f} | {r['train_seconds']:.0f} |")
     return "\n".join(rows)

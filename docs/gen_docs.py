@@ -474,7 +474,8 @@ def bench_trainer_vs_speculators(data: dict) -> str:
     for r in runs:
         k = (r["world"], r["steps"], r["trainer"])
         best[k] = max(best.get(k, 0.0), r["reference"]["al"])
-    rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else ""), f"{r['lr']:g}",
+    rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+             + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else ""), f"{r['lr']:g}",
              (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best[(r["world"], r["steps"], r["trainer"])]
               else f"{r['reference']['al']:.3f}"),
              " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
