@@ -468,9 +468,34 @@ def bench_datagen(data: dict) -> str:
     return out + ("\n\n" + "; ".join(ratios) + "." if ratios else "")
 
 
+def bench_trainer_vs_speculators(data: dict) -> str:
+    runs = sorted(data["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"]))
+    best = {}
+    for r in runs:
+        k = (r["world"], r["steps"], r["trainer"])
+        best[k] = max(best.get(k, 0.0), r["reference"]["al"])
+    rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+             + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else ""), f"{r['lr']:g}",
+             (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best[(r["world"], r["steps"], r["trainer"])]
+              else f"{r['reference']['al']:.3f}"),
+             " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
+             f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
+            for r in runs]
+    m = data.get("meta", {})
+    source = {"verifier": "the verifier's top-1 predictions", "data": "the training tokens"}
+    facts = "; ".join(f"{w.split('|')[0]}: {f['samples']:,} samples of {f['seq_len']} tokens, draft vocabulary from the counts of "
+                      f"{source.get(f['vocab_from'], f['vocab_from'])} "
+                      f"(the top {m.get('draft_vocab', '?')} hold {f['vocab_coverage_of_counts']:.1%} of them)" for w, f in data.get("data", {}).items())
+    head = (f"{m.get('batch', '?')} × {m.get('seq_len', '?')} tokens per step, seed {m.get('seed', '?')}; {facts}. "
+            "Bold: each trainer's best learning rate per budget.")
+    return head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", "tokens/s", "train (s)",
+                                   "load average before / after"], rows, "lrlrrlrrrl")
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
-                                             "memory_bench": bench_memory, "datagen_throughput": bench_datagen}
+                                             "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
+                                             "trainer_vs_speculators": bench_trainer_vs_speculators}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Head to head: ``specfmt train eagle3`` against speculators 0.9's trainer, same data, vocabulary and budget.
+
+What is shared, and how (issue 27):
+
+* **Data**: the world's training text (``examples/make_world.py`` ``TRAIN_FILES``, the Python
+  standard library sources both worlds' verifiers and drafts were trained on), tokenised by the
+  verifier's tokenizer as ``specfmt train --data`` reads it (``read_documents``), concatenated and cut
+  into windows of ``--seq-len`` tokens (offset 0, the tail dropped), every token under loss. The
+  verifier's hidden states of every window are extracted ONCE, by specfmt's datagen Python API
+  (the transformers engine, float32: ``specfmt.datagen.hf_engine.TransformersEngine``,
+  ``specfmt.datagen.layout``), into one folder in speculators 0.9's layout, at the tap layers of a new
+  EAGLE-3 draft (``default_taps``) and the last layer. specfmt reads it with ``--hidden-states``
+  (``specfmt/training/hsdata.py``), speculators with ``--data-path``.
+* **Draft vocabulary**: ``DIR/token_freq.pt``, which both trainers turn into d2t/t2d
+  (speculators: ``train/vocab_mapping.py`` ``build_vocab_mappings_from_distribution``; specfmt:
+  ``hidden_state_documents`` -> ``eagle3.vocab_map``). ``--vocab-from verifier`` (default) counts the
+  verifier's top-1 prediction at every training position, ``data`` the training tokens (speculators'
+  own count). Every token id is in the file, ordered by (-count, id): speculators breaks ties by id,
+  specfmt keeps the file's order, so both pick the same ids; the harness asserts that both drafts
+  end with identical d2t/t2d.
+* **Budget**: ``--steps`` optimizer steps of ``--batch-size x --seq-len`` tokens. specfmt takes
+  ``batch_size`` windows of ``seq_len``; speculators packs whole samples into one row of
+  ``--total-seq-len`` tokens, given ``batch_size * seq_len``: with samples of exactly ``seq_len``
+  tokens that is ``batch_size`` samples, the same tokens per step. speculators' linear schedule is
+  given ``--max-steps STEPS``, over which its linear schedule decays (``trainer.py``
+  ``_resolve_scheduler_steps``), and ``--train-data-ratio 0.999`` (it refuses 1: two of the samples
+  are its validation split, the rest trains); ``--num-layers 1`` (both trainers' EAGLE-3 default,
+  stated). Everything else is each trainer's own default (speculators:
+  Muon + AdamW, KL loss, norm_before_fc / norm_output on, lm_head frozen; specfmt: whatever
+  ``specfmt train eagle3`` defaults to), plus what ``--specfmt-option`` / ``--speculators-arg`` add.
+* **Measurement**: each draft in the specfmt format (speculators' checkpoint through
+  ``specfmt convert --from speculators``) is run by ``validate_run(max_tokens=32,
+  num_speculative_tokens=3, use_vllm=False)`` on the world's held-out ``prompts.jsonl``: the
+  reference AL and per-position acceptance. ``--vllm`` adds vLLM's AL (``use_vllm=True``) for the best
+  learning rate of each trainer per budget. Tokens/s is the training loop proper: specfmt, trained
+  tokens over the wall time between the step callbacks after ``--warmup`` steps; speculators, the
+  same tokens over the sum of its profiler's ``step_ms`` (batch fetch to optimizer step, logged every
+  step) after the same warmup.
+
+Each run is checkpointed into the results file as it ends (key: world, trainer, steps, lr, vocab,
+options, and for specfmt the git tree of specfmt/, so new specfmt code or defaults run again); a run
+already there is skipped unless ``--force``. One harness per trainer may run at once on one results
+file. On a loaded machine give ``--threads 1`` (and ``GOMP_SPINCOUNT=0``): measured here at load
+average ~15 on 2 cores, specfmt's step took 30 s with 2 threads and 2.2 s with 1. Usage::
+
+    python benchmarks/trainer_vs_speculators.py [--world examples/world] [--trainers specfmt,speculators] \\
+        [--steps 150,1500] [--lrs 1e-3,3e-3] [--vllm] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).with_suffix(".results.json")
+TRAINERS = ("specfmt", "speculators")
+#: each trainer's learning-rate sweep: specfmt's around its 3e-3; speculators' default 1e-3 (Muon and AdamW,
+#: speculators/train/config/schema.py ``lr``, ``muon_lr`` unset -> ``lr``) and x/÷ 3
+DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  # each default first
+#: speculators 0.9's ``python -m speculators.train`` flags fixed by the benchmark (see the module docstring)
+SPECULATORS_FIXED = ["--speculator-type", "eagle3", "--num-layers", "1", "--draft-arch", "llama",
+                     "--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--hidden-states-dtype", "float32",
+                     "--train-data-ratio", "0.999", "--num-workers", "0", "--on-missing", "raise", "--epochs", "1000"]
+
+
+def _tests_on_path() -> None:
+    if str(REPO / "tests") not in sys.path:
+        sys.path.insert(0, str(REPO / "tests"))
+
+
+def train_files() -> list[str]:
+    """The world's training files: ``make_world.TRAIN_FILES`` (both worlds; ``make_world_qwen3`` reads the same corpus)."""
+    sys.path.insert(0, str(REPO / "examples"))
+    from make_world import TRAIN_FILES
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    return [str(stdlib / n) for n in TRAIN_FILES if (stdlib / n).is_file()]
+
+
+# ---------------------------------------------------------------- shared data
+
+
+def _windows(verifier, seq_len: int) -> list[list[int]]:
+    from specfmt.training.data import read_documents
+
+    docs = read_documents(train_files(), verifier.tokenizer())
+    stream = [t for d in docs.ids for t in d]
+    return [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+def _top1_counts(engine, folder: Path, n: int, vocab_size: int) -> dict[int, int]:
+    """The verifier's top-1 prediction at every stored position: its final norm and lm_head over the last layer."""
+    import torch
+    from safetensors.torch import load_file
+
+    from specfmt.datagen.engine import sample_path
+
+    model = engine._load()
+    norm, head = model.get_decoder().norm, model.get_output_embeddings()
+    counts = torch.zeros(vocab_size, dtype=torch.long)
+    with torch.no_grad():
+        for i in range(n):
+            last = load_file(str(sample_path(folder, i)))["hidden_states"][:, -1]
+            counts += torch.bincount(head(norm(last)).argmax(-1), minlength=vocab_size)
+    return {t: int(c) for t, c in enumerate(counts.tolist())}
+
+
+def ordered_counts(counts: dict[int, int]) -> dict[int, int]:
+    """``counts`` in the order (-count, id): speculators breaks ties by id (``build_vocab_mappings_from_distribution``),
+    specfmt's ``vocab_map`` by the dict's order (``Counter.most_common``), so both take the same ids from this dict."""
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None) -> dict:
+    """Make (once) ``root``: the preprocessed dataset, the hidden states and ``token_freq.pt``; returns its facts."""
+    import torch
+
+    from specfmt.algorithms.eagle3 import default_taps
+    from specfmt.datagen import layout
+    from specfmt.datagen.hf_engine import TransformersEngine
+    from specfmt.sources.verifier import Verifier
+
+    facts_file = root / "bench_data.json"
+    if facts_file.is_file():
+        facts = json.loads(facts_file.read_text())
+        if facts["seq_len"] == seq_len and facts["vocab_from"] == vocab_from:
+            return facts
+        sys.exit(f"{root} holds data made with seq len {facts['seq_len']}, vocab from {facts['vocab_from']}: give another --work")
+    shutil.rmtree(root, ignore_errors=True)
+    verifier = Verifier.load(str(world / "verifier"))
+    n_layers, V = verifier.info.num_hidden_layers, verifier.info.vocab_size
+    layers = default_taps(n_layers) + [n_layers]
+    windows = _windows(verifier, seq_len)[:max_samples]
+    samples = [layout.Sample(w, [1] * len(w)) for w in windows]
+    t0 = time.perf_counter()
+    layout.write_preprocessed(samples, root)
+    folder = layout.hidden_states_folder(root)
+    engine = TransformersEngine(verifier, dtype="float32")
+    for _ in engine.extract(list(enumerate(windows)), layers, folder):
+        pass
+    counts = (_top1_counts(engine, folder, len(windows), V) if vocab_from == "verifier"
+              else {**{t: 0 for t in range(V)}, **layout.token_frequencies(samples)})
+    torch.save(ordered_counts(counts), root / layout.TOKEN_FREQ)
+    files = layout.existing_samples(folder)
+    layout.write_manifest(root, layout.Manifest(
+        verifier=str(world / "verifier"), layers=layers, hidden_size=verifier.info.hidden_size, engine="transformers",
+        seq_len=seq_len, dtype="float32", samples=len(samples), tokens=sum(map(len, samples)), files=len(files),
+        bytes=sum(layout.sample_path(folder, i).stat().st_size for i in files)))
+    facts = {"seq_len": seq_len, "vocab_from": vocab_from, "samples": len(samples), "tokens": len(samples) * seq_len,
+             "layers": layers, "vocab_size": V, "files": len(train_files()), "seconds": round(time.perf_counter() - t0, 1)}
+    facts_file.write_text(json.dumps(facts, indent=2) + "\n")
+    return facts
+
+
+def vocab_coverage(root: Path, draft_vocab: int) -> float:
+    """The share of the counts in ``token_freq.pt`` that its ``draft_vocab`` most frequent ids hold."""
+    import torch
+
+    counts = sorted(torch.load(root / "token_freq.pt", weights_only=True).values(), reverse=True)
+    return round(sum(counts[:draft_vocab]) / max(1, sum(counts)), 4)
+
+
+# ---------------------------------------------------------------- the two trainers
+
+
+def _option_value(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def specfmt_child(spec: dict) -> dict:
+    """One ``specfmt train eagle3 --hidden-states`` run (``train_draft``, what the command runs), timed by its step callbacks."""
+    import torch
+
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+
+    torch.set_num_threads(spec["threads"])
+    train_fields = set(TrainOptions.__dataclass_fields__)
+    request_fields = set(TrainRequest.__dataclass_fields__)
+    topts = {"steps": spec["steps"], "batch_size": spec["batch"], "seq_len": spec["seq_len"], "lr": spec["lr"], "seed": spec["seed"],
+             "save_every": 0}
+    req_kw: dict = {"algorithm": "eagle3", "hidden_states": spec["data"], "device": "cpu", "validate": False, "force": True}
+    algo: dict = {"draft_vocab": spec["draft_vocab"]}
+    for item in spec["options"]:
+        name, _, value = item.partition("=")
+        name = name.strip().lstrip("-").replace("-", "_")
+        dest = topts if name in train_fields else req_kw if name in request_fields else algo
+        dest[name] = _option_value(value)
+    stamps: list[float] = []
+    losses: list[float] = []
+    req = TrainRequest(spec["out"], spec["verifier"], options=algo, **req_kw)
+    train_draft(req, TrainOptions(**topts), log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
+    timed = len(stamps) - 1 - spec["warmup"]
+    seconds = stamps[-1] - stamps[spec["warmup"]]
+    return {"train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
+            "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4)}
+
+
+def patched_speculators(work: Path) -> tuple[Path, dict]:
+    """A copy of speculators 0.9.0 with the CPU patches of tests/test_hidden_states_interop.py, and its environment."""
+    _tests_on_path()
+    from speculators_env import speculators_env
+    from test_hidden_states_interop import CPU_PATCHES
+
+    env = speculators_env()
+    root = work / "speculators-cpu"
+    if not (root / "speculators" / "__init__.py").is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(env.root / "speculators", root / "speculators")
+        for what, rel, old, new in CPU_PATCHES:
+            p = root / "speculators" / rel
+            text = p.read_text()
+            if old not in text:
+                sys.exit(f"a CPU patch no longer applies to speculators: {what}")
+            p.write_text(text.replace(old, new))
+    return root, env.environ(PYTHONPATH=os.pathsep.join([str(root), str(env.root)]))
+
+
+def _speculators_profile(log: str) -> list[float]:
+    """``step_ms`` of every logged step in speculators' metric log lines (its Profiler, ``log_freq`` 1)."""
+    return [float(m) for m in re.findall(r"profile/step_ms[\"']?[:=]\s*([0-9.eE+-]+)", log)]
+
+
+def run_speculators(spec: dict, work: Path) -> dict:
+    """One ``python -m speculators.train`` run on the shared data; its last checkpoint is left in ``spec['ckpt']``."""
+    _, env = patched_speculators(work)
+    env["OMP_NUM_THREADS"] = str(spec["threads"])
+    epochs = -(-spec["steps"] * spec["batch"] // spec["samples"])
+    args = [sys.executable, "-m", "speculators.train", *SPECULATORS_FIXED[:-1], str(epochs),
+            "--verifier-name-or-path", spec["verifier"], "--data-path", spec["data"], "--target-layer-ids",
+            *map(str, spec["layers"][:-1]), "--draft-vocab-size", str(spec["draft_vocab"]),
+            "--total-seq-len", str(spec["batch"] * spec["seq_len"]), "--max-steps", str(spec["steps"]),
+            "--lr", str(spec["lr"]), "--seed", str(spec["seed"]), "--save-path", spec["ckpt"], "--log-dir", spec["ckpt"] + "-logs",
+            *[a for item in spec["options"] for a in item.split()]]
+    shutil.rmtree(spec["ckpt"], ignore_errors=True)
+    t0 = time.perf_counter()
+    r = subprocess.run(args, env=env, cwd=str(work), capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    log = r.stdout + r.stderr
+    Path(spec["ckpt"] + ".log").write_text(log)
+    if r.returncode != 0:
+        sys.exit(f"speculators' trainer failed (log: {spec['ckpt']}.log):\n{log[-3000:]}")
+    ms = _speculators_profile(log)
+    if len(ms) != spec["steps"]:
+        sys.exit(f"speculators' log has {len(ms)} step times for {spec['steps']} steps (log: {spec['ckpt']}.log)")
+    timed = ms[spec["warmup"] + 1:]
+    return {"train_seconds": round(sum(ms) / 1000, 2), "timed_steps": len(timed), "wall_seconds_process": round(wall, 1),
+            "tokens_per_second": round(len(timed) * spec["batch"] * spec["seq_len"] / (sum(timed) / 1000), 1)}
+
+
+def speculators_checkpoint(ckpt: Path) -> Path:
+    """The last checkpoint folder speculators saved (``SAVE/<epoch>/`` with a config.json)."""
+    saved = sorted((p.parent for p in ckpt.rglob("config.json") if p.parent.name.isdigit()), key=lambda p: int(p.name))
+    if not saved:
+        sys.exit(f"speculators saved no checkpoint under {ckpt}")
+    return saved[-1]
+
+
+# ---------------------------------------------------------------- measurement
+
+
+def vocab_of(draft: Path) -> tuple[list[int], list[int]]:
+    """(d2t, indices where t2d is true) of a specfmt draft folder."""
+    from safetensors import safe_open
+
+    files = sorted(draft.glob("*.safetensors"))
+    found: dict = {}
+    for f in files:
+        with safe_open(str(f), framework="pt") as st:
+            for name in ("d2t", "t2d"):
+                if name in st.keys():
+                    found[name] = st.get_tensor(name)
+    return found["d2t"].tolist(), found["t2d"].nonzero().flatten().tolist()
+
+
+def measure(draft: Path, world: Path, use_vllm: bool) -> dict:
+    """AL of a specfmt draft on the world's held-out prompts (``validate --run``'s reference run, or vLLM's)."""
+    from specfmt.validation.run import validate_run
+
+    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+                       use_vllm=use_vllm, write=False)
+    fig = run.vllm if use_vllm else run.reference
+    if fig is None:
+        sys.exit(f"validate --run measured nothing for {draft}: " + "; ".join(c.detail for c in run.report.checks if c.status == "fail"))
+    return {"al": round(fig["mean_acceptance_length"], 4),
+            "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
+
+
+def specfmt_tree() -> str:
+    """The git tree of specfmt/ at HEAD (``+dirty`` with uncommitted changes there): specfmt's runs are keyed by it,
+    so a change of specfmt's trainer or its defaults runs them again, and a run says which code made it."""
+    def git(*a: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True)
+
+    tree = git("rev-parse", "--short", "HEAD:specfmt").stdout.strip() or "unknown"
+    return tree + ("" if git("diff", "--quiet", "HEAD", "--", "specfmt").returncode == 0 else "+dirty")
+
+
+def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str]) -> str:
+    code = [f"specfmt-tree:{specfmt_tree()}"] if trainer == "specfmt" else []
+    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code])
+
+
+def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
+    """Train one draft; returns its timing figures and the specfmt draft folder."""
+    from specfmt.convert import convert
+
+    out = Path(spec["out"])
+    if trainer == "specfmt":
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, __file__, "--child", json.dumps(spec)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(spec["threads"])})
+        if proc.returncode != 0:
+            sys.exit(f"specfmt's trainer failed:\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1]), out
+    figures = run_speculators(spec, work)
+    convert("speculators", str(speculators_checkpoint(Path(spec["ckpt"]))), out, spec["verifier"], force=True)
+    return figures, out
+
+
+def expected_vocab(data: Path, draft_vocab: int) -> tuple[list[int], list[int]]:
+    """(d2t, used ids) by speculators' rule (``build_vocab_mappings_from_distribution``: top counts, ties by id)."""
+    import torch
+
+    counts = torch.load(data / "token_freq.pt", weights_only=True)
+    used = sorted(sorted(counts, key=lambda t: (-counts[t], t))[:draft_vocab])
+    return [t - i for i, t in enumerate(used)], used
+
+
+def _slug(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", key).strip("_")[:120]
+
+
+def _save(path: Path, results: dict) -> None:
+    """Write ``results`` merged into what the file holds now (runs and data by key): two harnesses (one per
+    trainer) may share one results file; a lock beside it orders their writes."""
+    import fcntl
+
+    with open(Path(tempfile.gettempdir()) / f"{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        disk = json.loads(path.read_text()) if path.is_file() else {}
+        for part in ("runs", "data"):
+            results[part] = {**disk.get(part, {}), **results.get(part, {})}
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp, path)
+
+
+def _meta(args: argparse.Namespace) -> dict:
+    import torch
+
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    return {"date": datetime.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpus": os.cpu_count(), "machine": platform.machine(), "threads": args.threads, "specfmt_commit": commit,
+            "speculators": "0.9.0 (CPU patches of tests/test_hidden_states_interop.py)", "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "batch": args.batch_size, "seq_len": args.seq_len, "draft_vocab": args.draft_vocab, "seed": args.seed,
+            "warmup_steps_not_timed": args.warmup}
+
+
+def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
+    """Every selected (steps, trainer, lr) not yet in ``results``: train, check the vocabulary, measure, save."""
+    work = Path(args.work).expanduser() / world.name
+    data = work / (f"data-{args.seq_len}-{args.vocab_from}" + (f"-first{args.max_samples}" if args.max_samples else ""))
+    facts = prepare_data(world, data, args.seq_len, args.vocab_from, args.max_samples)
+    facts["vocab_coverage_of_counts"] = vocab_coverage(data, args.draft_vocab)
+    results.setdefault("data", {})[f"{world.name}|{args.vocab_from}"] = facts
+    want_d2t, want_used = expected_vocab(data, args.draft_vocab)
+    lrs = {t: [float(x) for x in (args.lrs or DEFAULT_LRS[t]).split(",")] for t in args.trainers.split(",")}
+    for steps in map(int, args.steps.split(",")):
+        for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
+            options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
+            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options) + (f"|first{args.max_samples}" if args.max_samples else "")
+            if key in results["runs"] and not args.force:
+                print(f"have {key}", flush=True)
+                continue
+            run_dir = work / "runs" / _slug(key)
+            spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
+                    "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
+                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
+                    "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
+            print(f"training {key}", flush=True)
+            load = os.getloadavg()[0]
+            figures, draft = train_one(trainer, spec, work)
+            figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
+            d2t, used = vocab_of(draft)
+            assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
+            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from, "threads": args.threads,
+                   "specfmt_tree": specfmt_tree(),
+                   "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
+                   "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
+            results["runs"][key] = rec
+            _save(Path(args.json), results)
+            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}  "
+                  f"{rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
+    if args.vllm:
+        run_vllm(args, world, results)
+
+
+def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
+    """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget."""
+    for steps in map(int, args.steps.split(",")):
+        for trainer in args.trainers.split(","):
+            runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
+                    == (world.name, trainer, steps, args.vocab_from) and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
+            if not runs:
+                continue
+            best = max(runs, key=lambda r: r["reference"]["al"])
+            if "vllm" in best and not args.force:
+                continue
+            print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g}", flush=True)
+            best["vllm"] = measure(Path(best["draft"]), world, use_vllm=True)
+            _save(Path(args.json), results)
+
+
+def table(results: dict) -> str:
+    rows = ["| world | steps | trainer | lr | AL reference (per position) | AL vLLM | tokens/s | train s |",
+            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    runs = sorted(results["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"]))
+    for r in runs:
+        best = max((x["reference"]["al"] for x in runs if (x["world"], x["steps"], x["trainer"]) == (r["world"], r["steps"], r["trainer"])))
+        al = f"{r['reference']['al']:.3f}" + (" **best**" if r["reference"]["al"] == best else "")
+        pp = " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"])
+        vl = f"{r['vllm']['al']:.3f}" if "vllm" in r else ""
+        opts = (f" {' '.join(r['options'])}" if r["options"] else "") + (f" ({r['specfmt_tree']})" if r["trainer"] == "specfmt" else "")
+        rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts} | {r['lr']:g} | {al} ({pp}) | {vl} | "
+                    f"{r['tokens_per_second']:,.0f} | {r['train_seconds']:.0f} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--world", default=str(REPO / "examples" / "world"), help="world folder (examples/world, examples/world-qwen3)")
+    ap.add_argument("--trainers", default=",".join(TRAINERS))
+    ap.add_argument("--steps", default="150,1500", help="step budgets, comma-separated")
+    ap.add_argument("--lrs", default=None, help="learning rates for every selected trainer (default: each trainer's sweep, "
+                    + "; ".join(f"{t} {v}" for t, v in DEFAULT_LRS.items()) + ")")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=256)
+    ap.add_argument("--draft-vocab", type=int, default=1024)
+    ap.add_argument("--vocab-from", choices=("verifier", "data"), default="verifier",
+                    help="token_freq.pt counts: the verifier's top-1 at every training position, or the training tokens")
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="only the first N windows (a quick check of the harness; its results are not comparable)")
+    ap.add_argument("--seed", type=int, default=1237)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=5, help="steps not timed")
+    ap.add_argument("--specfmt-option", action="append", default=[], metavar="NAME=VALUE",
+                    help="passed to specfmt's trainer: a TrainOptions, TrainRequest or EAGLE-3 option (JSON value)")
+    ap.add_argument("--speculators-arg", action="append", default=[], metavar="'--FLAG VALUE'",
+                    help="extra flags for python -m speculators.train")
+    ap.add_argument("--vllm", action="store_true", help="also vLLM's AL for each trainer's best lr per budget (~1 min each)")
+    ap.add_argument("--force", action="store_true", help="run again what the results file holds")
+    ap.add_argument("--work", default="~/.cache/specfmt/bench/trainer_vs_speculators", help="data, drafts and logs")
+    ap.add_argument("--json", default=str(RESULTS))
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(specfmt_child(json.loads(args.child))))
+        return
+    import torch
+
+    torch.set_num_threads(args.threads)  # the extraction and the reference runs here, as each trainer
+    world = Path(args.world).resolve()
+    path = Path(args.json)
+    results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    results["meta"] = _meta(args)
+    run_all(args, world, results)
+    _save(path, results)
+    print()
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The bookkeeping of ``benchmarks/trainer_vs_speculators.py`` that decides whether its comparison is fair: both
+trainers must take the same draft vocabulary from the one ``token_freq.pt``, and speculators' step times must be read
+from its log. The benchmark itself (minutes per run) is not a test."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import trainer_vs_speculators as bench  # noqa: E402
+
+from specfmt.algorithms.eagle3 import vocab_map  # noqa: E402
+
+
+def test_the_written_counts_give_specfmt_the_vocabulary_speculators_builds(tmp_path):
+    """Ties: speculators takes the lower id (``build_vocab_mappings_from_distribution`` sorts by (-count, id)); specfmt
+    keeps the dict's order, so the harness writes the counts in speculators' order and both pick ids 1 and 3 of the
+    tied 5, 1, 3; zero counts fill the rest from id 0 up, as speculators fills."""
+    counts = {5: 3, 1: 3, 7: 9, 2: 0, 3: 3, 0: 0, 4: 1, 6: 0}
+    assert vocab_map(counts, 8, 3)[1].nonzero().flatten().tolist() == [1, 5, 7]  # as read, specfmt would take 5 and 1
+    torch.save(bench.ordered_counts(counts), tmp_path / "token_freq.pt")
+    for vd, ids in ((3, [1, 3, 7]), (6, [0, 1, 3, 4, 5, 7])):
+        d2t, used = bench.expected_vocab(tmp_path, vd)
+        assert used == ids
+        s_d2t, s_t2d, _ = vocab_map(torch.load(tmp_path / "token_freq.pt", weights_only=True), 8, vd)
+        assert s_d2t.tolist() == d2t and s_t2d.nonzero().flatten().tolist() == ids
+
+
+def test_speculators_step_times_are_read_from_its_metric_log():
+    log = ("  profile/fetch_ms=133.864,\n  profile/step_ms=1.01e+04,\n x\n  profile/step_ms=2.33e+03,\n"
+           "  profile/step_ms=812.5,\n")
+    assert bench._speculators_profile(log) == [10100.0, 2330.0, 812.5]
