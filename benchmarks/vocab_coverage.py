@@ -86,7 +86,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         draft = convert("eagle", str(WORLD / "eagle-safeailab"), Path(tmp) / "draft", str(WORLD / "verifier")).out
-        cases = [(f"verifier top-1, Vd = {vd}", vd, top1) for vd in SIZES] + [("text frequency, Vd = 1024", 1024, docs.ids)]
+        # the verifier predicts fewer distinct ids than V: the sizes above that have no top-1 vocabulary
+        cases = [(f"verifier top-1, Vd = {vd}", vd, top1) for vd in SIZES if vd == V or vd <= len(top1)]
+        cases += [("text frequency, Vd = 1024", 1024, docs.ids)]
         for label, vd, source in cases:
             if vd == V:
                 allowed = None
