@@ -492,10 +492,17 @@ def bench_trainer_vs_speculators(data: dict) -> str:
                                    "load average before / after"], rows, "lrlrrlrrrl")
 
 
+def bench_vocab_coverage(data: dict) -> str:
+    rows = [[r["vocabulary"], f"{r['top1_coverage']:.1%}", f"{r['heldout_al']:.3f}", " / ".join(f"{x:.3f}" for x in r["per_position"])]
+            for r in data["rows"]]
+    head = (f"{data['training_positions']:,} training positions; measured {data['date']} ({data['machine']}, Python {data['python']}).")
+    return head + "\n\n" + table(["draft vocabulary", "verifier top-1 covered (training positions)", "held-out AL", "per position"], rows, "lrrl")
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
-                                             "trainer_vs_speculators": bench_trainer_vs_speculators}
+                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

@@ -455,7 +455,9 @@ def make_drafts(out: Path, train_paths: list[Path], steps: dict[str, int], only:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         if "eagle3" in only:
-            stats, t = train_draft("eagle3", tmp / "eagle3", out / "verifier", train_paths, steps["eagle3"], draft_vocab=DRAFT_VOCAB)
+            # without EAGLE-3.1's norms (a new draft's default): SafeAILab's layout has no place for them
+            stats, t = train_draft("eagle3", tmp / "eagle3", out / "verifier", train_paths, steps["eagle3"], draft_vocab=DRAFT_VOCAB,
+                                   norm_before_fc=False, norm_output=False)
             save_eagle3(t, out / "eagle3-safeailab")
             figures["eagle3"] = stats
         if "eagle" in only:

@@ -117,9 +117,9 @@ class AlgorithmOptions:
 
     def problems(self, *, init: bool) -> list[str]:
         """Values out of range, and options that shape a new draft given with ``--init``: one line each."""
-        out = [f"{f.metadata['flag']} must be at least {f.metadata['at_least']}" for f in self.declared()
+        out = [f"{f.metadata['flag'].split('/')[0]} must be at least {f.metadata['at_least']}" for f in self.declared()
                if f.metadata["at_least"] is not None and getattr(self, f.name) is not None and getattr(self, f.name) < f.metadata["at_least"]]
-        shaping = [f.metadata["flag"] for f in self.declared() if f.metadata["new_only"] and getattr(self, f.name) != _default(f)]
+        shaping = [f.metadata["flag"].split("/")[0] for f in self.declared() if f.metadata["new_only"] and getattr(self, f.name) != _default(f)]
         if init and shaping:
             out.append(f"{_series(shaping)} shape{'s' if len(shaping) == 1 else ''} a new draft; an --init draft keeps its own")
         return out
@@ -535,7 +535,7 @@ def _foreign(key: str, algorithm: str) -> str:
 
 def owners_of(flag: str) -> list[Algorithm]:
     """The trainable algorithms whose own options include ``flag`` (``--ttt-steps`` -> EAGLE-3)."""
-    return [a for a in REGISTRY.values() if a.training is not None and any(f.metadata["flag"] == flag for f in a.training.train_options.declared())]
+    return [a for a in REGISTRY.values() if a.training is not None and any(flag in f.metadata["flag"].split("/") for f in a.training.train_options.declared())]
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

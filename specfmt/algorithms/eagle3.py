@@ -434,12 +434,13 @@ class Eagle3Options(AlgorithmOptions):
     vocab_from: str | None = option(None, "--vocab-from", "Draft vocabulary (new draft, or train fill of a draft without d2t/t2d): "
                                     "verifier (its top-1 predictions over the training positions; a new draft's default) or data (token "
                                     "frequency of the text, cnets.py; the default with --init or --hidden-states).", recorded=True)
-    norm_before_fc: bool = option(False, "--norm-before-fc", "New draft: one RMSNorm over the concatenated taps before fc "
-                                  "(EAGLE-3.1; speculators' default).", new_only=True, recorded=True)
-    fc_norm: bool = option(False, "--fc-norm", "New draft: one RMSNorm per tap before fc (EAGLE-3.1 paper; not with --norm-before-fc).",
+    norm_before_fc: bool | None = option(None, "--norm-before-fc/--no-norm-before-fc", "New draft: one RMSNorm over the concatenated "
+                                         "taps before fc (EAGLE-3.1; default on unless --fc-norm, as speculators 0.9 trains).",
+                                         new_only=True, recorded=True)
+    fc_norm: bool = option(False, "--fc-norm", "New draft: one RMSNorm per tap before fc (EAGLE-3.1 paper) instead of --norm-before-fc.",
                            new_only=True, recorded=True)
-    norm_output: bool = option(False, "--norm-output", "New draft: feed the normed output back to the next drafting step "
-                               "(EAGLE-3.1; speculators' default).", new_only=True, recorded=True)
+    norm_output: bool | None = option(None, "--norm-output/--no-norm-output", "New draft: feed the normed output back to the next "
+                                      "drafting step (EAGLE-3.1; default on, as speculators 0.9 trains).", new_only=True, recorded=True)
     lm_head: str = option("trained", "--lm-head", "trained (from the verifier's rows; default) or frozen at the verifier's rows "
                           "(speculators' default).", recorded=True)
     ttt_decay: float = option(0.8, "--ttt-decay", "Weight of drafting step s in the loss: gamma**s (SafeAILab 0.8, default; "
@@ -535,7 +536,7 @@ class Eagle3(Algorithm, Reference, Training, Card):
         if not 0 < Vd <= V:
             raise InputError(f"--draft-vocab {Vd} must be between 1 and the verifier's vocabulary ({V})")
         return build_config(info, tlc, speculative_tokens=self.default_speculative_tokens(shape), draft_vocab_size=Vd, taps=taps,
-                            norm_before_fc=shape.norm_before_fc, fc_norm=shape.fc_norm, norm_output=shape.norm_output, dtype=shape.dtype)
+                            norm_before_fc=bool(shape.norm_before_fc), fc_norm=shape.fc_norm, norm_output=bool(shape.norm_output), dtype=shape.dtype)
 
     def verifier_hidden_size(self, cfg: dict[str, Any]) -> int:
         return Eagle3Config.of(cfg).verifier_hidden_size
@@ -641,7 +642,7 @@ class Eagle3(Algorithm, Reference, Training, Card):
             raise InputError(f"--ttt-decay must be in (0, 1], not {options.ttt_decay}", hint="0.8 is SafeAILab's, 1.0 speculators'")
         if options.norm_before_fc and options.fc_norm:
             raise InputError("--norm-before-fc and --fc-norm are exclusive: one RMSNorm over the concatenated taps, or one per tap",
-                             hint="give one of them (speculators' default is --norm-before-fc)")
+                             hint="give one of them (a new draft's default is --norm-before-fc, speculators' too)")
 
     def heads_trained(self, module: Any, cfg: dict[str, Any], prior: dict[str, Any] | None, options: Eagle3Options) -> None:
         """``--lm-head frozen``: ``lm_head.weight`` keeps its values (``requires_grad`` False, so
@@ -665,7 +666,12 @@ class Eagle3(Algorithm, Reference, Training, Card):
         if options.vocab_from == "verifier" and counts_only:
             raise InputError("--vocab-from verifier needs the token ids of --data; --hidden-states data gives token counts only",
                              hint="drop --vocab-from (hidden-states data uses its token_freq.pt) or train from --data")
-        return replace(options, vocab_from=options.vocab_from or ("data" if counts_only or init else "verifier"))
+        vocab_from = options.vocab_from or ("data" if counts_only or init else "verifier")
+        if init:
+            return replace(options, vocab_from=vocab_from)
+        # a new draft: EAGLE-3.1's norms unless turned off (they win benchmarks/trainer_vs_speculators.py at 150 and 1500 steps)
+        nbf = (not options.fc_norm) if options.norm_before_fc is None else options.norm_before_fc
+        return replace(options, vocab_from=vocab_from, norm_before_fc=nbf, norm_output=True if options.norm_output is None else options.norm_output)
 
     def vocab_from_verifier(self, options: Eagle3Options) -> bool:
         return options.vocab_from == "verifier"
