@@ -245,10 +245,11 @@ def test_example_reference_run_passes_and_is_written(example, few_prompts):
     assert st["reference"] == st["variants"] == "pass" and st["vllm"] == "skip"
     assert res.reference["mean_acceptance_length"] > 1.5  # the shipped draft is trained
     # every misreading is tried; none is clearly better (neighbouring taps of this small verifier are nearly
-    # interchangeable, so only a margin separates them; wrong vocabulary readings are never accepted)
+    # interchangeable, so only a margin separates them; a wrong vocabulary reading is accepted by chance at most: 1 token
+    # in the 182 drafts of each here, 1.0055)
     assert len(res.variants) == 6
     assert all(v["mean_acceptance_length"] < res.reference["mean_acceptance_length"] + 0.15 for v in res.variants)
-    assert [v["mean_acceptance_length"] for v in res.variants if v["cause"] == "vocab mapping"] == [1.0, 1.0]
+    assert [v["mean_acceptance_length"] < 1.01 for v in res.variants if v["cause"] == "vocab mapping"] == [True, True]
     written = json.loads((example / VALIDATION_FILE).read_text())
     assert written["passed"] and written["reference"] == res.reference and written["prompts"]["count"] == FEW
     after = tree_digest(example)
