@@ -72,7 +72,7 @@ MANIFEST = "world.json"
 THREADS = 1
 #: the draft's norm flags: the EAGLE-3 reference forward pass (SafeAILab ``cnets.py``), which the
 #: Llama draft it starts from was trained with; ``speculators train`` writes them with
-#: ``--no-norm-before-residual --no-norm-before-fc --no-norm-output`` (its sample
+#: ``--no-norm-before-residual --no-input-norm --no-norm-output`` (its sample
 #: ``eagle3-qwen3-plain``; its defaults for eagle3 are all three true, ``train/config/schema.py``)
 DRAFT_FLAGS = {"norm_before_residual": False, "norm_before_fc": False, "norm_output": False}
 
@@ -568,7 +568,7 @@ and tensor by tensor with drafts speculators 0.9.0 itself saved, and loaded back
   `eagle_aux_hidden_state_layer_ids: {cfg['eagle_aux_hidden_state_layer_ids']}`, `draft_vocab_size: {cfg['draft_vocab_size']}`,
   `norm_before_residual / norm_before_fc / norm_output: {str(cfg['norm_before_residual']).lower()} / {str(cfg['norm_before_fc']).lower()} / {str(cfg['norm_output']).lower()}`
   (the EAGLE-3 reference forward pass; `speculators train --no-norm-before-residual
-  --no-norm-before-fc --no-norm-output`), the verifier as `../verifier`.
+  --no-input-norm --no-norm-output`), the verifier as `../verifier`.
 * `config.py`: the source of speculators' `models/eagle3/config.py` (vendored in
   `examples/vendor/`), which `save_pretrained` copies next to every config.
 * `model.safetensors` (float32, metadata `{{"format": "pt"}}`): {', '.join(f'`{t}`' for t in tensors)}.

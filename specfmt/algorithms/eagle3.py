@@ -434,7 +434,7 @@ class Eagle3Options(AlgorithmOptions):
     vocab_from: str | None = option(None, "--vocab-from", "Draft vocabulary (new draft, or train fill of a draft without d2t/t2d): "
                                     "verifier (its top-1 predictions over the training positions; a new draft's default) or data (token "
                                     "frequency of the text, cnets.py; the default with --init or --hidden-states).", recorded=True)
-    norm_before_fc: bool | None = option(None, "--norm-before-fc/--no-norm-before-fc", "New draft: one RMSNorm over the concatenated "
+    norm_before_fc: bool | None = option(None, "--norm-before-fc/--no-input-norm", "New draft: one RMSNorm over the concatenated "
                                          "taps before fc (EAGLE-3.1; default on unless --fc-norm, as speculators 0.9 trains).",
                                          new_only=True, recorded=True)
     fc_norm: bool = option(False, "--fc-norm", "New draft: one RMSNorm per tap before fc (EAGLE-3.1 paper) instead of --norm-before-fc.",
