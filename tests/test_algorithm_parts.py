@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from builders import _spec_block
 from conftest import WORLD
 from specfmt.algorithms import causes, get, trainable
-from specfmt.algorithms.base import REGISTRY, Algorithm, AlgorithmOptions, Card, Reference, Training, Variant, option, register
+from specfmt.algorithms.base import REGISTRY, Algorithm, AlgorithmOptions, Card, Reference, Training, Variant, flag_names, option, register
 from specfmt.algorithms.eagle3 import Eagle3, Eagle3Options
 from specfmt.algorithms.eagle3_nn import Eagle3Draft
 from specfmt.algorithms.reference import VerifierStates
@@ -43,7 +43,7 @@ def _flags(help_text: str) -> set[str]:
 
 def _declared(name: str) -> set[str]:
     # a boolean option on by default is offered in both forms (``--norm-output/--no-norm-output``)
-    return {flag for f in get(name).training.train_options.declared() for flag in f.metadata["flag"].split("/")}
+    return {flag for f in get(name).training.train_options.declared() for flag in flag_names(f)}
 
 
 # --------------------------------------------------------------------------- the parts

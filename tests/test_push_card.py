@@ -239,3 +239,34 @@ def test_card_states_each_columns_own_conditions_when_a_part_is_kept_from_anothe
                                      folder=drafts["eagle3"]))
     assert "(specfmt 0.1.0, 2025-06-02): 3 prompts from `three.jsonl`, 16 tokens each, 3 speculative tokens, greedy." in single
     assert "| measured |" not in single and "| prompts |" not in single
+
+
+def _provenance(card: str) -> str:
+    return card.split("## Provenance", 1)[1]
+
+
+def test_card_states_the_training_coverage_and_the_heldout_evaluation_the_draft_was_kept_by(drafts):
+    """A trained draft's card carries what its provenance says about training (issue 27): the verifier's top-1
+    coverage by the draft vocabulary and the held-out evaluation whose weights were kept; without them, neither line."""
+    cfg = json.loads((drafts["eagle3"] / "config.json").read_text())
+    train = {"algorithm": "eagle3", "steps": 1500, "tokens": 3_072_000, "top1_agreement": [0.61, 0.42, 0.3],
+             "draft_vocab_coverage": [0.9731, 0.9731, 0.9731],
+             "heldout": {"share": 0.05, "evaluations": 6, "kept_by": "best",
+                         "kept": {"step": 1250, "loss": 7.1, "top1_agreement": [0.5, 0.25, 0.125], "estimated_acceptance_length": 1.6406}}}
+    cfg["specfmt"]["train"] = train
+
+    def provenance() -> str:
+        return _provenance(render_card(cfg, repo_id=REPO, verifier="me/verifier", figures=None, license=None,
+                                       weights=[("model.safetensors", 1)], folder=drafts["eagle3"]))
+
+    text = provenance()
+    assert "1500 steps, 3,072,000 tokens, top-1 agreement with the verifier 0.610 / 0.420 / 0.300." in text
+    assert "The draft vocabulary holds the verifier's top-1 at 97.3% of the training positions." in text
+    assert ("5% of the documents were held out and evaluated 6 times; the draft holds the best evaluation's weights (step 1250): "
+            "held-out top-1 agreement 0.500 / 0.250 / 0.125, estimated acceptance length 1.641.") in text
+    train["heldout"]["kept_by"] = "last"
+    assert "the draft holds the last step's weights (step 1250)" in provenance()
+    train["heldout"] = None
+    del train["draft_vocab_coverage"]
+    text = provenance()
+    assert "held out" not in text and "draft vocabulary holds" not in text and "top-1 agreement with the verifier 0.610" in text

@@ -117,12 +117,18 @@ class AlgorithmOptions:
 
     def problems(self, *, init: bool) -> list[str]:
         """Values out of range, and options that shape a new draft given with ``--init``: one line each."""
-        out = [f"{f.metadata['flag'].split('/')[0]} must be at least {f.metadata['at_least']}" for f in self.declared()
+        out = [f"{flag_names(f)[0]} must be at least {f.metadata['at_least']}" for f in self.declared()
                if f.metadata["at_least"] is not None and getattr(self, f.name) is not None and getattr(self, f.name) < f.metadata["at_least"]]
-        shaping = [f.metadata["flag"].split("/")[0] for f in self.declared() if f.metadata["new_only"] and getattr(self, f.name) != _default(f)]
+        shaping = [flag_names(f)[0] for f in self.declared() if f.metadata["new_only"] and getattr(self, f.name) != _default(f)]
         if init and shaping:
             out.append(f"{_series(shaping)} shape{'s' if len(shaping) == 1 else ''} a new draft; an --init draft keeps its own")
         return out
+
+
+def flag_names(f: Field) -> list[str]:
+    """An option's command-line names, first the one that sets it: a boolean on by default is declared
+    in both forms (``"--norm-output/--no-norm-output"`` -> ``["--norm-output", "--no-norm-output"]``)."""
+    return f.metadata["flag"].split("/")
 
 
 def _default(f: Field) -> Any:
@@ -529,13 +535,13 @@ def _foreign(key: str, algorithm: str) -> str:
     owners = [t for t in (a.training for a in REGISTRY.values()) if t is not None and any(f.name == key for f in t.train_options.declared())]
     if not owners:
         return f"no training option {key!r} for {algorithm} drafts"
-    flag = next(f.metadata["flag"] for f in owners[0].train_options.declared() if f.name == key)
+    flag = next(flag_names(f)[0] for f in owners[0].train_options.declared() if f.name == key)
     return f"{flag} applies to {_series([a.title for a in owners])} drafts, not {algorithm}"
 
 
 def owners_of(flag: str) -> list[Algorithm]:
     """The trainable algorithms whose own options include ``flag`` (``--ttt-steps`` -> EAGLE-3)."""
-    return [a for a in REGISTRY.values() if a.training is not None and any(flag in f.metadata["flag"].split("/") for f in a.training.train_options.declared())]
+    return [a for a in REGISTRY.values() if a.training is not None and any(flag in flag_names(f) for f in a.training.train_options.declared())]
 
 
 def register(cls: type[Algorithm]) -> type[Algorithm]:

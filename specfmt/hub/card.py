@@ -211,6 +211,27 @@ def _fmt(v, i: int | None = None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _per_position(values: list[float]) -> str:
+    return " / ".join(f"{a:.3f}" for a in values)
+
+
+def _heldout_lines(train: dict[str, Any]) -> list[str]:
+    """The training log's coverage and the held-out evaluation the draft was kept by (``specfmt.train.heldout``,
+    written by :func:`specfmt.training.pipeline._heldout_record`); nothing where the provenance has neither."""
+    out = []
+    cover = train.get("draft_vocab_coverage")
+    if cover:
+        out.append(f"The draft vocabulary holds the verifier's top-1 at {cover[0]:.1%} of the training positions.")
+    held = train.get("heldout") or {}
+    kept = held.get("kept") or {}
+    if kept.get("top1_agreement"):
+        out.append(f"{held.get('share', 0):.0%} of the documents were held out and evaluated {held.get('evaluations')} times; the draft holds "
+                   f"the {'best evaluation' if held.get('kept_by') == 'best' else 'last step'}'s weights (step {kept.get('step')}): held-out "
+                   f"top-1 agreement {_per_position(kept['top1_agreement'])}, estimated acceptance length "
+                   f"{kept.get('estimated_acceptance_length', float('nan')):.3f}.")
+    return out
+
+
 def _provenance_section(cfg: dict[str, Any]) -> list[str]:
     prov = cfg.get("specfmt") or {}
     out = ["## Provenance", ""]
@@ -232,7 +253,8 @@ def _provenance_section(cfg: dict[str, Any]) -> list[str]:
     if train:
         agree = train.get("top1_agreement")
         out.append(f"Then {'initialised' if train.get('dry_run') else 'trained'} with `specfmt train {train.get('algorithm')}`: {train.get('steps')} steps, "
-                   f"{train.get('tokens'):,} tokens" + (f", top-1 agreement with the verifier {' / '.join(f'{a:.3f}' for a in agree)}" if agree else "") + ".")
+                   f"{train.get('tokens'):,} tokens" + (f", top-1 agreement with the verifier {_per_position(agree)}" if agree else "") + ".")
+        out += _heldout_lines(train)
     files = {**(src.get("files") or {}), **({} if not train else {PurePosixPath(f).name: h for f, h in (train.get("data") or {}).items()})}
     if files:
         out += ["", "| source file | sha256 |", "| --- | --- |", *[f"| `{n}` | `{h}` |" for n, h in sorted(files.items())]]
