@@ -141,7 +141,7 @@ def _shared_after() -> list[inspect.Parameter]:
         ("fill_cache_only", bool, typer.Option(False, "--fill-cache-only", help="Fill --cache with the verifier's features and stop (under torchrun each process fills its share).")),
         ("resume", bool, typer.Option(False, "--resume", help="Continue the run saved in OUT.train-state/ (same options).")),
         ("save_every", int, typer.Option(100, "--save-every", help="Steps between saved training states (0: only at the end or on Ctrl-C).")),
-        ("heldout", Optional[float], typer.Option(None, "--heldout", help="Share of the --data documents (with --cache: of the windows) set aside and evaluated during training; the draft written is the best evaluation's (default: 0.05 with at least 20 documents and no --cache, else 0).")),
+        ("heldout", Optional[float], typer.Option(None, "--heldout", help="Share of the --data documents (with --cache: of the windows; with --hidden-states: of the samples) set aside and evaluated during training; the draft written is the best evaluation's (default: 0.05 with at least 20 documents and no --cache, else 0).")),
         ("eval_every", Optional[int], typer.Option(None, "--eval-every", help="Steps between held-out evaluations (default: a tenth of --steps); one also runs at the end.")),
         ("keep_last", bool, typer.Option(False, "--keep-last", help="Write the last step's weights, not the best held-out evaluation's (by estimated acceptance length).")),
         ("dtype", Optional[str], typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the --init draft's, else float32).")),

@@ -11,17 +11,22 @@ when training (``speculators/models/eagle3/core.py``).
 :class:`HiddenStateBatches` deals the samples as batches like :class:`specfmt.training.data.Windows`:
 a seeded permutation per epoch, a pure function of the step (``--resume`` repeats nothing), ranks
 sharing no sample within a step. Each row is one sample cut to ``--seq-len`` tokens and padded with
-zeros after its end; the padding is masked out of the loss (``loss_mask`` False).
+zeros after its end; the padding is masked out of the loss (``loss_mask`` False). With ``--heldout SHARE`` a seeded
+share of the samples is set aside (:attr:`HiddenStateBatches.held`) and evaluated from the files with its loss mask
+(:class:`HiddenStateHeldOut`), as the ``--cache`` path holds out fixed windows (:class:`specfmt.training.data.Windows`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Iterator
+
     import torch
 
     from .data import Documents
@@ -114,14 +119,20 @@ class HiddenStateBatches:
         norm: the verifier's final norm ([..., H] -> [..., H]); ``last`` is ``norm(layer L)``.
         dtype: the torch dtype the features are handed on in (the verifier's run dtype).
         world, rank: processes and this one's rank.
+        heldout: that share of the n samples (at least one, never all) is set aside, drawn by a permutation seeded by
+            ``seed`` apart from the epochs' (as :class:`specfmt.training.data.Windows` holds out windows): :attr:`held`,
+            sorted; the epochs permute the others. 0: none, the batches are those of a run without it.
 
     Raises:
-        InputError: the folder is not such data (:func:`specfmt.datagen.layout.load_preprocessed`), has no samples, or lacks
-            a layer the draft reads (:func:`tap_positions`).
+        InputError: the folder is not such data (:func:`specfmt.datagen.layout.load_preprocessed`), has no samples (fewer
+            than two with ``heldout``), or lacks a layer the draft reads (:func:`tap_positions`).
     """
 
+    held: list[int] = []  # the held-out sample numbers, sorted (set per object when there are any)
+    _pool: Any = None  # the sample numbers the epochs permute (None: all n)
+
     def __init__(self, folder: str | Path, seq_len: int, batch: int, seed: int, *, taps: list[int], n_layers: int,
-                 norm: Callable[[Any], Any], dtype: Any = None, world: int = 1, rank: int = 0):
+                 norm: Callable[[Any], Any], dtype: Any = None, world: int = 1, rank: int = 0, heldout: float = 0.0):
         import torch
 
         self.folder = Path(folder)
@@ -129,6 +140,14 @@ class HiddenStateBatches:
         self.n = len(self.data)
         if self.n < 1:
             raise InputError(f"the dataset in {self.folder} has no samples")
+        if heldout and self.n < 2:
+            raise InputError(f"--heldout {heldout} needs at least two samples; the hidden-states data in {self.folder} has {self.n}",
+                             hint="generate more samples, or pass --heldout 0")
+        self.heldout = heldout
+        if heldout:
+            k = min(self.n - 1, max(1, round(heldout * self.n)))
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 1))  # no epoch's seed
+            self.held, self._pool = sorted(order[:k].tolist()), order[k:].sort().values
         self.seq_len, self.batch, self.seed, self.world, self.rank = seq_len, batch, seed, world, rank
         self.norm, self.dtype = norm, dtype or torch.float32
         n_stored, self.hidden = self._shape(0)
@@ -150,20 +169,26 @@ class HiddenStateBatches:
             raise InputError(f"hidden_states is {list(shape)}, not [T, layers, H]", where=str(self.path(i)))
         return shape[1], shape[2]
 
+    @property
+    def trained(self) -> int:
+        """How many samples the epochs visit (n less the held-out ones)."""
+        return self.n if self._pool is None else len(self._pool)
+
     def _epoch(self, e: int) -> Any:
         if self._perm is None or self._perm[0] != e:
             import torch
 
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + e)
-            self._perm = (e, torch.randperm(self.n, generator=g))
+            pool = self._pool
+            self._perm = (e, torch.randperm(self.n, generator=g) if pool is None else pool[torch.randperm(len(pool), generator=g)])
         return self._perm[1]
 
     def indices(self, step: int) -> list[tuple[int, int]]:
-        """``(epoch, sample)`` of each batch row at ``step`` on this rank (as :meth:`Windows.indices`)."""
+        """``(epoch, sample)`` of each batch row at ``step`` on this rank (as :meth:`Windows.indices`); never a held-out sample."""
         first = (step * self.world + self.rank) * self.batch
         out = []
         for g in range(first, first + self.batch):
-            e, i = divmod(g, self.n)
+            e, i = divmod(g, self.trained)
             out.append((e, int(self._epoch(e)[i])))
         return out
 
@@ -190,14 +215,23 @@ class HiddenStateBatches:
     def batch_at(self, step: int) -> tuple["torch.Tensor", "torch.Tensor | None", "torch.Tensor", "torch.Tensor"]:
         """``(ids [B, T], aux [B, T, k·H] or None, last [B, T, H], loss_mask [B, T])`` of ``step`` on this rank;
         ``last`` is the verifier's norm of the stored layer L, rows padded with zeros and masked after their end."""
+        return self.rows([i for _, i in self.indices(step)])
+
+    def rows(self, samples: list[int]) -> tuple["torch.Tensor", "torch.Tensor | None", "torch.Tensor", "torch.Tensor"]:
+        """``(ids [B, T], aux [B, T, k·H] or None, last [B, T, H], loss_mask [B, T])`` of the given samples, B of them,
+        in order (as :meth:`batch_at`).
+
+        Raises:
+            InputError: as :meth:`sample`.
+        """
         import torch
 
-        B, T = self.batch, self.seq_len
+        B, T = len(samples), self.seq_len
         ids = torch.zeros(B, T, dtype=torch.long)
         mask = torch.zeros(B, T, dtype=torch.bool)
         aux = torch.zeros(B, T, len(self.taps) * self.hidden, dtype=self.dtype) if self.taps else None
         pre = torch.zeros(B, T, self.hidden, dtype=self.dtype)
-        for b, (_, i) in enumerate(self.indices(step)):
+        for b, i in enumerate(samples):
             s_ids, s_mask, hs = self.sample(i)
             t = min(T, s_ids.numel())
             ids[b, :t], mask[b, :t] = s_ids[:t], s_mask[:t]
@@ -209,8 +243,30 @@ class HiddenStateBatches:
         return ids, aux, last, mask
 
     def digest(self) -> dict[str, Any]:
-        """What the data is, for a resumed run's fingerprint."""
-        return {"hidden_states": str(self.folder.resolve()), "samples": self.n, "taps": self.taps}
+        """What the data is, for a resumed run's fingerprint: with a held-out share, the share and the samples it holds."""
+        held = {"heldout": self.heldout, "held": self.held} if self.held else {}
+        return {"hidden_states": str(self.folder.resolve()), "samples": self.n, "taps": self.taps, **held}
 
 
-__all__ = ["HiddenStateBatches", "hidden_state_documents", "stored_layers", "tap_positions"]
+@dataclass
+class HiddenStateHeldOut:
+    """The held-out samples a ``--hidden-states`` run is evaluated on (:func:`specfmt.training.loop.evaluate`): sample
+    ``numbers`` of ``data`` (its :attr:`HiddenStateBatches.held`), their features read from the files (the verifier
+    does not run), each with its loss mask."""
+
+    data: HiddenStateBatches
+    numbers: list[int]
+
+    def batches(self, verifier: Any, taps: list[int], device: Any) -> "Iterator[tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor]]":
+        """``(ids [B, T], aux [B, T, k·H] or None, last [B, T, H], loss_mask [B, T])`` of the samples, ``data.batch`` at a
+        time, in order, on ``device`` (:meth:`HiddenStateBatches.rows`; ``verifier`` and ``taps`` are not read).
+
+        Raises:
+            InputError: as :meth:`HiddenStateBatches.sample`.
+        """
+        for first in range(0, len(self.numbers), self.data.batch):
+            ids, aux, last, mask = self.data.rows(self.numbers[first:first + self.data.batch])
+            yield ids.to(device), (aux.to(device) if aux is not None else None), last.to(device), mask.to(device)
+
+
+__all__ = ["HiddenStateBatches", "HiddenStateHeldOut", "hidden_state_documents", "stored_layers", "tap_positions"]

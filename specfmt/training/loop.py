@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from ..algorithms.base import Training
     from .data import FeatureCache, HeldOut, Windows
+    from .hsdata import HiddenStateHeldOut
 
 
 @dataclass
@@ -272,7 +273,7 @@ def fit(
     subset: list[int] | None = None,
     log: Callable[[int, float, list[float]], None] | None = None,
     autocast: Any = None,
-    heldout: "HeldOut | None" = None,
+    heldout: "HeldOut | HiddenStateHeldOut | None" = None,
     evaluated: Callable[[Evaluation], None] | None = None,
 ) -> TrainStats:
     """Train ``draft`` in place against the frozen ``verifier``.
@@ -302,7 +303,8 @@ def fit(
             AdamW state stay float32 (mixed precision with float32 master weights, as EAGLE's own
             trainer runs: ``accelerate launch --mixed_precision=bf16``, SafeAILab/EAGLE ``scripts/train_*.sh``;
             SpecForge's FSDP ``MixedPrecision`` computes in bf16 too); None: float32 throughout.
-        heldout: the held-out windows (:class:`~specfmt.training.data.HeldOut`), evaluated every ``opts.eval_interval()`` steps and at
+        heldout: the held-out windows (:class:`~specfmt.training.data.HeldOut`; with hidden-states data the held-out samples,
+            :class:`~specfmt.training.hsdata.HiddenStateHeldOut`), evaluated every ``opts.eval_interval()`` steps and at
             the end (:func:`evaluate`); the draft ends with the best evaluation's weights by estimated acceptance length
             (``opts.keep_last``: the last), kept in the training state. None: no evaluation. ``evaluated``: called with each.
 
@@ -442,9 +444,10 @@ def _save(run: _Run, step: int) -> None:
     os.replace(tmp, run.state_path)
 
 
-def evaluate(run: _Run, verifier: Any, heldout: "HeldOut", step: int, autocast: Any = None) -> Evaluation:
+def evaluate(run: _Run, verifier: Any, heldout: "HeldOut | HiddenStateHeldOut", step: int, autocast: Any = None) -> Evaluation:
     """The objective on the held-out windows without gradients (:class:`~specfmt.training.data.HeldOut`: fixed windows,
-    in order, their features computed or read from the cache); the draft's weights are untouched. Every process runs
+    in order, their features computed or read from the cache; :class:`~specfmt.training.hsdata.HiddenStateHeldOut`: held-out
+    samples read from hidden-states data, each with its loss mask); the draft's weights are untouched. Every process runs
     the same windows (no collective but the objective's normaliser), so every process reaches the same figures and
     keeps the same weights.
 
@@ -456,8 +459,8 @@ def evaluate(run: _Run, verifier: Any, heldout: "HeldOut", step: int, autocast: 
     losses, sums = [], [[0] * run.positions for _ in range(4)]
     run.draft.eval()
     with torch.no_grad(), torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
-        for ids, aux, last in heldout.batches(verifier, run.taps, run.device):
-            loss, *counts = run.objective(ids, aux, last, 0)
+        for ids, aux, last, *mask in heldout.batches(verifier, run.taps, run.device):  # hidden-states data: with its loss mask
+            loss, *counts = run.objective(ids, aux, last, 0, *mask)
             losses.append(float(loss))
             sums = [[a + b for a, b in zip(s, c)] for s, c in zip(sums, counts)]
     run.draft.train()

@@ -43,7 +43,7 @@ from ..sources.verifier import Verifier
 from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
 from .data import FeatureCache, FrozenEnds, HeldOut, VerifierTop1, Windows, read_documents
-from .hsdata import HiddenStateBatches, hidden_state_documents
+from .hsdata import HiddenStateBatches, HiddenStateHeldOut, hidden_state_documents
 from .loop import fit
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -522,7 +522,8 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
         model = FrozenEnds.from_verifier(job.verifier, placement, norm=True)
         windows: Any = HiddenStateBatches(req.hidden_states, opts.seq_len, opts.batch_size, opts.seed, taps=taps,
                                           n_layers=job.verifier.info.num_hidden_layers, norm=model.norm, dtype=placement.torch_dtype,
-                                          world=job.world, rank=job.rank)
+                                          world=job.world, rank=job.rank, heldout=job.heldout)
+        heldout = HiddenStateHeldOut(windows, windows.held[:EVAL_WINDOWS]) if windows.held else None
     elif req.cache:  # fixed windows: the held-out share is of the windows, whose features the cache holds too
         windows = Windows(job.docs.ids, opts.seq_len, opts.batch_size, opts.seed, fixed=True, world=job.world, rank=job.rank, heldout=job.heldout)
     else:
@@ -565,7 +566,8 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
 
 #: the default held-out share, and the fewest documents it is taken from (fewer: no split, with a note)
 HELDOUT_SHARE, HELDOUT_MIN_DOCS = 0.05, 20
-#: at most this many held-out windows are evaluated (the first of the fixed held-out windows, in order)
+#: at most this many held-out windows are evaluated (the first of the fixed held-out windows, or held-out samples with
+#: ``--hidden-states``, in order)
 EVAL_WINDOWS = 64
 
 
@@ -573,17 +575,16 @@ def heldout_share(req: TrainRequest, opts: "TrainOptions", n_docs: int) -> tuple
     """The share of ``--data`` documents set aside for the held-out evaluation, and a note when there is none.
 
     ``opts.heldout`` None: :data:`HELDOUT_SHARE` when there are at least :data:`HELDOUT_MIN_DOCS` documents and the data
-    is ``--data`` without ``--cache``, else 0 (with a note). With ``--cache`` the share is of the fixed windows, and
-    only when given (a default would change which windows an existing cached run trains on).
+    is ``--data`` without ``--cache``, else 0 (with a note). With ``--cache`` the share is of the fixed windows, with
+    ``--hidden-states`` of the samples (:class:`specfmt.training.hsdata.HiddenStateBatches`), and only when given (a default
+    would change what an existing run trains on).
 
     Raises:
-        InputError: ``--heldout`` outside [0, 1), or above 0 with ``--hidden-states`` (not supported yet).
+        InputError: ``--heldout`` outside [0, 1).
     """
     share = opts.heldout
     if share is not None and not 0 <= share < 1:
         raise InputError(f"--heldout must be a share in [0, 1), not {share}", hint="e.g. --heldout 0.05")
-    if req.hidden_states and share:
-        raise InputError("--heldout is not supported with --hidden-states yet", hint="pass --heldout 0, or train from --data")
     if share is not None:
         return share, None
     if req.hidden_states or req.cache:
