@@ -291,11 +291,8 @@ def test_the_heldout_options_are_checked_before_anything_is_read(tmp_path, docum
 
     with pytest.raises(InputError, match=r"--heldout must be a share in \[0, 1\), not 1.5"):
         _train_world(tmp_path / "a", documents, {"heldout": 1.5})
-    from specfmt.training.pipeline import train_draft
-
-    with pytest.raises(InputError, match="--heldout is not supported with --hidden-states yet"):
-        train_draft(TrainRequest(out=str(tmp_path / "b"), verifier="v", algorithm="eagle3", hidden_states=str(tmp_path / "hs")),
-                    TrainOptions(heldout=0.1))
+    with pytest.raises(InputError, match=r"--heldout must be a share in \[0, 1\), not -0.1"):
+        heldout_share(TrainRequest(out=str(tmp_path / "b"), verifier="v", algorithm="eagle3", hidden_states="hs"), TrainOptions(heldout=-0.1), 0)
     with pytest.raises(InputError, match="--eval-every must be at least 1"):
         _train_world(tmp_path / "c", documents, {"eval_every": 0})
     assert not any((tmp_path / n).exists() for n in "abc")
@@ -309,6 +306,7 @@ def test_the_heldout_options_are_checked_before_anything_is_read(tmp_path, docum
     assert heldout_share(req, TrainOptions(heldout=0.1), 100) == (0.1, None)
     req.cache, req.hidden_states = None, "hs"
     assert heldout_share(req, TrainOptions(), 100) == (0.0, "no held-out split with --hidden-states by default: the draft is the last step's")
+    assert heldout_share(req, TrainOptions(heldout=0.1), 0) == (0.1, None)  # a share of the samples (tests/test_hidden_states_heldout.py)
 
 
 def test_fixed_windows_set_a_share_aside_that_no_epoch_visits():

@@ -303,10 +303,9 @@ def fit(
             AdamW state stay float32 (mixed precision with float32 master weights, as EAGLE's own
             trainer runs: ``accelerate launch --mixed_precision=bf16``, SafeAILab/EAGLE ``scripts/train_*.sh``;
             SpecForge's FSDP ``MixedPrecision`` computes in bf16 too); None: float32 throughout.
-        heldout: the held-out windows (:class:`~specfmt.training.data.HeldOut`; with hidden-states data the held-out samples,
-            :class:`~specfmt.training.hsdata.HiddenStateHeldOut`), evaluated every ``opts.eval_interval()`` steps and at
-            the end (:func:`evaluate`); the draft ends with the best evaluation's weights by estimated acceptance length
-            (``opts.keep_last``: the last), kept in the training state. None: no evaluation. ``evaluated``: called with each.
+        heldout: the held-out windows or samples (:class:`~specfmt.training.data.HeldOut`, :class:`~specfmt.training.hsdata.HiddenStateHeldOut`),
+            evaluated every ``opts.eval_interval()`` steps and at the end (:func:`evaluate`); the draft ends with the best evaluation's weights
+            by estimated acceptance length (``opts.keep_last``: the last), kept in the training state. None: no evaluation. ``evaluated``: called with each.
 
     Returns:
         :class:`TrainStats` (figures summed over processes).
