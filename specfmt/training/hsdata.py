@@ -128,9 +128,6 @@ class HiddenStateBatches:
             than two with ``heldout``), or lacks a layer the draft reads (:func:`tap_positions`).
     """
 
-    held: list[int] = []  # the held-out sample numbers, sorted (set per object when there are any)
-    _pool: Any = None  # the sample numbers the epochs permute (None: all n)
-
     def __init__(self, folder: str | Path, seq_len: int, batch: int, seed: int, *, taps: list[int], n_layers: int,
                  norm: Callable[[Any], Any], dtype: Any = None, world: int = 1, rank: int = 0, heldout: float = 0.0):
         import torch
@@ -144,6 +141,8 @@ class HiddenStateBatches:
             raise InputError(f"--heldout {heldout} needs at least two samples; the hidden-states data in {self.folder} has {self.n}",
                              hint="generate more samples, or pass --heldout 0")
         self.heldout = heldout
+        self.held: list[int] = []  # the held-out sample numbers, sorted
+        self._pool: Any = None  # the sample numbers the epochs permute (None: all n)
         if heldout:
             k = min(self.n - 1, max(1, round(heldout * self.n)))
             order = torch.randperm(self.n, generator=torch.Generator().manual_seed(seed * 1_000_003 - 1))  # no epoch's seed
