@@ -39,8 +39,10 @@ What is shared, and how (issue 27):
   step) after the same warmup.
 
 Each run is checkpointed into the results file as it ends (key: world, trainer, steps, lr, vocab,
-options, and for specfmt the git tree of specfmt/, so new specfmt code or defaults run again); a run
-already there is skipped unless ``--force``. One harness per trainer may run at once on one results
+options, a seed other than the default, and for specfmt the git tree of specfmt/, so new specfmt code or
+defaults run again); a run already there is skipped unless ``--force``. ``--paired KEY_A,KEY_B`` trains
+nothing: it reruns the reference on two recorded drafts and gives the difference of their AL with a 95 %
+interval from a paired bootstrap over the prompts (what 16 prompts can tell apart). One harness per trainer may run at once on one results
 file. On a loaded machine give ``--threads 1`` (and ``GOMP_SPINCOUNT=0``): measured here at load
 average ~15 on 2 cores, specfmt's step took 30 s with 2 threads and 2.2 s with 1. Usage::
 
@@ -67,6 +69,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).with_suffix(".results.json")
 TRAINERS = ("specfmt", "speculators")
+#: the seed of every run but a seed sweep's (``--seed``); the shipped world's recipe uses it too
+SEED = 1237
 #: each trainer's learning-rate sweep: specfmt's around its 3e-3; speculators' default 1e-3 (Muon and AdamW,
 #: speculators/train/config/schema.py ``lr``, ``muon_lr`` unset -> ``lr``) and x/÷ 3
 DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  # each default first
@@ -312,9 +316,10 @@ def specfmt_tree() -> str:
     return tree + ("" if git("diff", "--quiet", "HEAD", "--", "specfmt").returncode == 0 else "+dirty")
 
 
-def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str]) -> str:
+def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str], seed: int = SEED) -> str:
+    """The results file's key of one run; a seed other than :data:`SEED` is part of it (a seed sweep)."""
     code = [f"specfmt-tree:{specfmt_tree()}"] if trainer == "specfmt" else []
-    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code])
+    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code, *([f"seed:{seed}"] if seed != SEED else [])])
 
 
 def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
@@ -355,7 +360,7 @@ def _save(path: Path, results: dict) -> None:
     with open(Path(tempfile.gettempdir()) / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         disk = json.loads(path.read_text()) if path.is_file() else {}
-        for part in ("runs", "data"):
+        for part in ("runs", "data", "paired"):
             results[part] = {**disk.get(part, {}), **results.get(part, {})}
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(results, indent=2) + "\n")
@@ -369,7 +374,7 @@ def _meta(args: argparse.Namespace) -> dict:
     return {"date": datetime.date.today().isoformat(), "python": platform.python_version(), "torch": torch.__version__,
             "cpus": os.cpu_count(), "machine": platform.machine(), "threads": args.threads, "specfmt_commit": commit,
             "speculators": "0.9.0 (CPU patches of tests/test_hidden_states_interop.py)", "loadavg": [round(x, 2) for x in os.getloadavg()],
-            "batch": args.batch_size, "seq_len": args.seq_len, "draft_vocab": args.draft_vocab, "seed": args.seed,
+            "batch": args.batch_size, "seq_len": args.seq_len, "draft_vocab": args.draft_vocab, "seed": SEED,
             "warmup_steps_not_timed": args.warmup}
 
 
@@ -385,7 +390,7 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     for steps in map(int, args.steps.split(",")):
         for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
-            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options) + (f"|first{args.max_samples}" if args.max_samples else "")
+            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed) + (f"|first{args.max_samples}" if args.max_samples else "")
             if key in results["runs"] and not args.force:
                 print(f"have {key}", flush=True)
                 continue
@@ -400,7 +405,7 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
             figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
             d2t, used = vocab_of(draft)
             assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
-            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "vocab_from": args.vocab_from, "threads": args.threads,
+            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
                    "specfmt_tree": specfmt_tree(),
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
@@ -426,6 +431,45 @@ def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
             print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g}", flush=True)
             best["vllm"] = measure(Path(best["draft"]), world, use_vllm=True)
             _save(Path(args.json), results)
+
+
+def per_prompt(draft: Path, world: Path) -> list[tuple[int, int]]:
+    """``(drafts, accepted)`` of each held-out prompt in the reference run of ``draft`` (``validate --run``'s diagnosis)."""
+    from specfmt.validation.run import validate_run
+
+    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+                       use_vllm=False, write=False)
+    return [(p["drafts"], p["accepted"]) for p in run.diagnosis["per_prompt"]]
+
+
+def paired_bootstrap(a: list[tuple[int, int]], b: list[tuple[int, int]], resamples: int = 10_000, seed: int = 0) -> dict:
+    """AL(a) - AL(b) on the same prompts, and its 95 % interval over the prompts resampled with replacement (both
+    drafts on the same resampled prompts); AL = 1 + accepted / drafts over the prompts taken."""
+    import random
+
+    def al(rows: list[tuple[int, int]]) -> float:
+        return 1 + sum(x for _, x in rows) / max(1, sum(d for d, _ in rows))
+
+    rng, n = random.Random(seed), len(a)
+    diffs = []
+    for _ in range(resamples):
+        idx = [rng.randrange(n) for _ in range(n)]
+        diffs.append(al([a[i] for i in idx]) - al([b[i] for i in idx]))
+    diffs.sort()
+    return {"difference": round(al(a) - al(b), 4), "low": round(diffs[int(0.025 * resamples)], 4),
+            "high": round(diffs[int(0.975 * resamples)], 4), "prompts": n, "resamples": resamples}
+
+
+def compare(results: dict, keys: list[str], world: Path) -> None:
+    """``--paired A,B``: the paired bootstrap of two recorded runs' reference AL, printed and saved under ``paired``."""
+    missing = [k for k in keys if k not in results["runs"]]
+    if len(keys) != 2 or missing:
+        sys.exit(f"--paired takes two keys of the results file; not there: {missing}" if missing else "--paired takes two keys")
+    rows = [per_prompt(Path(results["runs"][k]["draft"]), world) for k in keys]
+    out = {"a": keys[0], "b": keys[1], **paired_bootstrap(*rows)}
+    results.setdefault("paired", {})[" - ".join(keys)] = out
+    print(f"{keys[0]} - {keys[1]}: {out['difference']:+.4f}, 95 % interval {out['low']:+.4f} to {out['high']:+.4f} "
+          f"({out['prompts']} prompts, {out['resamples']:,} resamplings)")
 
 
 def table(results: dict) -> str:
@@ -457,7 +501,7 @@ def main() -> None:
                     help="token_freq.pt counts: the verifier's top-1 at every training position, or the training tokens")
     ap.add_argument("--max-samples", type=int, default=None,
                     help="only the first N windows (a quick check of the harness; its results are not comparable)")
-    ap.add_argument("--seed", type=int, default=1237)
+    ap.add_argument("--seed", type=int, default=SEED, help="a seed other than the default is part of the run's key")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5, help="steps not timed")
     ap.add_argument("--specfmt-option", action="append", default=[], metavar="NAME=VALUE",
@@ -468,6 +512,8 @@ def main() -> None:
     ap.add_argument("--force", action="store_true", help="run again what the results file holds")
     ap.add_argument("--work", default="~/.cache/specfmt/bench/trainer_vs_speculators", help="data, drafts and logs")
     ap.add_argument("--json", default=str(RESULTS))
+    ap.add_argument("--paired", default=None, metavar="KEY_A,KEY_B",
+                    help="no training: the paired bootstrap over the prompts of two recorded runs' reference AL")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -479,6 +525,10 @@ def main() -> None:
     world = Path(args.world).resolve()
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
+    if args.paired:
+        compare(results, args.paired.split(","), world)
+        _save(path, results)
+        return
     results["meta"] = _meta(args)
     run_all(args, world, results)
     _save(path, results)

@@ -469,14 +469,16 @@ def bench_datagen(data: dict) -> str:
 
 
 def bench_trainer_vs_speculators(data: dict) -> str:
-    runs = sorted(data["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"]))
+    runs = sorted(data["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"], r.get("seed", 0)))
+    seed = data.get("meta", {}).get("seed")
     best = {}
-    for r in runs:
+    for r in (r for r in runs if r.get("seed", seed) == seed):  # a seed sweep's runs are not a rate's best
         k = (r["world"], r["steps"], r["trainer"])
         best[k] = max(best.get(k, 0.0), r["reference"]["al"])
     rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
-             + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else ""), f"{r['lr']:g}",
-             (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best[(r["world"], r["steps"], r["trainer"])]
+             + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else "")
+             + (f", seed {r['seed']}" if r.get("seed", seed) != seed else ""), f"{r['lr']:g}",
+             (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best.get((r["world"], r["steps"], r["trainer"]))
               else f"{r['reference']['al']:.3f}"),
              " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
              f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
@@ -488,8 +490,10 @@ def bench_trainer_vs_speculators(data: dict) -> str:
                       f"(the top {m.get('draft_vocab', '?')} hold {f['vocab_coverage_of_counts']:.1%} of them)" for w, f in data.get("data", {}).items())
     head = (f"{m.get('batch', '?')} × {m.get('seq_len', '?')} tokens per step, seed {m.get('seed', '?')}; {facts}. "
             "Bold: each trainer's best learning rate per budget.")
+    paired = [f"- `{p['a']}` minus `{p['b']}`: {p['difference']:+.3f}, 95 % interval {p['low']:+.3f} to {p['high']:+.3f} "
+              f"(paired bootstrap over the {p['prompts']} prompts, {p['resamples']:,} resamplings; `--paired`)" for p in data.get("paired", {}).values()]
     return head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", "tokens/s", "train (s)",
-                                   "load average before / after"], rows, "lrlrrlrrrl")
+                                   "load average before / after"], rows, "lrlrrlrrrl") + ("\n\n" + "\n".join(paired) if paired else "")
 
 
 def bench_vocab_coverage(data: dict) -> str:

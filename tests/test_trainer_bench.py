@@ -35,3 +35,15 @@ def test_speculators_step_times_are_read_from_its_metric_log():
     log = ("  profile/fetch_ms=133.864,\n  profile/step_ms=1.01e+04,\n x\n  profile/step_ms=2.33e+03,\n"
            "  profile/step_ms=812.5,\n")
     assert bench._speculators_profile(log) == [10100.0, 2330.0, 812.5]
+
+
+def test_the_paired_bootstrap_is_the_difference_of_pooled_acceptance_lengths_and_brackets_it():
+    """AL = 1 + accepted / drafts pooled over the prompts; a draft against itself differs by exactly 0 in every
+    resampling; one that accepts one more token on every prompt is ahead in every resampling."""
+    a = [(10, 5), (8, 8), (12, 3), (9, 0)]
+    b = [(10, 6), (8, 9), (12, 4), (9, 1)]
+    same = bench.paired_bootstrap(a, a, resamples=500)
+    assert same == {"difference": 0.0, "low": 0.0, "high": 0.0, "prompts": 4, "resamples": 500}
+    ahead = bench.paired_bootstrap(b, a, resamples=500)
+    assert ahead["difference"] == round((1 + 20 / 39) - (1 + 16 / 39), 4)
+    assert 0 < ahead["low"] <= ahead["difference"] <= ahead["high"]
