@@ -353,15 +353,17 @@ def _slug(key: str) -> str:
 
 
 def _save(path: Path, results: dict) -> None:
-    """Write ``results`` merged into what the file holds now (runs and data by key): two harnesses (one per
-    trainer) may share one results file; a lock beside it orders their writes."""
+    """Write ``results`` merged into what the file holds now (runs, data and paired comparisons by key, a run's fields
+    by name): harnesses may share one results file (one per trainer, a ``--vllm`` pass); a lock beside it orders their
+    writes, and a field one added (``vllm``) survives another's older copy of the run."""
     import fcntl
 
     with open(Path(tempfile.gettempdir()) / f"{path.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         disk = json.loads(path.read_text()) if path.is_file() else {}
-        for part in ("runs", "data", "paired"):
-            results[part] = {**disk.get(part, {}), **results.get(part, {})}
+        for part in ("runs", "data", "paired"):  # by key, and within a run by field: a field another harness added stays
+            mine = results.get(part, {})
+            results[part] = {**disk.get(part, {}), **{k: {**disk.get(part, {}).get(k, {}), **v} for k, v in mine.items()}}
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(json.dumps(results, indent=2) + "\n")
         os.replace(tmp, path)

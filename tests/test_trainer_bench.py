@@ -4,6 +4,7 @@ from its log. The benchmark itself (minutes per run) is not a test."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -47,3 +48,15 @@ def test_the_paired_bootstrap_is_the_difference_of_pooled_acceptance_lengths_and
     ahead = bench.paired_bootstrap(b, a, resamples=500)
     assert ahead["difference"] == round((1 + 20 / 39) - (1 + 16 / 39), 4)
     assert 0 < ahead["low"] <= ahead["difference"] <= ahead["high"]
+
+
+def test_a_harness_saving_its_older_copy_of_a_run_keeps_the_fields_another_added(tmp_path):
+    """Two harnesses on one results file: one adds vLLM's figure to a run; the other, holding the run as it was when
+    it started, saves a new run of its own. The file keeps both the new run and the vLLM figure."""
+    path = tmp_path / "results.json"
+    run = {"trainer": "speculators", "reference": {"al": 2.4}}
+    bench._save(path, {"runs": {"a": dict(run)}})
+    bench._save(path, {"runs": {"a": {**run, "vllm": {"al": 2.43}}}})
+    bench._save(path, {"runs": {"a": dict(run), "b": {"trainer": "specfmt"}}})
+    saved = json.loads(path.read_text())["runs"]
+    assert saved == {"a": {**run, "vllm": {"al": 2.43}}, "b": {"trainer": "specfmt"}}
