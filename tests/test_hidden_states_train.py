@@ -247,6 +247,7 @@ def test_samples_are_dealt_like_windows():
     def deal(world, rank, seed=5):
         d = object.__new__(HiddenStateBatches)
         d.n, d.batch, d.seed, d.world, d.rank, d._perm = 7, 2, seed, world, rank, None
+        d.held, d._pool = [], None  # no held-out split (HiddenStateBatches(heldout=0))
         return d
 
     one = deal(1, 0)
