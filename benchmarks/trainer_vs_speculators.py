@@ -420,11 +420,12 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
 
 
 def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
-    """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget."""
+    """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget, among the runs of ``--seed``."""
     for steps in map(int, args.steps.split(",")):
         for trainer in args.trainers.split(","):
             runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
-                    == (world.name, trainer, steps, args.vocab_from) and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
+                    == (world.name, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
+                    and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
             if not runs:
                 continue
             best = max(runs, key=lambda r: r["reference"]["al"])
