@@ -21,10 +21,11 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
    proposer, the checks built on them, and how vLLM serves a draft;
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
 6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
-7. ``specfmt.training``, ``specfmt.datagen``: training a draft, and its training data made by the verifier
-   (hidden states, loss masks: ``specfmt datagen``; the verifier's own responses: ``specfmt regenerate``);
-8. ``specfmt.hub``: publishing to the Hugging Face Hub;
-9. ``specfmt.cli``, ``specfmt.__main__``: the command line.
+7. ``specfmt.datagen``: training data made by the verifier (hidden states, loss masks: ``specfmt datagen``;
+   the verifier's own responses: ``specfmt regenerate``);
+8. ``specfmt.training``: training a draft (it reads datagen's output; datagen never imports the trainer);
+9. ``specfmt.hub``: publishing to the Hugging Face Hub;
+10. ``specfmt.cli``, ``specfmt.__main__``: the command line.
 """
 
 __version__ = "0.1.0"

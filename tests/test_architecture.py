@@ -166,14 +166,56 @@ def test_packages_depend_one_way_in_the_declared_order():
     dangling: set[str] = set()
     graph = {name: imports(name, path, set(mods), dangling) for name, path in mods.items()}
     layers = package_layers()
-    assert len(layers) == 10 and layers[0] == ("specfmt", "specfmt.errors") and layers[-1] == ("specfmt.cli", "specfmt.__main__")
+    assert len(layers) == 11 and layers[0] == ("specfmt", "specfmt.errors") and layers[-1] == ("specfmt.cli", "specfmt.__main__")
     assert sorted(n for layer in layers for n in layer if n not in mods) == []  # each declared name is a module or package
-    assert [layer_of(m, layers) for m in ("specfmt", "specfmt.sources.verifier", "specfmt.algorithms.reference", "specfmt.converters.eagle3", "specfmt.cli.train")] == [0, 2, 4, 5, 9]
+    assert [layer_of(m, layers) for m in ("specfmt", "specfmt.sources.verifier", "specfmt.algorithms.reference", "specfmt.converters.eagle3", "specfmt.cli.train")] == [0, 2, 4, 5, 10]
     assert dangling == set()  # an import of a module that is not there would hide its edge
     assert graph["specfmt.algorithms.eagle3"] >= {"specfmt.algorithms.reference", "specfmt.format.draft"}  # module-level edges
     assert "specfmt.sources.verifier" in graph["specfmt.algorithms.base"]  # a TYPE_CHECKING import is an edge too
     assert unassigned(graph, layers) == []
     assert upward_imports(graph, layers) == []
+
+
+def unit_of(module: str, layers: list[tuple[str, ...]]) -> str | None:
+    """The declared name (a package or a module of a layer) that covers ``module``: the longest, as :func:`layer_of`."""
+    best = None
+    for names in layers:
+        for n in names:
+            if (module == n or ("." in n and module.startswith(n + "."))) and (best is None or len(n) > len(best)):
+                best = n
+    return best
+
+
+def unit_graph(graph: dict[str, set[str]], layers: list[tuple[str, ...]]) -> dict[str, set[str]]:
+    """The import graph between the declared names (``specfmt.datagen`` -> ``specfmt.algorithms``): an edge where
+    any module of one imports any module of the other."""
+    units: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        u = unit_of(m, layers)
+        if u is None:
+            continue
+        units.setdefault(u, set()).update(v for t in targets if (v := unit_of(t, layers)) not in (None, u))
+    return units
+
+
+def test_no_two_packages_import_each_other_even_within_one_layer():
+    """The layers order the packages between layers; within one layer (``specfmt.algorithms`` and ``specfmt.serving``,
+    the converters and ``specfmt.convert``) two packages may still not import each other, even through different modules.
+    The module-level cycle test misses such a pair: ``datagen.chat`` imported ``training.data`` while ``training.hsdata``
+    imported ``datagen.layout`` (issue 35), four modules and no module cycle, when both packages shared layer 7."""
+    mods = modules()
+    graph = {name: imports(name, path, set(mods)) for name, path in mods.items()}
+    layers = package_layers()
+    units = unit_graph(graph, layers)
+    assert "specfmt.datagen" in units["specfmt.training"]  # training reads datagen's layout: the one direction
+    assert cycles(units) == []
+
+
+def test_the_package_graph_finds_a_cycle_between_modules_of_two_packages():
+    layers = [("pkg",), ("pkg.a", "pkg.b")]
+    graph = {"pkg": set(), "pkg.a": set(), "pkg.a.x": {"pkg.b.y"}, "pkg.b": set(), "pkg.b.y": set(), "pkg.b.z": {"pkg.a"}}
+    assert cycles(graph) == []  # no module cycle
+    assert cycles(unit_graph(graph, layers)) == [["pkg.a", "pkg.b"]]
 
 
 def test_the_layer_finder_finds_upward_imports_and_unassigned_modules():

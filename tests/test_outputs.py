@@ -90,17 +90,156 @@ def ws(tmp_path, converted) -> Path:
 INPUTS = {"src": "boxes/src/eagle3", "ver": "boxes/ver/V", "spec": "boxes/spec/draft", "medusa": "boxes/medusa/heads",
           "data": "boxes/data/corpus.txt", "prompts": "boxes/prompts/prompts.jsonl", "cache": "boxes/cache/features"}
 TRAIN = ["--steps", "1", "--batch-size", "1", "--seq-len", "16", "--no-validate", "--device", "cpu"]
-#: each command that writes: its arguments with {key} for each input, and which input each label names
-COMMANDS = {
-    "convert": (["convert", "--from", "eagle3", "{src}", "--verifier", "{ver}"], {"SRC": "src", "--verifier": "ver"}),
-    "upgrade": (["upgrade", "{spec}", "--verifier", "{ver}"], {"SRC": "spec", "--verifier": "ver"}),
-    "train eagle3": (["train", "eagle3", "--verifier", "{ver}", "--data", "{data}", "--prompts", "{prompts}", "--cache", "{cache}",
-                      "--draft-vocab", "64", *TRAIN], {"--verifier": "ver", "--data": "data", "--prompts": "prompts", "--cache": "cache"}),
-    "train medusa --init": (["train", "medusa", "--init", "{medusa}", "--verifier", "{ver}", "--dry-run", *TRAIN], {"--init": "medusa"}),
-    "train fill": (["train", "fill", "{medusa}", "--verifier", "{ver}", "--data", "{data}", "--no-validate"],
-                   {"SRC": "medusa", "--verifier": "ver", "--data": "data"}),
-}
-#: how OUT is placed against the input P (in its box B): (OUT, the input as given, the relation the error names)
+
+
+# --------------------------------------------------------------------------- every command that writes, from the app
+
+
+def commands(group, words: tuple[str, ...] = ()):
+    """``(words, command)`` for every command of a typer/click command tree (``("train", "fill")``)."""
+    if hasattr(group, "commands"):  # typer vendors click: a group is whatever has sub-commands
+        for name, cmd in group.commands.items():
+            yield from commands(cmd, (*words, name))
+    else:
+        yield words, group
+
+
+def writers(typer_app) -> list[tuple[str, object, object]]:
+    """``(command words, click command, declaration or None)`` for every command of ``typer_app`` with an output
+    option (``-o``); the declaration is what :func:`specfmt.cli.output.writes` put on its callback."""
+    import typer.main
+
+    from specfmt.cli.output import declaration
+
+    return [(" ".join(words), cmd, declaration(cmd.callback)) for words, cmd in commands(typer.main.get_command(typer_app))
+            if any("-o" in p.opts for p in cmd.params)]
+
+
+WRITERS = writers(app)
+
+
+@pytest.fixture(scope="module")
+def built():
+    import typer.main
+
+    return typer.main.get_command(app)
+
+
+@pytest.fixture
+def prebuilt(monkeypatch, built):
+    """``runner.invoke(app)`` with the click command built once per module (typer builds the whole tree, ~40 ms, on every invoke)."""
+    import typer.testing
+
+    real = typer.testing._get_command
+    monkeypatch.setattr(typer.testing, "_get_command", lambda a: built if a is app else real(a))
+
+
+def test_every_command_with_an_output_option_goes_through_the_output_mechanism():
+    """A command added with ``-o`` but without ``@writes`` fails here; its OUT would be checked against nothing."""
+    names = [name for name, _, _ in WRITERS]
+    assert {"convert", "upgrade", "datagen", "regenerate", "train eagle3", "train fill"} <= set(names), names
+    assert [name for name, _, spec in WRITERS if spec is None] == []
+    for name, cmd, spec in WRITERS:  # the declaration names the command's own -o, and every path-typed parameter is an input
+        out = next(p for p in cmd.params if "-o" in p.opts)
+        assert spec.out == out.name, name
+        paths = {p.name for p in cmd.params if _is_path(p) and p.name != out.name}
+        assert paths <= set(spec.inputs), (name, paths - set(spec.inputs))
+
+
+def test_the_walk_finds_a_writer_that_does_not_declare_its_output():
+    import typer
+
+    from specfmt.cli.output import writes
+
+    demo, sub = typer.Typer(), typer.Typer()
+
+    @demo.command()
+    @writes("output", inputs=("src",))
+    def declared(src: str = typer.Argument(...), output: Path = typer.Option(..., "-o")) -> None:
+        pass
+
+    @sub.command()
+    def forgot(src: str = typer.Argument(...), output: Path = typer.Option(..., "-o")) -> None:
+        pass
+
+    @demo.command()
+    def reads(src: str = typer.Argument(...)) -> None:
+        pass
+
+    demo.add_typer(sub, name="group")
+    found = {name: spec for name, _, spec in writers(demo)}
+    assert set(found) == {"declared", "group forgot"} and found["group forgot"] is None
+    assert found["declared"].inputs == {"src": "SRC"} and found["declared"].out_label == "-o"
+
+
+def _types(param) -> set:
+    """The types a parameter's annotation names (``Optional[list[Path]]`` -> ``{Optional, list, Path, None}``)."""
+    from typing import get_args
+
+    seen, todo = set(), [param.type_descriptor.annotation]  # typer keeps each parameter's annotation
+    while todo:
+        t = todo.pop()
+        seen.add(t)
+        todo += get_args(t)
+    return seen
+
+
+def _is_path(param) -> bool:
+    return Path in _types(param)
+
+
+def _dummy(param) -> list[str]:
+    """A value click accepts for a required parameter that is neither OUT nor an input (the refusal comes first)."""
+    return ["1"] if _types(param) & {int, float} else ["x"]
+
+
+def _argv(cmd, spec, values: dict[str, list[Path]], out: Path) -> list[str]:
+    """The command line of ``cmd``: every input given (``values``), each other required parameter a dummy, ``-o OUT``, and
+    ``--force`` where the command has it (it never lifts the rule)."""
+    argv: list[str] = []
+    for p in cmd.params:
+        if p.name == spec.out:
+            given = [str(out)]
+        elif p.name in values:
+            given = [str(v) for v in values[p.name]]
+        elif p.required:
+            given = _dummy(p)
+        elif p.name == spec.force:
+            argv.append(p.opts[0])
+            continue
+        else:
+            continue
+        flag = [] if p.param_type_name == "argument" else [p.opts[0]]
+        argv += [a for v in given for a in (*flag, v)]
+    return argv
+
+
+def _repeatable(name: str) -> set[str]:
+    _, cmd, _ = next(w for w in WRITERS if w[0] == name)
+    return {p.name for p in cmd.params if getattr(p, "multiple", False)}
+
+
+def _inputs(name: str, spec) -> list[tuple[str, int]]:
+    """``(parameter, k)`` for value k of every input: a repeatable option is given two values, each tried."""
+    return [(param, k) for param in spec.inputs for k in range(2 if param in _repeatable(name) else 1)]
+
+
+def _place(ws: Path, name: str, spec, form: str) -> dict[str, list[Path]]:
+    """Every input of command ``name`` in a box of its own, as a folder holding a file, or as a file (``form``)."""
+    values: dict[str, list[Path]] = {}
+    for param, k in _inputs(name, spec):
+        p = ws / "boxes" / f"{param}{k}" / "input"
+        p.parent.mkdir(parents=True)
+        if form == "folder":
+            p.mkdir()
+            (p / "f").write_text("x")
+        else:
+            p.write_text("x")
+        values.setdefault(param, []).append(p)
+    return values
+
+
+#: how OUT is placed against the input P (in its box): (OUT, the input as given, the relation the error names)
 RELATIONS = {
     "is": lambda ws, p: (p, p, "is"),
     "inside": lambda ws, p: (p / "sub", p, "lies inside"),
@@ -109,28 +248,64 @@ RELATIONS = {
     "contains the target of a linked input": lambda ws, p: (p.parent, _link(ws / "links" / "in", p), "contains"),
     "contains the link of an input": lambda ws, p: (ws / "links", _link(ws / "links" / "in", p), "contains"),
 }
+#: the relations also tried with inputs that are files (all of them with folders)
+FILE_RELATIONS = ("is", "inside", "contains")
 
 
 def _link(link: Path, target: Path) -> Path:
+    link.parent.mkdir(exist_ok=True)
     link.symlink_to(target, target_is_directory=target.is_dir())
     return link
 
 
-CASES = [(cmd, label, rel) for cmd, (_, labels) in COMMANDS.items() for label in labels for rel in RELATIONS]
-
-
-@pytest.mark.parametrize("command,label,relation", CASES, ids=[f"{c}|{l}|{r}" for c, l, r in CASES])
-def test_out_never_overlaps_an_input(ws, command, label, relation):
-    args, labels = COMMANDS[command]
-    key = labels[label]
-    out, given, words = RELATIONS[relation](ws, ws / INPUTS[key])
-    paths = {k: ws / v for k, v in INPUTS.items()}
-    paths[key] = given
+def _refused(ws: Path, name: str, param: str, k: int, form: str, place) -> None:
+    """Run command ``name`` with OUT placed by ``place(ws, P)`` against value k of input ``param`` (P), which returns
+    ``(OUT, the input as given, the words of the refusal)``: exit 2, one line naming that input, and the whole workspace
+    as it was: every input byte-identical, no OUT, no temporary file."""
+    _, cmd, spec = next(w for w in WRITERS if w[0] == name)
+    values = _place(ws, name, spec, form)
+    out, given, words = place(ws, values[param][k])
+    values[param][k] = given
     before = snapshot(ws)
-    code, text = cli(*[a.format(**paths) for a in args], "-o", out, "--force")
-    assert code == 2, text
-    assert f"the output folder {words} {label} {given}" in text, text
-    assert snapshot(ws) == before  # every input byte-identical; no OUT, no temporary folder
+    r = runner.invoke(app, [*name.split(), *_argv(cmd, spec, values, out)], terminal_width=400)
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert lines[0].startswith(f"specfmt: error: {words} {spec.inputs[param]} {given}"), r.output  # a linked input: its target follows
+    assert lines[0].endswith(f"[{out}]; choose an -o outside every input; no option (--force included) lets a command write into one"), r.output
+    assert snapshot(ws) == before
+
+
+CASES = [(name, param, k, rel, form) for name, _, spec in WRITERS if spec for param, k in _inputs(name, spec)
+         for rel in RELATIONS for form in ("folder", "file") if form == "folder" or rel in FILE_RELATIONS]
+
+
+@pytest.mark.parametrize("command,param,k,relation,form", CASES, ids=[f"{c}|{p}{k or ''}|{r}|{f}" for c, p, k, r, f in CASES])
+def test_out_never_overlaps_an_input(tmp_path, prebuilt, command, param, k, relation, form):
+    """Every command with ``-o``, found in the app: OUT is each input, inside it or around it (also through symlinks),
+    with ``--force`` where the command has it. The refusal comes before the command's body, so the inputs need not be
+    models: nothing is loaded."""
+    spec = next(w[2] for w in WRITERS if w[0] == command)
+
+    def place(ws, p):
+        out, given, words = RELATIONS[relation](ws, p)
+        return out, given, f"the output {spec.kind} {words}"
+
+    _refused(tmp_path, command, param, k, form, place)
+
+
+BESIDE = [(name, param, k, suffix) for name, _, spec in WRITERS if spec for suffix in spec.beside for param, k in _inputs(name, spec)]
+
+
+@pytest.mark.parametrize("command,param,k,suffix", BESIDE, ids=[f"{c}|{p}{k or ''}|{s}" for c, p, k, s in BESIDE])
+def test_what_is_written_beside_out_never_overlaps_an_input(tmp_path, prebuilt, command, param, k, suffix):
+    """``OUT.train-state`` (train), ``OUT.provenance.json`` (regenerate): an input at that path is refused too."""
+
+    def place(ws, p):
+        renamed = p.with_name(f"in{suffix}")
+        p.rename(renamed)
+        return p.with_name("in"), renamed, f"in{suffix}, written beside the output, is"
+
+    _refused(tmp_path, command, param, k, "folder", place)
 
 
 def _hub_repo(cache: Path, repo_id: str, folder: Path) -> Path:

@@ -5,10 +5,14 @@ everything is written into a temporary folder ``.OUT.specfmt-PID-*`` next to it,
 renamed to ``OUT`` once complete. A run killed with SIGKILL leaves only that temporary
 folder, never a partial ``OUT``; the next run on the same ``OUT`` removes it.
 
-One rule for every command that writes (``convert``, ``upgrade``, ``train``, ``train fill``):
-OUT is never an input, never inside one, and never contains one (:func:`check_output`);
-``--force`` replaces an earlier output, never an input. Every writer passes the full list of its
-inputs as :class:`Input` values.
+One rule for every command that writes: OUT is never an input, never inside one, and never
+contains one (:func:`check_output`); ``--force`` replaces an earlier output, never an input, and a
+command that continues its own earlier output (``datagen``, ``regenerate --resume``) continues
+nothing else. Every writer passes the full list of its inputs as :class:`Input` values. On the
+command line the rule is applied before a command's body runs, from the command's declaration of
+its OUT and its inputs (:func:`specfmt.cli.output.writes`), so a new command cannot skip it; the
+library functions (:func:`specfmt.convert.convert`, :func:`specfmt.draft.save_draft`, the
+training and datagen pipelines) apply it again with what only they resolve.
 
 What is written gets the permissions of a file or folder made with ``open()`` / ``mkdir()``
 under the process umask (:func:`apply_umask`): ``0666 & ~umask`` for files, ``0777 & ~umask``
@@ -27,7 +31,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from ..errors import InputError, OutputExistsError
 from .files import containing_root
@@ -130,43 +134,73 @@ def _locations(inp: Input) -> Iterator[tuple[Path, str]]:
                     yield target, f"{target}, the target of the link {p.relative_to(real)} in {name}"
 
 
-def check_output(out: Path, force: bool, inputs: Iterable[Input] = ()) -> None:
-    """OUT may be written: apart from every input, not a file, and empty unless ``force``.
+#: what a command does with an OUT that exists: ``(out) -> None``, raising a :class:`specfmt.errors.SpecfmtError`
+#: (one line) unless OUT is this command's own earlier output that it may continue (``datagen``, ``regenerate --resume``)
+Continues = Callable[[Path], None]
 
-    The overlap rule comes first and ``force`` does not lift it: replacing OUT (or writing
-    beside it) must never touch what the command reads. Each input counts with the path as
+
+def check_output(out: Path, force: bool = False, inputs: Iterable[Input] = (), *, kind: str = "folder",
+                 continues: Continues | None = None, beside: Iterable[str] = ()) -> None:
+    """OUT may be written: apart from every input, of the right kind, and new, empty, replaceable
+    (``force``) or continued (``continues``).
+
+    The overlap rule comes first and neither ``force`` nor ``continues`` lifts it: replacing OUT (or
+    writing beside it) must never touch what the command reads. Each input counts with the path as
     given (a symlink itself), the path it resolves to (for a Hub id, the repo's whole cache
     folder) and the target of every symlink inside it. Paths are compared after following
     symlinks and by identity on disk (device and inode), so a link to an input, a
-    case-insensitive file system or a bind mount is caught too.
+    case-insensitive file system or a bind mount is caught too. The paths written beside OUT
+    (``OUT`` + each of ``beside``: ``OUT.train-state``, ``OUT.provenance.json``) obey the same rule.
 
     Args:
-        out: the output folder.
-        force: the user allows replacing a non-empty OUT.
+        out: the output folder, or file (``kind="file"``).
+        force: the user allows replacing an existing OUT (a non-empty folder, a file).
         inputs: every input of the command (:meth:`Input.of`).
+        kind: ``folder`` or ``file``: what OUT is.
+        continues: for a command that continues its own earlier output instead of replacing it: called
+            with an existing OUT (a non-empty folder, or a file) to check that it is one; ``force`` is then
+            not consulted.
+        beside: suffixes of the paths the command writes next to OUT.
 
     Raises:
-        OutputOverlapError: OUT is, lies inside or contains an input (the message names it).
-        OutputExistsError: OUT is a file or lies under one, or is a non-empty folder without ``force``.
+        OutputOverlapError: OUT (or a path beside it) is, lies inside or contains an input (the message names it).
+        OutputExistsError: OUT lies under a file, is a file where a folder is written (or the reverse), or
+            exists and is neither replaceable (``force``) nor continued.
+        SpecfmtError: what ``continues`` raises.
     """
+    if kind not in ("folder", "file"):
+        raise ValueError(f"kind must be folder or file, not {kind!r}")
     out = Path(out).expanduser()
     o = real_path(out)
-    for inp in inputs:
-        for at, name in _locations(inp):
-            rel = _relation(o, at)
-            if rel is not None:
-                raise OutputOverlapError(
-                    f"the output folder {rel} {name}",
-                    relation=rel, input=inp, at=at, where=str(out),
-                    hint="choose an -o outside every input; --force replaces an earlier output, never an input",
-                )
+    inputs = list(inputs)
+    written = [(o, f"the output {kind}")]
+    for suffix in beside:  # OUT + suffix, whether OUT's links are followed before the suffix is added or after
+        for path in dict.fromkeys((real_path(f"{out}{suffix}"), o.parent / f"{o.name}{suffix}")):
+            written.append((path, f"{out.name}{suffix}, written beside the output,"))
+    for path, what in written:
+        for inp in inputs:
+            for at, name in _locations(inp):
+                rel = _relation(path, at)
+                if rel is not None:
+                    raise OutputOverlapError(
+                        f"{what} {rel} {name}",
+                        relation=rel, input=inp, at=at, where=str(out),
+                        hint="choose an -o outside every input; no option (--force included) lets a command write into one",
+                    )
+    other = "file" if kind == "folder" else "folder"
     for p in o.parents:
         if p.exists() and not p.is_dir():
-            raise OutputExistsError("the output path lies under a file", where=str(p), hint="choose a folder path for -o")
-    if o.exists() and not o.is_dir():
-        raise OutputExistsError("the output path exists and is a file", where=str(out), hint="choose a folder path for -o")
-    if o.is_dir() and any(o.iterdir()) and not force:
-        raise OutputExistsError("the output folder is not empty", where=str(out), hint="choose another -o or pass --force to replace it")
+            raise OutputExistsError("the output path lies under a file", where=str(p), hint=f"choose a {kind} path for -o")
+    if o.exists() and (o.is_dir() if kind == "file" else not o.is_dir()):
+        raise OutputExistsError(f"the output path exists and is a {other}", where=str(out), hint=f"choose a {kind} path for -o")
+    exists = o.is_file() if kind == "file" else o.is_dir() and any(o.iterdir())
+    if not exists:
+        return
+    if continues is not None:
+        continues(o)
+    elif not force:
+        what = "the output folder is not empty" if kind == "folder" else "the output file exists"
+        raise OutputExistsError(what, where=str(out), hint="choose another -o or pass --force to replace it")
 
 
 def current_umask() -> int:

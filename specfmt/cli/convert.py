@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..converters import Options, from_choices
 from ..errors import InputError, SpecfmtError
 from .common import DTYPES, err, out, parse_layers, print_serving, reports_errors
+from .output import writes
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..convert import ConvertResult
@@ -67,6 +68,7 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
 
 
 @reports_errors
+@writes("output", inputs=("src", "verifier"), force="force")
 def convert(
     src: str = typer.Argument(..., help="Source checkpoint: a folder or a Hub id (OWNER/NAME)."),
     source_format: str = typer.Option(..., "--from", help=f"Source format: {from_choices()}, or auto."),
@@ -87,6 +89,7 @@ def convert(
 
 
 @reports_errors
+@writes("output", inputs=("src", "verifier"), force="force")
 def upgrade(
     src: str = typer.Argument(..., help="A speculators-format checkpoint (speculators 0.1-0.9, NVIDIA ModelOpt): folder or Hub id."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Output folder (created atomically)."),

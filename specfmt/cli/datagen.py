@@ -9,6 +9,14 @@ from typing import Optional
 import typer
 
 from .common import err, out, parse_layers, reports_errors
+from .output import writes
+
+
+def _continues(output: Path, args: dict) -> None:
+    """A non-empty OUT is continued only when an earlier datagen run made it (its manifest); the same inputs are the pipeline's check."""
+    from ..datagen.layout import check_resumable
+
+    check_resumable(output)
 
 
 def _progress():
@@ -27,6 +35,7 @@ def _size(n: float) -> str:
 
 
 @reports_errors
+@writes("output", inputs=("verifier", "data"), continues=_continues)
 def datagen(
     output: Path = typer.Option(..., "-o", "--output", help="Output folder: speculators' layout (the preprocessed dataset, token_freq.pt, hidden_states/hs_{i}.safetensors)."),
     verifier: str = typer.Option(..., "--verifier", "--model", help="The verifier (target) model: a folder or a Hub id."),

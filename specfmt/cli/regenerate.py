@@ -4,14 +4,24 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from .common import err, out, reports_errors
+from .output import writes
+
+
+def _continues(output: Path, args: dict) -> None:
+    """An existing OUT is continued only with --resume, and only when an earlier regenerate run wrote it (its provenance record)."""
+    from ..datagen.regenerate import check_resumable
+
+    check_resumable(output, args["resume"])
 
 
 @reports_errors
+@writes("output", kind="file", inputs=("verifier", "data"), continues=_continues, beside=(".provenance.json",))
 def regenerate(
     verifier: str = typer.Option(..., "--verifier", "--model", help="The verifier's folder (its tokenizer, chat template and weights)."),
     data: str = typer.Option(..., "--data", "--dataset", help="Input jsonl: chat lines {\"messages\": [...]} or prompts {\"text\"|\"prompt\": ...}."),

@@ -22,6 +22,7 @@ from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
 from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
+from .output import writes
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -234,7 +235,9 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = training.train_summary
     command.__name__ = f"train_{algo.name}"
-    return reports_errors(command)
+    #: OUT.train-state, the saved training state (specfmt.training.pipeline.state_dir), is written beside OUT
+    return reports_errors(writes("output", inputs=("verifier", "data", "init", "cache", "hidden_states", "prompts"), force="force",
+                                 beside=(".train-state",))(command))
 
 
 for _algo in trainable():
@@ -243,6 +246,7 @@ for _algo in trainable():
 
 @train_app.command()
 @reports_errors
+@writes("output", inputs=("src", "verifier", "data"), force="force")
 def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.files import jsonl_objects, sha256_file
+from ..checkpoint.files import jsonl_objects, read_data_file, sha256_file
 from ..errors import InputError
-from ..training.data import read_data_file
 from .layout import Sample
 
 #: role names mapped as speculators' ``_normalize_conversation`` maps them (ShareGPT's ``from``)

@@ -303,6 +303,25 @@ def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     return path
 
 
+def check_resumable(root: str | Path) -> Manifest:
+    """An existing, non-empty output folder that ``datagen`` may continue: it holds a datagen manifest (:data:`MANIFEST`,
+    written before anything else a run writes). Whether that run had the same inputs is the pipeline's check
+    (:func:`specfmt.datagen.pipeline.run_datagen`), once the verifier and ``--data`` are read.
+
+    Raises:
+        OutputExistsError: the folder holds no manifest: it is not the output of a datagen run (a verifier, a draft,
+            another tool's data, a folder of stray files), and nothing in it may be kept.
+        InputError: the manifest is malformed (:func:`read_manifest`).
+    """
+    from ..errors import OutputExistsError
+
+    m = read_manifest(root)
+    if m is None:
+        raise OutputExistsError(f"the output folder is not empty and holds no datagen output (no {MANIFEST})", where=str(root),
+                                hint="give a new or empty -o; datagen continues only the output of an earlier datagen run")
+    return m
+
+
 def read_manifest(root: str | Path) -> Manifest | None:
     """The manifest in ``root``, or None where there is none (speculators' own output).
 

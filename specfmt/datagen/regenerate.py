@@ -210,6 +210,56 @@ def regenerate(convs: list[Conversation], complete: Completer, tokenizer: Any, s
         yield chunk, tokens
 
 
+#: the provenance record beside an output (``OUT.provenance.json``) and the tool it names
+RECORD_SUFFIX = ".provenance.json"
+TOOL = "specfmt regenerate"
+
+
+def record_path(out: str | Path) -> Path:
+    """``OUT.provenance.json``, beside the output."""
+    out = Path(out)
+    return out.with_name(out.name + RECORD_SUFFIX)
+
+
+def read_record(out: str | Path) -> dict[str, Any] | None:
+    """The provenance record of ``out`` when ``specfmt regenerate`` wrote it; None when there is none.
+
+    Raises:
+        OutputExistsError: ``OUT.provenance.json`` exists but is not a record of ``specfmt regenerate`` (not JSON, another
+            tool's): the output beside it is not this command's.
+    """
+    from ..errors import OutputExistsError
+
+    path = record_path(out)
+    if not path.exists():
+        return None
+    try:
+        rec = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        rec = None
+    if not isinstance(rec, dict) or rec.get("tool") != TOOL:
+        raise OutputExistsError(f"{path.name} exists and is not a record specfmt regenerate wrote", where=str(path),
+                                hint="choose another -o; regenerate writes OUT and OUT.provenance.json, and replaces neither when it is not its own")
+    return rec
+
+
+def check_resumable(out: str | Path, resume: bool) -> None:
+    """An existing output file ``regenerate`` may continue: ``resume`` is given and the output has the provenance record
+    of an earlier ``specfmt regenerate`` run. Whether that run had the same settings, verifier and input, and
+    whether every line is one it wrote, is :meth:`Output.open`'s check.
+
+    Raises:
+        OutputExistsError: the output exists and ``resume`` is False; it has no record, or another tool's.
+    """
+    from ..errors import OutputExistsError
+
+    if not resume:
+        raise OutputExistsError("the output file exists", where=str(out), hint="pass --resume to continue it, or choose another -o")
+    if read_record(out) is None:
+        raise OutputExistsError(f"the output file has no {RECORD_SUFFIX} record: it is not the output of an earlier specfmt regenerate run",
+                                where=str(out), hint="choose another -o; --resume continues only regenerate's own output")
+
+
 class Output:
     """The output jsonl and its provenance record, written so that an interruption loses at most
     the conversations of the batch in flight, never part of a line.

@@ -62,6 +62,15 @@ def is_hub_id(ref: str) -> bool:
     return True
 
 
+def hub_cache_folder(repo_id: str) -> Path:
+    """The folder a download of the model ``repo_id`` goes to in the Hugging Face cache
+    (``HF_HUB_CACHE/models--OWNER--NAME``: its snapshots, blobs and refs), whether or not it is there yet."""
+    from huggingface_hub import constants
+    from huggingface_hub.file_download import repo_folder_name
+
+    return Path(constants.HF_HUB_CACHE) / repo_folder_name(repo_id=repo_id, repo_type="model")
+
+
 def check_repo_id(repo_id: str, option: str = "--repo-id") -> None:
     """Refuse a repo id that is not ``OWNER/NAME`` before any network call.
 

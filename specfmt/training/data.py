@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..checkpoint.files import jsonl_objects, sha256_file
+from ..checkpoint.files import jsonl_objects, read_data_file, sha256_file
 from ..checkpoint.output import apply_umask
 from ..errors import InputError
 
@@ -49,21 +49,6 @@ class Documents:
     @property
     def tokens(self) -> int:
         return sum(map(len, self.ids))
-
-
-def read_data_file(path: str) -> str:
-    """The text of one ``--data`` file (UTF-8), as ``train`` and ``datagen`` read it.
-
-    Raises:
-        InputError: the file is missing or not UTF-8.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
 
 
 def read_documents(paths: list[str], tokenizer: Any) -> Documents:
