@@ -157,7 +157,8 @@ def test_interrupt_leaves_whole_files_and_the_rerun_finishes(verifier, data, tmp
         sample_path(hidden_states_folder(out), i).unlink()
     folder = hidden_states_folder(out)
     assert existing_samples(folder) == [0, 1] and sorted(p.name for p in folder.iterdir()) == ["hs_0.safetensors", "hs_1.safetensors"]
-    assert read_manifest(out) is None  # written last
+    m = read_manifest(out)  # written first, with what the data is made from; the figures come at the end of a run
+    assert (m.files, m.engine, m.dtype_option, m.layers, m.seq_len) == (0, "", "auto", [2, 4, 5, 8], 64)
     monkeypatch.setattr(TransformersEngine, "extract", real)
     res = dg.run_datagen(_req(verifier, data, out))
     assert (res.resumed, res.made) == (2, 4) and existing_samples(folder) == list(range(6)) and read_manifest(out).files == 6
@@ -187,12 +188,14 @@ def test_ranks_share_the_output_and_options_are_checked(verifier, data, tmp_path
     assert list(r1.shard) == [0, 1, 2] and existing_samples(hidden_states_folder(out)) == [0, 1, 2, 3, 4]
     other = tmp_path / "other.txt"
     other.write_text("x = 1\n")
-    with pytest.raises(InputError, match="holds a preprocessed dataset made from other --data, --seq-len or verifier"):
+    with pytest.raises(InputError, match=r"made from other inputs \(--data of other content\)"):
         dg.run_datagen(_req(verifier, other, out))
-    with pytest.raises(InputError, match=r"hidden states of .* at layers \[2, 4, 5, 8\] \(seq len 64\)"):
+    with pytest.raises(InputError, match=r"made from other inputs \(--seq-len 64 there, 32 here\)"):
         dg.run_datagen(_req(verifier, data, out, seq_len=32))
-    with pytest.raises(InputError, match=r"hidden states of .* at layers \[2, 4, 5, 8\]"):
+    with pytest.raises(InputError, match=r"made from other inputs \(--layers 2,4,5,8 there, 1,8 here\)"):
         dg.run_datagen(_req(verifier, data, out, layers=[1, 8]))
+    with pytest.raises(InputError, match=r"made from other inputs \(--dtype auto there, float32 here\)"):
+        dg.run_datagen(_req(verifier, data, out, dtype="float32"))
     with pytest.raises(InputError, match=r"unknown dtype 'float64' \[--dtype\]; choose auto, float32, bfloat16, float16"):
         dg.run_datagen(_req(verifier, data, out, dtype="float64"))
     with pytest.raises(InputError, match=r"--rank 2 must be in \[0, --world-size 2\)"):

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, run_cli
 from specfmt.datagen.regenerate import Settings, run
-from specfmt.errors import DataInterrupted, InputError
+from specfmt.errors import DataInterrupted, InputError, OutputExistsError
 
 WORLD = REPO / "examples" / "world"
 TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
@@ -108,7 +108,7 @@ def test_resume_skips_done_conversations_and_refuses_other_settings(tmp_path, ch
     out = tmp_path / "out.jsonl"
     regen(chat_verifier, data, out, Scripted(), limit=2)
     head = out.read_text()
-    with pytest.raises(InputError, match="the output exists"):
+    with pytest.raises(OutputExistsError, match="the output file exists"):
         regen(chat_verifier, data, out, Scripted())
     with pytest.raises(InputError, match="other settings"):
         regen(chat_verifier, data, out, Scripted(), resume=True, settings=Settings(max_tokens=7))

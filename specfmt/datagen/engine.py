@@ -50,7 +50,8 @@ class HiddenStateEngine(Protocol):
 
     Every file an engine places holds ``hidden_states`` [T, len(layers), H] and ``token_ids`` [T]
     (int64), and is placed atomically (written beside, then ``os.replace``): an interrupted run
-    leaves no half-written ``hs_{i}.safetensors``.
+    leaves no half-written ``hs_{i}.safetensors``. A placed file has the mode the umask gives a file made
+    with ``open()`` (:func:`specfmt.checkpoint.output.apply_umask`), whatever library wrote it.
     """
 
     #: shown in progress lines and recorded in the provenance ("vllm", "transformers")

@@ -22,9 +22,13 @@ One output folder ``ROOT`` holds (speculators 0.9.0):
 
 speculators itself writes no record of the layer ids or the verifier beside the data: its trainer
 re-derives the layer ids from the verifier (``speculators/models/utils.py``
-``resolve_target_layer_ids``). specfmt adds :data:`MANIFEST` (``specfmt_datagen.json``), written
-last, so that ``specfmt train --hidden-states`` knows which layers the files hold; speculators
-ignores it (``load_from_disk`` reads only ``state.json`` and the files it lists).
+``resolve_target_layer_ids``). specfmt adds :data:`MANIFEST` (``specfmt_datagen.json``), so that
+``specfmt train --hidden-states`` knows which layers the files hold; speculators ignores it
+(``load_from_disk`` reads only ``state.json`` and the files it lists). It is the first file a
+datagen run writes (what the data is made from: the verifier, the ``--data`` files by content, the
+layers, ``--seq-len``, ``--dtype``) and is written again with the figures at the end, so that a
+folder with a manifest is a datagen output that a run with the same inputs may continue
+(:func:`check_resumable`), and a folder without one is never written into.
 
 ``import specfmt.datagen.layout`` imports neither torch nor ``datasets``; the functions that need
 them import them when called.
@@ -57,7 +61,8 @@ COLUMNS = ("input_ids", "loss_mask", "seq_len")
 #: ``datasets``' marker of a complete save_to_disk folder
 _STATE = "state.json"
 _HS_NAME = re.compile(r"^hs_(\d+)\.safetensors$")
-MANIFEST_VERSION = 1
+#: 2: the manifest is written first and records ``data_sha256`` and ``dtype_option``
+MANIFEST_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -92,8 +97,10 @@ class Manifest:
         dtype: the dtype of the stored hidden states (``"float32"``, ``"bfloat16"``, ...).
         samples: rows in the preprocessed dataset.
         tokens: tokens over all rows.
-        files: hidden-state files present when the manifest was written.
+        files: hidden-state files present when the manifest was written (0 in the manifest a run starts with).
         bytes: their total size in bytes.
+        data_sha256: the sha256 of each ``--data`` file, in order (None in a version-1 manifest).
+        dtype_option: ``--dtype`` as given (``auto``, ...; None in a version-1 manifest).
     """
 
     verifier: str
@@ -108,6 +115,8 @@ class Manifest:
     bytes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
     version: int = MANIFEST_VERSION
+    data_sha256: list[str] | None = None
+    dtype_option: str | None = None
 
 
 def _datasets() -> Any:
@@ -270,6 +279,23 @@ def check_sample(path: str | Path, index: int, token_ids: Sequence[int], n_layer
     return len(want)
 
 
+def sample_in_place(path: str | Path, token_ids: Sequence[int], n_layers: int, hidden_size: int) -> bool:
+    """Whether a resumed run may keep the hidden-states file ``path`` for its sample: it holds ``token_ids`` exactly
+    and ``hidden_states`` of shape [T, n_layers, H], read from the header and the token ids alone (the hidden states'
+    values were checked when the file was made: :func:`check_sample`). A file that fails is remade, never kept."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            if set(f.keys()) != {"hidden_states", "token_ids"}:
+                return False
+            shape = tuple(f.get_slice("hidden_states").get_shape())
+            ids = f.get_tensor("token_ids").tolist()
+    except Exception:  # noqa: BLE001 - any failure to read means "not in place"
+        return False
+    return shape == (len(token_ids), n_layers, hidden_size) and ids == [int(t) for t in token_ids]
+
+
 def token_frequencies(samples: Iterable[Sample]) -> dict[int, int]:
     """Count each token id where ``loss_mask`` is 1 (speculators/train/vocab_mapping.py
     ``save_token_frequency_distribution``)."""
@@ -333,14 +359,25 @@ def read_manifest(root: str | Path) -> Manifest | None:
         return None
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
         if int(obj.get("version", 0)) > MANIFEST_VERSION:
             raise InputError(f"the datagen manifest is version {obj['version']}; this specfmt reads up to {MANIFEST_VERSION}",
                              where=str(path), hint="upgrade specfmt")
-        return Manifest(**obj)
-    except (ValueError, TypeError) as e:
-        raise InputError(f"the datagen manifest is malformed ({e})", where=str(path), hint="delete it and run specfmt datagen again") from None
+        m = Manifest(**obj)
+    except (ValueError, TypeError, AttributeError, OSError) as e:
+        raise InputError(f"the datagen manifest is malformed ({e})", where=str(path), hint="give a new -o, or delete the folder and run specfmt datagen again") from None
+    bad = [name for name, ok in (
+        ("verifier", isinstance(m.verifier, str)), ("layers", isinstance(m.layers, list) and all(type(x) is int for x in m.layers)),
+        ("hidden_size", type(m.hidden_size) is int), ("seq_len", type(m.seq_len) is int), ("engine", isinstance(m.engine, str)),
+        ("data_sha256", m.data_sha256 is None or isinstance(m.data_sha256, list) and all(isinstance(x, str) for x in m.data_sha256)),
+        ("dtype_option", m.dtype_option is None or isinstance(m.dtype_option, str))) if not ok]
+    if bad:
+        raise InputError(f"the datagen manifest is malformed (a wrong type: {', '.join(bad)})", where=str(path),
+                         hint="give a new -o, or delete the folder and run specfmt datagen again")
+    return m
 
 
-__all__ = ["COLUMNS", "HIDDEN_STATES", "MANIFEST", "SAMPLE_FILE", "TOKEN_FREQ", "Manifest", "Sample", "check_sample",
+__all__ = ["COLUMNS", "HIDDEN_STATES", "MANIFEST", "SAMPLE_FILE", "TOKEN_FREQ", "Manifest", "Sample", "check_resumable", "check_sample",
            "existing_samples", "has_preprocessed", "hidden_states_folder", "load_preprocessed", "read_manifest", "read_preprocessed",
-           "sample_path", "token_frequencies", "write_manifest", "write_preprocessed", "write_token_freq"]
+           "sample_in_place", "sample_path", "token_frequencies", "write_manifest", "write_preprocessed", "write_token_freq"]

@@ -3,21 +3,34 @@
 One run does what speculators splits in two commands: ``prepare-data`` (``--data`` into the
 preprocessed dataset with loss masks, :mod:`specfmt.datagen.chat`, and ``token_freq.pt``) and
 ``generate-offline-data`` (``hidden_states/hs_{i}.safetensors`` per row, from an engine:
-``vllm`` or ``transformers``). A second run resumes: the dataset must be the same, complete files
-are skipped, unreadable ones are made again. Every file is checked
-(:func:`~specfmt.datagen.layout.check_sample`) before it counts. The manifest is written last.
+``vllm`` or ``transformers``). Every file is checked (:func:`~specfmt.datagen.layout.check_sample`)
+before it counts.
+
+The output folder is new, empty, or the output of an earlier datagen run with the same inputs,
+which this run continues; anything else is refused before anything is read but the verifier's
+config (:func:`specfmt.checkpoint.output.check_output`, with
+:func:`~specfmt.datagen.layout.check_resumable`): OUT is never an input (the verifier, a ``--data``
+file), never inside one and never around one. The manifest is the first file a run writes (what
+the data is made from) and is written again with the figures at the end. A continued run keeps
+nothing it has not checked: the dataset must equal what ``--data`` gives now, ``token_freq.pt`` is
+written again from it, and a hidden-states file is kept only when it holds its sample's token ids
+and the declared shape (:func:`~specfmt.datagen.layout.sample_in_place`); the others are made again.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..algorithms.eagle3 import default_taps
+from ..checkpoint.files import sha256_file
+from ..checkpoint.output import Input, apply_umask, check_output
 from ..errors import DataInterrupted, InputError, SpecfmtError, VLLMRunError
 from ..sources.verifier import Verifier
 from .chat import read_samples
@@ -25,8 +38,8 @@ from .engine import HiddenStateEngine
 from .engine import check_layers
 from .hf_engine import TransformersEngine
 from .layout import (
-    TOKEN_FREQ, Manifest, Sample, check_sample, existing_samples, has_preprocessed, hidden_states_folder, read_manifest,
-    read_preprocessed, write_manifest, write_preprocessed, write_token_freq,
+    TOKEN_FREQ, Manifest, Sample, check_resumable, check_sample, existing_samples, has_preprocessed, hidden_states_folder,
+    read_manifest, read_preprocessed, sample_in_place, write_manifest, write_preprocessed, write_token_freq,
 )
 
 ENGINES = ("auto", "vllm", "transformers")
@@ -156,29 +169,81 @@ def _seq_len(req: DatagenRequest, verifier: Verifier) -> int:
     return req.seq_len
 
 
-def _dataset(req: DatagenRequest, verifier: Verifier, seq_len: int, root: Path) -> tuple[list[Sample], int, int]:
-    """The preprocessed dataset: read from ``--data``; written (with token_freq.pt), or checked equal to what ``root`` holds."""
+def _dataset(req: DatagenRequest, verifier: Verifier, seq_len: int, root: Path, layers: list[int]) -> tuple[list[Sample], int, int]:
+    """The preprocessed dataset from ``--data``. A new output gets its manifest first (what the data is made from), then
+    the dataset; a continued one must have been made from the same inputs (:func:`_check_same`) and hold the same
+    dataset. ``token_freq.pt`` is written from the dataset either way: a file found in place is never kept."""
     try:
         tok = verifier.tokenizer()
     except (OSError, ValueError) as e:
         raise InputError(f"the verifier's tokenizer does not load ({str(e).splitlines()[0]})", where=str(verifier.folder)) from None
     read = read_samples(req.data, tok, seq_len)
+    digests = [sha256_file(Path(p)) for p in req.data]
+    before = read_manifest(root)
+    if before is not None:
+        _check_same(before, root, verifier, layers, seq_len, digests, req.dtype)
+    else:
+        root.mkdir(parents=True, exist_ok=True)
+        write_manifest(root, Manifest(verifier=verifier.name_or_path, layers=layers, hidden_size=verifier.info.hidden_size, engine="",
+                                      seq_len=seq_len, dtype="unknown", samples=len(read.samples), tokens=sum(map(len, read.samples)),
+                                      data_sha256=digests, dtype_option=req.dtype))
     if has_preprocessed(root):
         if read_preprocessed(root) != read.samples:
             raise InputError("the output folder holds a preprocessed dataset made from other --data, --seq-len or verifier",
-                             where=str(root), hint="give a new --output, or the options of the run that made it")
+                             where=str(root), hint="give a new -o, or the options of the run that made it")
     else:
         write_preprocessed(read.samples, root)
-    if not (root / TOKEN_FREQ).exists():
-        write_token_freq(read.samples, root / TOKEN_FREQ)
+    write_token_freq(read.samples, root / TOKEN_FREQ)
     return read.samples, read.unsupervised, read.skipped_turns
 
 
-def _check_manifest(root: Path, verifier: Verifier, layers: list[int], seq_len: int) -> None:
-    m = read_manifest(root)
-    if m is not None and (m.layers != layers or m.verifier != verifier.name_or_path or m.seq_len != seq_len):
-        raise InputError(f"the output folder holds hidden states of {m.verifier} at layers {m.layers} (seq len {m.seq_len})",
-                         where=str(root), hint="give a new --output, or the same verifier, --layers and --seq-len")
+def _check_same(m: Manifest, root: Path, verifier: Verifier, layers: list[int], seq_len: int, digests: list[str], dtype: str) -> None:
+    """The earlier run that made ``root`` (its manifest ``m``) had these inputs; else one line naming what differs.
+
+    Raises:
+        InputError: the verifier, ``--layers``, ``--seq-len``, the ``--data`` files' content or ``--dtype`` differ (the
+            last two are not recorded by a version-1 manifest: the dataset comparison stands for ``--data`` there).
+    """
+    def show(x: object) -> str:
+        return ",".join(map(str, x)) if isinstance(x, list) else str(x)
+
+    differ = [f"{name} {show(then)} there, {show(now)} here" for name, then, now in (
+        ("--verifier", m.verifier, verifier.name_or_path), ("--layers", m.layers, layers), ("--seq-len", m.seq_len, seq_len),
+        ("--dtype", m.dtype_option, dtype)) if then is not None and then != now]
+    if m.data_sha256 is not None and m.data_sha256 != digests:
+        differ.append("--data of other content")
+    if differ:
+        raise InputError("the output folder holds datagen output made from other inputs (" + "; ".join(differ) + ")", where=str(root),
+                         hint="give a new -o, or the options of the run that made it")
+
+
+def _in_place(folder: Path, shard: range, samples: list[Sample], n_layers: int, hidden: int) -> set[int]:
+    """The samples of ``shard`` whose file is in place and may be kept (:func:`~specfmt.datagen.layout.sample_in_place`);
+    a file that may not is removed, so that it is made again."""
+    kept = set()
+    for i in set(existing_samples(folder)) & set(shard):
+        path = folder / f"hs_{i}.safetensors"
+        if sample_in_place(path, samples[i].input_ids, n_layers, hidden):
+            kept.add(i)
+        else:
+            path.unlink(missing_ok=True)
+    return kept
+
+
+def _remove_leftovers(root: Path) -> None:
+    """Temporary files of killed runs on ``root`` (``NAME.PID.tmp``, written beside and renamed into place): removed once
+    their process is gone, never read."""
+    for p in root.glob("*.tmp") if root.is_dir() else []:
+        try:
+            pid = int(p.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)
+        except (ValueError, IndexError, PermissionError):
+            continue
+        except ProcessLookupError:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
 
 #: called after each placed file: (index, tokens, bytes)
@@ -196,6 +261,7 @@ def _extract(engine: HiddenStateEngine, todo: list[tuple[int, list[int]]], layer
         except InputError as e:
             path.unlink(missing_ok=True)
             raise InputError(e.message + " (the file was removed)", where=e.where, hint=e.hint) from None
+        apply_umask(path)  # an engine's contract; applied here too, so that no engine can leave another mode
         size = path.stat().st_size
         res.placed.add(index)
         res.made += 1
@@ -248,6 +314,19 @@ def _stored_dtype(folder: Path, indices: list[int]) -> str:
     return {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}.get(code, code.lower())
 
 
+def _finish_manifest(root: Path, verifier: Verifier, layers: list[int], seq_len: int, samples: list[Sample], folder: Path,
+                     res: DatagenResult, dtype: str) -> None:
+    """The manifest again, with the figures of every file in place (this run's and earlier runs' or other ranks')."""
+    before = read_manifest(root)
+    engines = sorted({e for e in (before.engine.split("+") if before else []) if e} | ({res.engine} if res.made else set()))
+    placed = [i for i in existing_samples(folder) if i < len(samples)]
+    write_manifest(root, Manifest(verifier=verifier.name_or_path, layers=layers, hidden_size=verifier.info.hidden_size, engine="+".join(engines),
+                                  seq_len=seq_len, dtype=_stored_dtype(folder, placed), samples=len(samples),
+                                  tokens=sum(map(len, samples)), files=len(placed),
+                                  bytes=sum((folder / f"hs_{i}.safetensors").stat().st_size for i in placed),
+                                  data_sha256=before.data_sha256 if before else None, dtype_option=dtype))
+
+
 def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Callable[[DatagenResult, int], None] | None = None) -> DatagenResult:
     """Make (or resume) ``req.output``: the preprocessed dataset, ``token_freq.pt``, this rank's hidden-state files, the manifest.
 
@@ -258,37 +337,35 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
 
     Raises:
         InputError: bad options or data (see :func:`check_request`, :func:`~specfmt.datagen.chat.read_samples`); the
-            output holds other data; a made file fails :func:`~specfmt.datagen.layout.check_sample` (it is removed).
+            output was made from other inputs; a made file fails :func:`~specfmt.datagen.layout.check_sample` (it is removed).
+        OutputOverlapError: the output is, lies inside or contains the verifier or a ``--data`` file.
+        OutputExistsError: the output is a non-empty folder that no datagen run made, or a file.
         VLLMRunError: the vLLM engine failed (``--engine vllm``, or ``auto`` after it made files; ``auto`` before any
             falls back to transformers with a note).
         DataInterrupted: Ctrl-C; the files in place are whole, the same command resumes.
     """
     check_request(req)
+    root = Path(req.output)
     verifier = Verifier.load(req.verifier)
+    check_output(root, inputs=[*Input.of("--verifier", verifier.ref, verifier.resolved), *(i for d in req.data for i in Input.of("--data", d))],
+                 continues=check_resumable)
     n = verifier.info.num_hidden_layers
     layers = check_layers(req.layers if req.layers is not None else default_taps(n) + [n], n)
     seq_len = _seq_len(req, verifier)
-    root = Path(req.output)
-    _check_manifest(root, verifier, layers, seq_len)
-    samples, unsupervised, skipped_turns = _dataset(req, verifier, seq_len, root)
+    _remove_leftovers(root)
+    samples, unsupervised, skipped_turns = _dataset(req, verifier, seq_len, root, layers)
     folder = hidden_states_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
     shard = shard_indices(len(samples), req.max_samples, req.world_size, req.rank)
-    done = set(existing_samples(folder))
+    done = _in_place(folder, shard, samples, len(layers), verifier.info.hidden_size)
     todo = [(i, list(samples[i].input_ids)) for i in shard if i not in done]
     res = DatagenResult(root, req.engine, layers, seq_len, len(samples), shard, resumed=len(shard) - len(todo),
                         unsupervised=unsupervised, skipped_turns=skipped_turns)
     if on_start:
         on_start(res, sum(len(ids) for _, ids in todo))
-    before = read_manifest(root)
     if todo:
         _run_engine(req, verifier, todo, layers, folder, res, on_file)
-    engines = sorted({e for e in (before.engine.split("+") if before else [])} | ({res.engine} if res.made else set()))
-    placed = existing_samples(folder)
-    write_manifest(root, Manifest(verifier=verifier.name_or_path, layers=layers, hidden_size=verifier.info.hidden_size, engine="+".join(engines),
-                                  seq_len=seq_len, dtype=_stored_dtype(folder, placed), samples=len(samples),
-                                  tokens=sum(map(len, samples)), files=len(placed),
-                                  bytes=sum((folder / f"hs_{i}.safetensors").stat().st_size for i in placed)))
+    _finish_manifest(root, verifier, layers, seq_len, samples, folder, res, req.dtype)
     return res
 
 

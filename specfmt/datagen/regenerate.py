@@ -265,32 +265,52 @@ class Output:
     the conversations of the batch in flight, never part of a line.
 
     Raises (from :meth:`open`):
-        InputError: the output exists and ``resume`` is False; ``resume`` with a provenance record
-            of other settings, verifier or input; the output path is the input.
+        OutputExistsError: the output exists and ``resume`` is False, or it is not an earlier regenerate run's
+            (:func:`check_resumable`); ``OUT.provenance.json`` is another tool's (:func:`read_record`).
+        InputError: ``resume`` with a provenance record of other settings, verifier or input; a line of the output
+            that this run's input did not make (not JSON, no ``primary_id``, an id the input does not hold, twice).
     """
 
     def __init__(self, path: str | Path, provenance: dict[str, Any]):
         self.path = Path(path)
-        self.record_path = self.path.with_name(self.path.name + ".provenance.json")
+        self.record_path = record_path(self.path)
         self.provenance = provenance
         self.done: set[str] = set()
         self.written = 0
 
-    def open(self, resume: bool) -> None:
-        if self.path.exists() and not resume:
-            raise InputError("the output exists", where=str(self.path), hint="pass --resume to continue it, or remove it")
+    def open(self, resume: bool, ids: set[str] | None = None) -> None:
+        """Start the output, or continue it (``resume``): the lines in place must be this input's conversations
+        (``ids``: the input's primary ids; None: not checked)."""
         if self.path.exists():
-            old = json.loads(self.record_path.read_text()) if self.record_path.is_file() else None
+            check_resumable(self.path, resume)
+            old = read_record(self.path)
             mine = {k: self.provenance[k] for k in ("settings", "verifier", "input_sha256", "dtype")}
             if old is None or {k: old.get(k) for k in mine} != mine:
                 raise InputError("--resume with other settings, verifier or input than the run that wrote this output",
                                  where=str(self.record_path), hint="use the same options, or write a new output")
             self._drop_torn_line()
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                if line.strip():
-                    self.done.add(json.loads(line)["primary_id"])
+            self.done = self._lines_done(ids)
+        else:
+            read_record(self.path)  # a stale record of ours is replaced; another tool's file is refused
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.save_record(complete=False)
+
+    def _lines_done(self, ids: set[str] | None) -> set[str]:
+        """The primary ids of the whole lines in place, each checked to be a line this run would write."""
+        done: set[str] = set()
+        for n, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                key = json.loads(line).get("primary_id")
+            except (ValueError, AttributeError):
+                key = None
+            if not isinstance(key, str) or (ids is not None and key not in ids) or key in done:
+                why = "has no primary_id" if not isinstance(key, str) else "is there twice" if key in done else "is not in --data"
+                raise InputError(f"line {n} of the output is not a conversation this run writes ({why}): the output is not "
+                                 "this input's regeneration", where=f"{self.path}:{n}", hint="write a new output")
+            done.add(key)
+        return done
 
     def _drop_torn_line(self) -> None:
         """A line without its newline was cut by a crash mid-write: it is removed (never read as data)."""
@@ -302,7 +322,7 @@ class Output:
     def append(self, convs: list[Conversation]) -> None:
         """Append one line per conversation in one write, flushed to disk."""
         text = "".join(json.dumps(c.record(), ensure_ascii=False) + "\n" for c in convs)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask's mode, as open() gives
         try:
             os.write(fd, text.encode("utf-8"))
             os.fsync(fd)
@@ -405,22 +425,26 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
         figures: conversations written now and skipped, generated tokens, truncated turns.
 
     Raises:
-        InputError: bad input (:func:`read_conversations`), the output is the input, or
-            :meth:`Output.open` refuses; VLLMRunError: vLLM is missing; DataInterrupted: Ctrl-C (the
+        InputError: bad input (:func:`read_conversations`), or :meth:`Output.open` refuses;
+        OutputOverlapError: the output (or ``OUT.provenance.json``) is, lies inside or contains the verifier or the input;
+        OutputExistsError: the output exists and is not this command's to continue (:func:`check_resumable`); VLLMRunError: vLLM is missing; DataInterrupted: Ctrl-C (the
             lines written are whole; ``resume`` continues).
     """
     from transformers import AutoTokenizer
 
-    if Path(out).resolve() == Path(data).resolve():
-        raise InputError("the output is the input; inputs are never modified", where=out, hint="write to another file")
+    from ..checkpoint.output import Input, check_output
+
+    check_output(Path(out), inputs=[*Input.of("--verifier", verifier), *Input.of("--data", data)], kind="file",
+                 continues=lambda o: check_resumable(o, resume), beside=(RECORD_SUFFIX,))
     tokenizer = AutoTokenizer.from_pretrained(verifier)
     chat = bool(getattr(tokenizer, "chat_template", None))
-    convs = read_conversations(data, chat)[:limit]
-    output = Output(out, {"tool": "specfmt regenerate", "verifier": str(Path(verifier).resolve()), "input": str(data),
+    every = read_conversations(data, chat)
+    convs = every[:limit]
+    output = Output(out, {"tool": TOOL, "verifier": str(Path(verifier).resolve()), "input": str(data),
                           "input_sha256": file_sha256(data), "settings": settings_record(settings), "dtype": dtype,
                           "mode": "chat template" if chat else "plain-text continuation",
                           "turns": "every assistant turn, each given the regenerated turns before it"})
-    output.open(resume)
+    output.open(resume, {c.primary_id for c in every})
     todo = [c for c in convs if c.primary_id not in output.done]
     tokens = truncated = 0
     try:

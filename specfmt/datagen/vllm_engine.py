@@ -26,7 +26,8 @@ What vLLM writes, checked against its source (vLLM 0.32):
 Each request's file path reaches the connector in ``SamplingParams.extra_args["kv_transfer_params"]
 ["hidden_states_path"]`` (honoured with ``allow_custom_save_path``), as speculators' client expects it
 back (``speculators/data_generation/vllm_client.py::extract_output``). The files are written into
-``FOLDER/.vllm-staging/`` (same filesystem), waited for through vLLM's ``.lock`` protocol, and placed with ``os.replace`` as ``FOLDER/hs_{index}.safetensors``. Prefix caching is off: every stored
+``FOLDER/.vllm-staging/`` (same filesystem), waited for through vLLM's ``.lock`` protocol, and placed with ``os.replace`` as ``FOLDER/hs_{index}.safetensors``, with the mode the umask gives a new file
+(:func:`specfmt.checkpoint.output.apply_umask`; the connector's ``save_file`` makes 0600). Prefix caching is off: every stored
 row comes from the request's own forward.
 """
 
@@ -39,6 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..checkpoint.output import apply_umask
 from ..errors import InputError
 from .engine import check_layers, sample_path
 
@@ -222,6 +224,7 @@ class VllmEngine:
             self._wait(staged[index])
             final = sample_path(folder, index)
             os.replace(staged[index], final)
+            apply_umask(final)  # vLLM's connector writes with safetensors' save_file: 0600 whatever the umask
             yield index, final
 
     def close(self) -> None:
