@@ -75,6 +75,7 @@ CHILD = """
 import json, os, sys
 from pathlib import Path
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process: one vLLM import for both engines
+os.umask(0o027)  # placed files must get 0640 (0666 & ~umask), as the transformers engine's do; vLLM's connector writes 0600
 from specfmt.datagen.vllm_engine import VllmEngine
 from specfmt.errors import InputError
 jobs, layers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -103,7 +104,7 @@ for name, (verifier, folder, samples) in jobs.items():
     finally:
         engine.close()
     out[name] = {"placed": placed, "refused": refused, "open": listing_open, "closed": sorted(p.name for p in folder.iterdir()),
-                 "failing": failing, "failing_left": failing_left}
+                 "failing": failing, "failing_left": failing_left, "modes": sorted({oct(os.stat(p).st_mode & 0o777) for _, p in placed})}
 # the connector's write on its own: a file placed whole, and a failing write (a folder where the file goes)
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import PendingSave
@@ -177,6 +178,11 @@ def test_the_engine_places_every_file_whole_and_leaves_nothing_else(extracted):
     assert report["open"] == sorted(names + [".vllm-staging"])  # while open: the files and the staging folder, empty
     assert report["closed"] == names  # closed: no staging folder, no .lock, no .part
     assert sorted(p.name for p in folder.iterdir()) == names
+
+
+def test_placed_files_follow_the_umask(extracted):
+    """Issue 35: vLLM's files were 0600 where the transformers engine's are 0644 (umask 022); the child runs under umask 027."""
+    assert extracted[4]["modes"] == ["0o640"]
 
 
 def test_the_engine_refuses_other_layers_and_too_long_samples(extracted):

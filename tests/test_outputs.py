@@ -411,13 +411,15 @@ def _want(folder: Path, mask: int) -> dict[str, int]:
 
 def test_every_output_follows_the_umask(ws, umask):
     """Files 0666 & ~umask, folders 0777 & ~umask, as open() and mkdir() make them: convert, upgrade,
-    train (the feature cache too), train fill."""
+    train (the feature cache too), train fill, datagen (the transformers engine; the vLLM engine's files:
+    tests/test_datagen_vllm.py). regenerate: tests/test_regenerate.py."""
     o = ws / "outs"
     runs = {
         "convert": ["convert", "--from", "eagle3", ws / INPUTS["src"], "--verifier", ws / INPUTS["ver"]],
         "upgrade": ["upgrade", ws / INPUTS["spec"], "--verifier", ws / INPUTS["ver"]],
         "train": ["train", "eagle3", "--verifier", ws / INPUTS["ver"], "--data", ws / INPUTS["data"], "--cache", o / "cache", "--draft-vocab", "64", *TRAIN],
         "fill": ["train", "fill", ws / INPUTS["medusa"], "--verifier", ws / INPUTS["ver"], "--no-validate"],
+        "datagen": ["datagen", "--verifier", ws / INPUTS["ver"], "--data", ws / INPUTS["data"], "--engine", "transformers", "--seq-len", "16"],
     }
     for name, args in runs.items():
         code, text = cli(*args, "-o", o / name)

@@ -205,3 +205,74 @@ def test_ctrl_c_while_the_engine_starts_is_an_interruption(tmp_path, chat_verifi
     with pytest.raises(DataInterrupted, match="interrupted after 0 of 3"):
         run(str(chat_verifier), str(data), str(tmp_path / "out.jsonl"), Settings(), completer=interrupted)
     assert not (tmp_path / "out.jsonl").exists()
+
+
+# --------------------------------------------------------------------------- the output file (issue 35)
+
+
+@pytest.mark.parametrize("where,words", [("verifier/regen.jsonl", "the output file lies inside --verifier"),
+                                         ("in.jsonl", "the output file is --data"), ("box", "the output file contains --data")])
+def test_regenerate_never_writes_into_an_input(tmp_path, chat_verifier, where, words):
+    """The issue's ``regenerate -o VERIFIER/regen.jsonl`` wrote its record into the verifier: now one line, before the
+    tokenizer is read, and nothing written."""
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+    from test_outputs import snapshot
+
+    ws = tmp_path / "ws"
+    shutil.copytree(chat_verifier, ws / "verifier")
+    (ws / "box").mkdir()
+    data = write_jsonl(ws / "box" / "in.jsonl", CHATS)
+    out = ws / "box" / where if where == "in.jsonl" else ws / where
+    before = snapshot(ws)
+    r = CliRunner().invoke(app, ["regenerate", "--verifier", str(ws / "verifier"), "--data", str(data), "-o", str(out)], terminal_width=400)
+    lines = r.output.strip().splitlines()
+    assert r.exit_code == 2 and len(lines) == 1 and lines[0].startswith(f"specfmt: error: {words} "), r.output
+    assert snapshot(ws) == before
+
+
+def test_resume_continues_only_its_own_output(tmp_path, chat_verifier):
+    """``--resume`` continues an output this command wrote from this input, nothing else: a file with no record, a record
+    another tool wrote, a line that is not one of this input's conversations (a foreign id, no ``primary_id``: was a
+    KeyError traceback) are each one line, and leave the files as they were."""
+    data = write_jsonl(tmp_path / "in.jsonl", CHATS)
+    out = tmp_path / "out.jsonl"
+    record = tmp_path / "out.jsonl.provenance.json"
+
+    def refused(error, match):
+        before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+        with pytest.raises(error, match=match):
+            regen(chat_verifier, data, out, Scripted(), resume=True)
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+
+    out.write_text('{"text": "someone else\'s", "primary_id": "third"}\n')
+    refused(OutputExistsError, "the output file has no .provenance.json record: it is not the output of an earlier specfmt regenerate run")
+    record.write_text(json.dumps({"tool": "another tool"}))
+    refused(OutputExistsError, "out.jsonl.provenance.json exists and is not a record specfmt regenerate wrote")
+    out.unlink()
+    refused(OutputExistsError, "out.jsonl.provenance.json exists and is not a record specfmt regenerate wrote")  # no output: the record is not ours
+    record.unlink()
+    regen(chat_verifier, data, out, Scripted(), limit=1)
+    good = out.read_text()
+    for line, why in (('{"messages": [], "primary_id": "not-in-the-input"}', "is not in --data"), ('{"messages": []}', "has no primary_id"),
+                      ("[1, 2]", "has no primary_id"), (good.strip(), "is there twice")):
+        out.write_text(good + line + "\n")
+        refused(InputError, rf"line 2 of the output is not a conversation this run writes \({why}\)")
+    out.write_text(good)
+    assert regen(chat_verifier, data, out, Scripted(), resume=True)["skipped"] == 1  # its own output: continued
+
+
+def test_the_output_and_its_record_follow_the_umask(tmp_path, chat_verifier):
+    """Files as ``open()`` makes them: 0666 & ~umask (umask 002: 0664; the output was opened 0644)."""
+    import os
+    import stat
+
+    data = write_jsonl(tmp_path / "in.jsonl", CHATS)
+    old = os.umask(0o002)
+    try:
+        regen(chat_verifier, data, tmp_path / "out.jsonl", Scripted())
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp_path.glob("out.jsonl*")}
+    assert modes == {"out.jsonl": 0o664, "out.jsonl.provenance.json": 0o664}

@@ -96,7 +96,11 @@ def hidden_state_documents(folder: Path) -> "Documents":
     layout.load_preprocessed(folder)  # the checks, with their messages
     freq_file = folder / layout.TOKEN_FREQ
     if freq_file.is_file():
-        counts = torch.load(freq_file, weights_only=True)
+        try:
+            counts = torch.load(freq_file, weights_only=True)
+        except Exception as e:  # noqa: BLE001 - not a torch file, a pickle with other globals, a truncated zip: all one line
+            raise InputError(f"token_freq.pt does not load as a torch-saved {{token id: count}} dict ({type(e).__name__})",
+                             where=str(freq_file), hint="remove it (the counts are then made from the dataset), or make the data again with specfmt datagen") from None
         if not isinstance(counts, dict) or not all(isinstance(k, int) and isinstance(v, int) for k, v in counts.items()):
             raise InputError("token_freq.pt is not a {token id: count} dict", where=str(freq_file))
     else:
