@@ -25,18 +25,36 @@ runner = CliRunner()
 ROWS = [{"text": f"def f{i}(x):\n    return x * {i} + {i * i}\n"} for i in range(3)]
 
 
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    """The example verifier and the data, shared by the module's tests (never written: the tests check they are not)."""
+    root = tmp_path_factory.mktemp("inputs")
+    shutil.copytree(WORLD / "verifier", root / "V")
+    (root / "data").mkdir()
+    (root / "data" / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    return root
+
+
+@pytest.fixture(scope="module")
+def made(inputs, tmp_path_factory) -> Path:
+    """One datagen output of ``inputs`` (three samples), made once; a test continues a copy of it."""
+    out = tmp_path_factory.mktemp("made") / "out"
+    r = datagen(inputs, out)
+    assert r.exit_code == 0, r.output
+    return out
+
+
 @pytest.fixture
-def ws(tmp_path) -> Path:
-    """A workspace: the example verifier, the data, and a converted-draft stand-in (any folder that is not datagen's)."""
-    shutil.copytree(WORLD / "verifier", tmp_path / "V")
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+def ws(tmp_path, inputs) -> Path:
+    """A workspace of its own: the verifier and the data, and a converted-draft stand-in (any folder that is not datagen's)."""
+    shutil.copytree(inputs, tmp_path, dirs_exist_ok=True)
     shutil.copytree(WORLD / "eagle3-safeailab", tmp_path / "draft")
     return tmp_path
 
 
-def datagen(ws: Path, out: Path, *extra: str):
-    args = ["datagen", "--verifier", ws / "V", "--data", ws / "data" / "d.jsonl", "-o", out, "--engine", "transformers", "--seq-len", "16", *extra]
+def datagen(ws: Path, out: Path, *extra: str, data: Path | None = None):
+    args = ["datagen", "--verifier", ws / "V", "--data", data or ws / "data" / "d.jsonl", "-o", out, "--engine", "transformers", "--seq-len", "16",
+            *extra]
     return runner.invoke(app, [str(a) for a in args], terminal_width=400)
 
 
@@ -87,22 +105,21 @@ def test_a_malformed_manifest_is_one_line(ws, manifest, why):
     assert snapshot(ws) == before
 
 
-def test_a_continued_output_keeps_nothing_it_has_not_checked(ws):
+def test_a_continued_output_keeps_nothing_it_has_not_checked(inputs, made, tmp_path):
     """A datagen output made by an earlier run, then tampered with: a stale token_freq.pt is written again from the
     dataset, a hidden-states file of other token ids is made again, a killed run's temporary file is removed; the files
     that are right are kept as they are. What the run leaves trains: ``train --hidden-states`` reads its token counts."""
     from specfmt.training.hsdata import hidden_state_documents
 
-    out = ws / "out"
-    r = datagen(ws, out)
-    assert r.exit_code == 0, r.output
+    out = tmp_path / "out"
+    shutil.copytree(made, out)
     folder = hidden_states_folder(out)
     kept = (folder / "hs_0.safetensors").read_bytes()
     (out / TOKEN_FREQ).write_bytes(b"stale")
     shutil.copy(folder / "hs_0.safetensors", folder / "hs_1.safetensors")  # whole, readable, of another sample
     (out / f"{TOKEN_FREQ}.999999999.tmp").write_bytes(b"left by a killed run")
     os.utime(folder / "hs_2.safetensors", (1, 1))
-    r = datagen(ws, out)
+    r = datagen(inputs, out)
     assert r.exit_code == 0, r.output
     assert "resuming: 2 of this run's 3 samples are in place" in r.output and "made 1 hidden-state files" in r.output, r.output
     samples = read_preprocessed(out)
@@ -115,28 +132,31 @@ def test_a_continued_output_keeps_nothing_it_has_not_checked(ws):
     assert (m.files, m.engine, m.samples) == (3, "transformers", 3)
 
 
-def test_a_continued_output_needs_the_same_inputs(ws):
-    out = ws / "out"
-    assert datagen(ws, out, "--max-samples", "1").exit_code == 0
-    (ws / "data" / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[::-1]))  # same size, other content
-    before = snapshot(out)
-    line = one_line(datagen(ws, out))
+def test_a_continued_output_needs_the_same_inputs(inputs, made, tmp_path):
+    out = tmp_path / "out"
+    shutil.copytree(made, out)
+    other = tmp_path / "d.jsonl"
+    other.write_text("".join(json.dumps(r) + "\n" for r in ROWS[::-1]))  # same size, other content
+    before = snapshot(tmp_path)
+    line = one_line(datagen(inputs, out, data=other))
     assert line == (f"specfmt: error: the output folder holds datagen output made from other inputs (--data of other content) [{out}]; "
                     "give a new -o, or the options of the run that made it"), line
-    assert snapshot(out) == before
+    line = one_line(datagen(inputs, out, "--layers", "1,8"))
+    assert "made from other inputs (--layers 2,4,5,8 there, 1,8 here)" in line, line
+    assert snapshot(tmp_path) == before
 
 
-def test_train_reads_a_token_freq_that_is_no_torch_file_as_one_line(ws):
+def test_train_reads_a_token_freq_that_is_no_torch_file_as_one_line(inputs, made, tmp_path):
     """``train --hidden-states`` on data whose token_freq.pt is not a torch file: one line (was an UnpicklingError traceback)."""
-    out = ws / "out"
-    assert datagen(ws, out, "--max-samples", "1").exit_code == 0
+    out = tmp_path / "out"
+    shutil.copytree(made, out)
     (out / TOKEN_FREQ).write_bytes(b"not a torch file")
-    r = runner.invoke(app, ["train", "eagle3", "--verifier", str(ws / "V"), "--hidden-states", str(out), "-o", str(ws / "trained"),
+    r = runner.invoke(app, ["train", "eagle3", "--verifier", str(inputs / "V"), "--hidden-states", str(out), "-o", str(tmp_path / "trained"),
                             "--steps", "1", "--no-validate", "--device", "cpu"], terminal_width=400)
     lines = r.output.strip().splitlines()  # a status line ("reading the hidden-states data"), then the error
     assert r.exit_code == 2 and "Traceback" not in r.output and [x for x in lines if x.startswith("specfmt: error:")] == lines[-1:], r.output
     assert lines[-1].startswith("specfmt: error: token_freq.pt does not load as a torch-saved {token id: count} dict (UnpicklingError)"), r.output
-    assert not (ws / "trained").exists()
+    assert not (tmp_path / "trained").exists()
 
 
 def test_a_file_where_the_output_folder_goes_is_refused(ws):

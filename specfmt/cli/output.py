@@ -80,7 +80,7 @@ class Writes:
         for name, label in self.inputs.items():
             value = args.get(name)
             for v in value if isinstance(value, (list, tuple)) else [value]:
-                if v is not None:
+                if v is not None and str(v) != "":  # an empty value names nothing (the command refuses it)
                     found.append(input_of(label, v))
         return found
 

@@ -329,10 +329,13 @@ def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     return path
 
 
-def check_resumable(root: str | Path) -> Manifest:
+def check_resumable(root: str | Path) -> Manifest | None:
     """An existing, non-empty output folder that ``datagen`` may continue: it holds a datagen manifest (:data:`MANIFEST`,
     written before anything else a run writes). Whether that run had the same inputs is the pipeline's check
     (:func:`specfmt.datagen.pipeline.run_datagen`), once the verifier and ``--data`` are read.
+
+    Returns:
+        The manifest; None when the folder holds nothing but a manifest being written (a rank of the same run starting).
 
     Raises:
         OutputExistsError: the folder holds no manifest: it is not the output of a datagen run (a verifier, a draft,
@@ -342,6 +345,8 @@ def check_resumable(root: str | Path) -> Manifest:
     from ..errors import OutputExistsError
 
     m = read_manifest(root)
+    if m is None and all(re.fullmatch(rf"{re.escape(MANIFEST)}\.\d+\.tmp", p.name) for p in Path(root).iterdir()):
+        return None  # another rank of this run is writing the manifest: the folder is new
     if m is None:
         raise OutputExistsError(f"the output folder is not empty and holds no datagen output (no {MANIFEST})", where=str(root),
                                 hint="give a new or empty -o; datagen continues only the output of an earlier datagen run")
