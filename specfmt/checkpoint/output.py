@@ -197,7 +197,7 @@ def check_output(out: Path, force: bool = False, inputs: Iterable[Input] = (), *
     if not exists:
         return
     if continues is not None:
-        continues(o)
+        continues(out)  # as given: what a command writes beside OUT is beside the path it was given
     elif not force:
         what = "the output folder is not empty" if kind == "folder" else "the output file exists"
         raise OutputExistsError(what, where=str(out), hint="choose another -o or pass --force to replace it")

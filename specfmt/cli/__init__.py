@@ -6,7 +6,9 @@
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
 * :mod:`~specfmt.cli.datagen`: ``datagen``;
 * :mod:`~specfmt.cli.regenerate`: ``regenerate`` (the verifier rewrites the assistant turns);
-* :mod:`~specfmt.cli.common`: consoles, the one-line error, tables.
+* :mod:`~specfmt.cli.common`: consoles, the one-line error, tables;
+* :mod:`~specfmt.cli.output`: ``@writes``, the declaration every command with ``-o`` wears (its OUT and its
+  inputs), checked before the command runs: OUT is never an input, never inside one, never around one.
 
 User errors (:class:`specfmt.errors.SpecfmtError`) print one line and exit 2; a failed
 validation exits 1; anything else is a bug and keeps its traceback. Heavy modules (torch,
