@@ -31,10 +31,18 @@ from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 from transformers import AutoConfig
 
 
-def started(argv):
-    """SGLang's parser on a serve line's arguments, published as a scheduler would (the draft class reads it)."""
-    sa = prepare_server_args(argv)
-    return sa
+def parsed(argv):
+    """The serve line's arguments exactly as printed, through SGLang's own argparse parser (``ServerArgs.add_cli_args``:
+    ``prepare_server_args``' parser), and through ``prepare_server_args`` itself with ``--device cpu`` added: this machine
+    has no accelerator (SGLang's ``get_device`` refuses "auto" then), and the draft class reads the published arguments."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    raw = parser.parse_args(argv)
+    return raw, prepare_server_args([*argv, "--device", "cpu"])
 
 
 def fake_verifier(n_layers):
@@ -63,7 +71,7 @@ def ours_for(name, ours):
 
 def load_case(case, first):
     folder = case["export"]
-    sa = started(case["argv"])
+    raw, sa = parsed(case["argv"])
     if first:
         publish(sa, role="test", ranks=SpawnRanks(world_rank=0, dp_rank=None, gpu_id=0))
         init_distributed_environment(world_size=1, rank=0, local_rank=0, distributed_init_method="tcp://127.0.0.1:%d" % spec["port"], backend="gloo")
@@ -126,6 +134,8 @@ def load_case(case, first):
             "yielded": yielded, "skipped": sorted(set(yielded) - consumed),
             "hot_token_id": None if hot is None else (d2t is not None and torch.equal(hot, torch.arange(d2t.numel()) + d2t)),
             "held": held, "eagle_config": getattr(cfg, "eagle_config", None),
+            "raw": {k: getattr(raw, k) for k in ("model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
+                                                 "speculative_eagle_topk", "speculative_num_draft_tokens")},
             "algorithm": sa.speculative_algorithm, "is_eagle3": SpeculativeAlgorithm.from_string(sa.speculative_algorithm).is_eagle3(),
             "draft_path": sa.speculative_draft_model_path, "model_path": sa.model_path,
             "steps": [sa.speculative_num_steps, sa.speculative_eagle_topk, sa.speculative_num_draft_tokens]}
