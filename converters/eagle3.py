@@ -58,17 +58,19 @@ def _eagle3(seen: Seen) -> bool:
 def _exported(cfg: dict[str, Any]) -> dict[str, Any] | None:
     """The provenance of ``specfmt export --to sglang`` (:mod:`specfmt.export`), or None for any other config."""
     block = cfg.get(EXPORT_KEY)
-    return block if isinstance(block, dict) and block.get("engine") == "sglang" and block.get("algorithm") == "eagle3" else None
+    return block if isinstance(block, dict) and block.get("engine") == "sglang" and block.get("algorithm") == Eagle3Config.name else None
 
 
 def _export_reading(cfg: dict[str, Any], opts: Options) -> Options:
     """An SGLang export read back as the draft it was made from: its tap ids in the convention it records
-    (``tap_ids``), its k. ``--tap-ids`` may only repeat the recorded convention.
+    (``tap_ids``), its k. ``--tap-ids`` may only repeat the recorded convention. Other configs: ``opts`` as given.
 
     Raises:
         ConversionError: ``--tap-ids`` contradicts the recorded convention.
     """
-    recorded = _exported(cfg) or {}
+    recorded = _exported(cfg)
+    if recorded is None:
+        return opts
     tap_ids = recorded.get("tap_ids")
     if opts.tap_ids is not None and opts.tap_ids != tap_ids:
         raise ConversionError(f"--tap-ids {opts.tap_ids} contradicts the export, which records its tap ids as {tap_ids}s",
@@ -294,17 +296,15 @@ class Eagle3Converter(Converter):
         """The output config (:func:`specfmt.algorithms.eagle3.build_config`): taps, draft vocabulary,
         widths and norm flags read from the source and checked against the verifier and the tensors.
 
-        Reads the plan's output names (:meth:`Plan.outputs`), never the source's.
+        Reads the plan's output names (:meth:`Plan.outputs`), never the source's; an SGLang export as recorded (:func:`_export_reading`).
 
         Raises:
-            ConversionError: the source config or tensors do not describe an EAGLE-3
-                draft that vLLM can run exactly as the source computes it (the rows of
-                :data:`_CONFIG_REFUSALS`, :data:`_VOCAB_REFUSALS` and :data:`_FLAG_REFUSALS`,
-                and the sizes checked here).
+            ConversionError: the source config or tensors do not describe an EAGLE-3 draft that vLLM can run exactly
+                as the source computes it (the rows of :data:`_CONFIG_REFUSALS`, :data:`_VOCAB_REFUSALS` and
+                :data:`_FLAG_REFUSALS`, and the sizes checked here).
         """
         cfg, verifier, out = src.config, src.verifier.info, plan.outputs()
-        exported = _exported(cfg) is not None
-        opts = _export_reading(cfg, opts) if exported else opts
+        opts = _export_reading(cfg, opts)
         refuse(_CONFIG_REFUSALS, cfg)
         H, nH, V = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads"), positive_int(cfg, "vocab_size")
         check_vocab(V, src.verifier)
@@ -322,7 +322,7 @@ class Eagle3Converter(Converter):
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
-        cfg = cfg if exported else read_fields(_NORM_READINGS, cfg, plan, plan.notes)  # an export's norm_output is SGLang's
+        cfg = cfg if _exported(cfg) else read_fields(_NORM_READINGS, cfg, plan, plan.notes)  # an export's norm_output is SGLang's
         ec = _ec(cfg)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
         norm_output = flag("norm_output")
