@@ -1,6 +1,7 @@
 """SGLang 0.5.23 beside the running interpreter's own torch and transformers, for the tests that run SGLang's
 own code on specfmt's exports (``tests/test_sglang_interop.py``): its draft classes, their ``load_weights``, its
-model registry, its verifier classes' tap rules and its server's argument parser.
+model registry, its verifier classes' tap rules and its server's argument parser; and SpecForge 0.2.0's exporter
+(``tests/test_specforge_export.py``).
 
 Take the session fixture :func:`sgl_env` (``from sglang_env import sgl_env``) or call :func:`sglang_env`; either
 gives a :class:`target_env.TargetEnv` whose ``run("-c", CODE, ...)`` starts this interpreter with SGLang
@@ -31,8 +32,11 @@ import pytest
 
 from target_env import TargetEnv
 
-#: SGLang 0.5.23 and what importing its draft classes and its server arguments needs beyond ``.ci/install``'s packages
-PACKAGES = ("sglang==0.5.23", "orjson==3.13.0", "ipython==9.18.1", "traitlets==5.16.1", "gguf==0.19.0")
+#: SGLang 0.5.23 and what importing its draft classes and its server arguments needs beyond ``.ci/install``'s packages;
+#: and SpecForge 0.2.0, SGLang's trainer, whose exporter ``tests/test_specforge_export.py`` runs: it imports with nothing
+#: more, and sharing this env costs one install and one warm interpreter instead of two (its metadata asks for
+#: torch 2.11, transformers 5.8.1 and sglang 0.5.14, none of which it needs to import and export here)
+PACKAGES = ("sglang==0.5.23", "orjson==3.13.0", "ipython==9.18.1", "traitlets==5.16.1", "gguf==0.19.0", "specforge==0.2.0")
 
 #: torchvision, stubbed for SGLang's and transformers' imports of it (see the module docstring): prepended to every driver
 STUB = r"""
