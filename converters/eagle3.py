@@ -17,6 +17,7 @@ from typing import Any
 
 from specfmt.algorithms.eagle3 import Eagle3Config, build_config, default_taps
 from specfmt.algorithms.layers import FAMILIES, decoder_config
+from specfmt.algorithms.sglang import EXPORT_KEY
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError
 from specfmt.format.config import SpeculatorConfig
@@ -52,6 +53,29 @@ _SIGNATURE = r"midlayer\.(\d+\.)?self_attn\.q_proj\.weight|layers\.0\.hidden_nor
 
 def _eagle3(seen: Seen) -> bool:
     return seen.has(_SIGNATURE)
+
+
+def _exported(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The provenance of ``specfmt export --to sglang`` (:mod:`specfmt.export`), or None for any other config."""
+    block = cfg.get(EXPORT_KEY)
+    return block if isinstance(block, dict) and block.get("engine") == "sglang" and block.get("algorithm") == Eagle3Config.name else None
+
+
+def _export_reading(cfg: dict[str, Any], opts: Options) -> Options:
+    """An SGLang export read back as the draft it was made from: its tap ids in the convention it records
+    (``tap_ids``), its k. ``--tap-ids`` may only repeat the recorded convention. Other configs: ``opts`` as given.
+
+    Raises:
+        ConversionError: ``--tap-ids`` contradicts the recorded convention.
+    """
+    recorded = _exported(cfg)
+    if recorded is None:
+        return opts
+    tap_ids = recorded.get("tap_ids")
+    if opts.tap_ids is not None and opts.tap_ids != tap_ids:
+        raise ConversionError(f"--tap-ids {opts.tap_ids} contradicts the export, which records its tap ids as {tap_ids}s",
+                              where="config.json", hint="drop --tap-ids")
+    return replace(opts, tap_ids=tap_ids, speculative_tokens=opts.speculative_tokens or recorded.get("speculative_tokens"))
 
 
 #: eagle3 top-level keys carried over from a speculators config into the research-style config
@@ -190,6 +214,12 @@ class Eagle3Converter(Converter):
     fields = {**DECODER_FIELDS, **field_kinds(Eagle3Config, beyond=SpeculatorConfig), "use_aux_hidden_state": BOOL, "eagle_config": OBJECT}
     nested_fields = ("eagle_config",)
     layouts = (
+        Layout("sglang-export", lambda s: _eagle3(s) and _exported(s.config) is not None,
+               f"config has a {EXPORT_KEY} block (written by `specfmt export --to sglang`)",
+               details="SGLang's `LlamaForCausalLMEagle3` layout as specfmt writes it: `midlayer.*`, no `t2d`, tap ids in "
+                       "`eagle_config`, top-level `norm_output` in SGLang's (EAGLE-3.1's) meaning",
+               outcome="converted without `--tap-ids`: the ids are read in the convention the export records, `norm_output` as SGLang "
+                       "reads it, k as exported, `t2d` rebuilt from `d2t`; the draft it was exported from, tensor for tensor"),
         Layout("specforge", lambda s: _eagle3(s) and "eagle_config" in s.config, "config has a nested eagle_config (SpecForge / ModelOpt export)",
                details="SpecForge / NVIDIA ModelOpt exports: `model.safetensors` (also sharded, with an index), `architectures: "
                        "LlamaForCausalLMEagle3`, tap ids in `eagle_config.eagle_aux_hidden_state_layer_ids`; ModelOpt multi-layer drafts "
@@ -266,15 +296,15 @@ class Eagle3Converter(Converter):
         """The output config (:func:`specfmt.algorithms.eagle3.build_config`): taps, draft vocabulary,
         widths and norm flags read from the source and checked against the verifier and the tensors.
 
-        Reads the plan's output names (:meth:`Plan.outputs`), never the source's.
+        Reads the plan's output names (:meth:`Plan.outputs`), never the source's; an SGLang export as recorded (:func:`_export_reading`).
 
         Raises:
-            ConversionError: the source config or tensors do not describe an EAGLE-3
-                draft that vLLM can run exactly as the source computes it (the rows of
-                :data:`_CONFIG_REFUSALS`, :data:`_VOCAB_REFUSALS` and :data:`_FLAG_REFUSALS`,
-                and the sizes checked here).
+            ConversionError: the source config or tensors do not describe an EAGLE-3 draft that vLLM can run exactly
+                as the source computes it (the rows of :data:`_CONFIG_REFUSALS`, :data:`_VOCAB_REFUSALS` and
+                :data:`_FLAG_REFUSALS`, and the sizes checked here).
         """
         cfg, verifier, out = src.config, src.verifier.info, plan.outputs()
+        opts = _export_reading(cfg, opts)
         refuse(_CONFIG_REFUSALS, cfg)
         H, nH, V = positive_int(cfg, "hidden_size"), positive_int(cfg, "num_attention_heads"), positive_int(cfg, "vocab_size")
         check_vocab(V, src.verifier)
@@ -292,7 +322,7 @@ class Eagle3Converter(Converter):
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
-        cfg = read_fields(_NORM_READINGS, cfg, plan, plan.notes)
+        cfg = cfg if _exported(cfg) else read_fields(_NORM_READINGS, cfg, plan, plan.notes)  # an export's norm_output is SGLang's
         ec = _ec(cfg)
         flag = lambda k: bool(cfg.get(k, ec.get(k, False)))  # noqa: E731
         norm_output = flag("norm_output")

@@ -253,6 +253,21 @@ def render_serving_lines(page: str, args: list[str], state: dict) -> str:
     return "\n\n".join(out)
 
 
+def render_sglang(page: str, args: list[str], state: dict) -> str:
+    """Per algorithm: the SGLang draft class and ``--speculative-algorithm`` the export writes for, or why it does not."""
+    from specfmt.algorithms import REGISTRY
+
+    rows = []
+    for name, algo in REGISTRY.items():
+        part = algo.sglang
+        if part is not None:
+            rows.append([f"{algo.title} (`{name}`)", f"`{part.sglang_architecture}` (`{part.sglang_source}`), `--speculative-algorithm {part.sglang_algorithm}`",
+                         "written by `specfmt export --to sglang`"])
+        else:
+            rows.append([f"{algo.title} (`{name}`)", cell(algo.sglang_unserved), "refused (`unserved`)"])
+    return table(["algorithm", "SGLang 0.5.23", "export"], rows)
+
+
 def render_recognised(page: str, args: list[str], state: dict) -> str:
     from specfmt.algorithms import REGISTRY
     from specfmt.algorithms.recognised import RECOGNISED
@@ -533,7 +548,7 @@ def render_file(page: str, args: list[str], state: dict) -> str:
 
 RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
     "options": render_options, "commands": render_commands, "layouts": render_layouts, "named": render_named, "corpus": render_corpus,
-    "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "recognised": render_recognised,
+    "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "sglang": render_sglang, "recognised": render_recognised,
     "schema": render_schema, "bench": render_bench, "file": render_file,
 }
 #: rendered after the others: they list what the others documented

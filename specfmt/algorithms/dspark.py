@@ -133,6 +133,8 @@ class DSpark(DFlash):
     name = DSparkConfig.name
     title = "DSpark"
     vllm_method = "dspark"  # vLLM speculators/base.py: speculators_model_type is the method
+    sglang_unserved = ("SGLang 0.5.23 serves DSpark drafts (DSparkDraftModel in srt/models/dspark.py, --speculative-algorithm DSPARK), "
+                       "but this specfmt does not write that layout yet")
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DSparkDraftModel`)."
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"dspark speculative decoding\" "
                          "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features)")

@@ -276,6 +276,8 @@ class Eagle(Algorithm, Reference, Training, Card):
     name = EagleConfig.name
     title = "EAGLE-1/2"
     vllm_method = "eagle"
+    sglang_unserved = ("SGLang 0.5.23 serves EAGLE-1 drafts (LlamaForCausalLMEagle in srt/models/llama_eagle.py, --speculative-algorithm EAGLE), "
+                       "but this specfmt does not write that layout yet")
     train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
     train_options = EagleOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no EAGLE-1/2 class (its `eagle` model and converter were removed in speculators #332 and #672)."

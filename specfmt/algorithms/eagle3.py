@@ -26,6 +26,7 @@ from ..format.tensors import TensorSpec
 from . import layers
 from .base import Algorithm, AlgorithmOptions, Card, LossFigures, Proposer, Reference, Training, Variant, option, register
 from .reference import DecoderChain
+from .sglang import SGLANG_VERSION, SGLang, SGLangLayout, refuse, sglang_tap_ids
 
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
@@ -461,8 +462,99 @@ CAUSES = {
 }
 
 
+#: the decoder fields SGLang's ``LlamaForCausalLMEagle3`` reads from its flat Llama config (the draft's
+#: ``transformer_layer_config`` less speculators' own ``num_aux_hidden_states``; the tap count goes in ``eagle_config``)
+_SGLANG_DROPPED_FIELDS = ("num_aux_hidden_states", "architectures")
+
+
+class Eagle3SGLang(SGLang):
+    """EAGLE-3 in SGLang 0.5.23: ``LlamaForCausalLMEagle3`` (``python/sglang/srt/models/llama_eagle3.py``).
+
+    What its code does, and so what the export writes or refuses:
+
+    * ``load_weights`` renames ``midlayer`` to ``layers.0``, fuses q/k/v and gate/up, turns ``d2t`` into
+      ``hot_token_id = d2t + arange(Vd)``, skips ``t2d`` and **skips every name it does not know, silently**;
+      the single decoder layer is written ``midlayer.*`` (SpecForge's names), ``t2d`` not at all (``convert``
+      rebuilds it from ``d2t``).
+    * Its first layer takes the residual before ``hidden_norm``: ``norm_before_residual: false`` only.
+    * A layer after the first norms its input with ``hidden_norm`` (fused residual add), vLLM with
+      ``input_layernorm``: one decoder layer only.
+    * Its layers are Llama layers (no q/k norms), ``qkv_proj`` without bias.
+    * The EAGLE worker replaces the draft's ``embed_tokens`` with the verifier's unless ``target_hidden_size``
+      differs from ``hidden_size`` (``LlamaForCausalLM.set_embed`` in ``srt/models/llama.py``): a draft's own
+      embedding survives only when it is the verifier's.
+    * ``norm_before_fc`` (``input_norm``), ``fc_norm`` and ``norm_output`` (top level: the normed output fed back,
+      EAGLE-3.1's meaning) are read as vLLM reads them.
+    """
+
+    sglang_algorithm = "EAGLE3"
+    sglang_architecture = "LlamaForCausalLMEagle3"
+    sglang_source = "python/sglang/srt/models/llama_eagle3.py"
+
+    def sglang_layout(self, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]], verifier: "VerifierInfo",
+                      tensor: Callable[[str], Any], embedding: Callable[[], Any]) -> SGLangLayout:
+        c = Eagle3Config.of(cfg)
+        tlc = c.transformer_layer_config
+        self._sglang_refusals(c)
+        ids, convention = sglang_tap_ids(c.taps, verifier)
+        kept_embed = self._sglang_embedding(c, shapes, tensor, embedding)
+        flat = {k: v for k, v in tlc.dump().items() if k not in _SGLANG_DROPPED_FIELDS}
+        config = {"architectures": [self.sglang_architecture], **flat, "draft_vocab_size": c.draft_vocab_size,
+                  "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}, "tie_word_embeddings": False}
+        if c.target_hidden_size is not None:  # SGLang reads hasattr(config, "target_hidden_size"): null would size fc from None
+            config["target_hidden_size"] = c.target_hidden_size
+        config.update({k: True for k in ("norm_before_fc", "fc_norm", "norm_output") if getattr(c, k)})
+        names = {n: (f"midlayer.{n[len('layers.0.'):]}" if n.startswith("layers.0.") else n) for n in shapes if n != "t2d"}
+        dropped = {"t2d": "SGLang maps draft ids with d2t alone and skips t2d (llama_eagle3.py load_weights); "
+                          "convert --from auto rebuilds it from d2t exactly"} if "t2d" in shapes else {}
+        notes = [f"tap ids written {ids} ({convention.replace('-', ' ')}s): SGLang's {verifier.architectures[0]} captures vLLM's taps {c.taps}"]
+        if kept_embed:
+            notes.append(kept_embed)
+        return SGLangLayout(config, names, dropped, {"tap_ids": convention, "norm_output": "eagle-3.1"}, notes)
+
+    def _sglang_refusals(self, c: "Eagle3Config") -> None:
+        """The EAGLE-3 drafts SGLang's class does not run as vLLM does, each with its reason key."""
+        tlc = c.transformer_layer_config
+        if c.norm_before_residual:
+            raise refuse("norm_before_residual", "norm_before_residual is true, but SGLang's LlamaForCausalLMEagle3 takes the residual "
+                         "before hidden_norm (norm_before_residual false) and has no other order", hint="serve this draft with vLLM")
+        if layers.family_of(tlc.dump()).model_type != "llama":
+            raise refuse("draft_layer", f"{tlc.model_type} draft layers: SGLang {SGLANG_VERSION} has only Llama EAGLE-3 draft layers "
+                         "(LlamaForCausalLMEagle3), which would drop the q/k norms", hint="serve this draft with vLLM")
+        if tlc.num_hidden_layers != 1:
+            raise refuse("layers", f"{tlc.num_hidden_layers} decoder layers: SGLang's LlamaForCausalLMEagle3 norms the input of a layer after "
+                         "the first with hidden_norm, vLLM with input_layernorm", hint="serve this draft with vLLM")
+        if tlc.attention_bias or tlc.mlp_bias:
+            raise refuse("bias", "attention_bias/mlp_bias: SGLang's LlamaForCausalLMEagle3 builds qkv_proj and the MLP without biases")
+        if tlc.layer_types and "sliding_attention" in tlc.layer_types:
+            raise refuse("sliding_window", "sliding-window draft layers: SGLang sets a draft window only from --speculative-draft-window-size, "
+                         "for every layer", hint="serve this draft with vLLM")
+
+    def _sglang_embedding(self, c: "Eagle3Config", shapes: dict[str, tuple[int, ...]], tensor: Callable[[str], Any],
+                          embedding: Callable[[], Any]) -> str | None:
+        """A draft's own ``embed_tokens`` with H = H_t survives in SGLang only if it equals the verifier's (``set_embed``).
+
+        Raises:
+            ExportRefusal: ``reason="own_embedding"``, it differs from the verifier's.
+        """
+        if "embed_tokens.weight" not in shapes or (c.target_hidden_size or c.hidden_size) != c.hidden_size:
+            return None
+        import torch
+
+        own, theirs = tensor("embed_tokens.weight"), embedding()
+        if own.shape != theirs.shape or not torch.equal(own.to(theirs.dtype), theirs) or not torch.equal(own, theirs.to(own.dtype)):
+            raise refuse("own_embedding", "the draft has its own embed_tokens.weight, which differs from the verifier's, and SGLang's EAGLE "
+                         "worker replaces a draft's embedding with the verifier's when target_hidden_size equals hidden_size "
+                         "(LlamaForCausalLM.set_embed, srt/models/llama.py)", hint="serve this draft with vLLM, which keeps its own embedding")
+        return "embed_tokens.weight equals the verifier's embedding: written, and SGLang's set_embed replaces it with the same values"
+
+    def sglang_flags(self, cfg: dict[str, Any], k: int) -> list[str]:
+        """Chain drafting of k tokens: k steps, top-1, k + 1 draft tokens (SGLang's EAGLE tree of one branch)."""
+        return ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+
+
 @register
-class Eagle3(Algorithm, Reference, Training, Card):
+class Eagle3(Algorithm, Reference, Training, Card, Eagle3SGLang):
     config = Eagle3Config
     name = Eagle3Config.name
     title = "EAGLE-3"

@@ -1,6 +1,7 @@
 """The ``specfmt`` command line: a thin layer over the package, one module per command group.
 
 * :mod:`~specfmt.cli.convert`: ``convert``, ``upgrade``;
+* :mod:`~specfmt.cli.export`: ``export --to sglang``;
 * :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``;
 * :mod:`~specfmt.cli.push`: ``push``;
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
@@ -23,7 +24,7 @@ import typer
 
 from .. import __version__
 from ..errors import SpecfmtError
-from . import convert, datagen, push, regenerate, train, validate
+from . import convert, datagen, export, push, regenerate, train, validate
 from .common import err, out, print_error, reported
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ def _root(
 
 app.command(name="convert")(convert.convert)
 app.command(name="upgrade")(convert.upgrade)
+app.command(name="export")(export.export)
 app.command(name="validate")(validate.validate)
 app.command(name="inspect")(validate.inspect)
 app.command(name="serve-command")(validate.serve_command)

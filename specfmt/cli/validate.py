@@ -116,18 +116,27 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
 def serve_command(
     path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm (a specfmt draft) or sglang (an export written by `specfmt export --to sglang`)."),
 ) -> None:
-    """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts).
+    """Print the one line that serves this draft: `vllm serve ...` on a vLLM release, or SGLang's server (for scripts).
 
     stdout is that one line; a release specfmt has not checked gets the line of the nearest
     checked one (:func:`specfmt.serving.checked_release`), with a note on stderr saying so.
+    With ``--engine sglang`` the draft is an SGLang export and the line is
+    :func:`specfmt.serving.sglang_serve_command`'s.
     """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
     from ..algorithms import validate_config
     from ..sources.resolve import resolve
-    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
+    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command, sglang_serve_command
 
+    if engine not in ("vllm", "sglang"):
+        raise InputError(f"--engine must be vllm or sglang, not {engine!r}")
+    if engine == "sglang":
+        res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
+        out.print(sglang_serve_command(read_json(res.folder / CONFIG_FILE), res.name_or_path).line, markup=False, highlight=False, soft_wrap=True)
+        return
     version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM
     release, exact = checked_release(version)  # an unparsable --vllm-version fails before anything is read
     res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")

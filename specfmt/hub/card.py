@@ -16,6 +16,7 @@ from .. import __version__
 from ..algorithms import find
 from ..checkpoint.reader import CheckpointReader
 from ..algorithms import schema_violations
+from ..algorithms.sglang import EXPORT_KEY, SGLANG_VERSION
 from ..sources.resolve import is_hub_id
 
 CARD_FILE = "README.md"
@@ -103,6 +104,7 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
              "The output is exactly what the verifier alone would produce; the draft only makes it faster.", "",
              "## Serve it with vLLM", "",
              *_serving_section(cfg, repo_id, algorithm, k),
+             *_sglang_section(folder, repo_id, verifier),
              "## The draft", "", "| | |", "| --- | --- |", *[f"| {a} | {b} |" for a, b in rows], ""]
     lines += _figures_section(figures, repo_id)
     lines += _provenance_section(cfg)
@@ -142,6 +144,30 @@ def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any, k: int) 
     out += [f"Checked against the code of vLLM {', '.join(CHECKED_RELEASES)}; `specfmt serve-command {repo_id} --vllm-version X` prints the line for one release.", ""]
     out += [algorithm.interop_note, ""] if algorithm.interop_note else []
     return out
+
+
+def _sglang_section(folder: Path, repo_id: str, verifier: str) -> list[str]:
+    """How SGLang serves the draft: the ``specfmt export --to sglang`` line and SGLang's server line when the export
+    writes this draft (decided on the local folder, :func:`specfmt.export.export` with ``dry_run``), else why not.
+    The lines name the draft by ``repo_id`` and the verifier by ``verifier``, as the card is read elsewhere."""
+    from ..errors import ExportRefusal, SpecfmtError
+    from ..export import export
+    from ..serving import sglang_serve_command
+
+    head = ["## Serve it with SGLang", ""]
+    try:
+        result = export(str(folder), None, dry_run=True)
+    except ExportRefusal as e:
+        return head + [f"SGLang {SGLANG_VERSION} does not run this draft as vLLM does, so `specfmt export --to sglang` refuses it: {e.message}.", ""]
+    except SpecfmtError as e:
+        return head + [f"Whether SGLang runs this draft exactly could not be decided here ({e.message}); `specfmt export --to sglang "
+                       f"{repo_id} -o DRAFT` decides it.", ""]
+    out_dir = f"{repo_id.split('/')[1]}-sglang"
+    cfg = {**result.config, EXPORT_KEY: {**result.config[EXPORT_KEY], "verifier": verifier}}
+    line = sglang_serve_command(cfg, out_dir).line
+    return head + [f"SGLang {SGLANG_VERSION} does not read the speculators format; `specfmt export` writes the layout its own draft class "
+                   f"loads (`{cfg['architectures'][0]}`), checked to load whole, then SGLang serves it:", "",
+                   "```bash", f"specfmt export --to sglang {repo_id} -o {out_dir}", line, "```", ""]
 
 
 #: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``)

@@ -1,0 +1,51 @@
+"""EAGLE-3 drafts in the specfmt format for the SGLang export tests: the world's EAGLE-3 draft converted, and
+variants of it with random weights (every parameter distinct, norms included, so that a swapped or unfilled
+tensor shows in an element-by-element comparison)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from specfmt.algorithms import get
+from specfmt.convert import convert
+from specfmt.draft import read_draft, save_draft
+from specfmt.format.draft import Draft
+
+REPO = Path(__file__).resolve().parents[1]
+WORLD = REPO / "examples" / "world"
+VERIFIER = WORLD / "verifier"
+
+
+def world_eagle3(out: Path) -> Path:
+    """The world's EAGLE-3 draft (SafeAILab layout, ``examples/world/eagle3-safeailab``) converted to specfmt."""
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(VERIFIER))
+    return out
+
+
+def variant(base: Path, out: Path, *, seed: int = 0, tlc: dict | None = None, tensors: dict | None = None, **fields) -> Path:
+    """A specfmt EAGLE-3 draft shaped like ``base`` with ``fields`` (top level) and ``tlc`` (decoder) changed, its
+    tensors drawn at random (``d2t``/``t2d`` kept from ``base`` when the vocabularies agree), then ``tensors`` set."""
+    src = read_draft(base)
+    cfg = json.loads(json.dumps(src.config))
+    cfg.pop("specfmt")
+    cfg.update(fields)
+    cfg["transformer_layer_config"].update(tlc or {})
+    gen = torch.Generator().manual_seed(seed)
+    made = get("eagle3").module(cfg).state_dict()
+    drawn = {n: (torch.randn(t.shape, generator=gen) * 0.1).to(torch.float16) if t.is_floating_point() else t.clone() for n, t in made.items()}
+    for name in ("d2t", "t2d"):
+        if name in drawn and name in src.tensors and src.tensors[name].shape == drawn[name].shape:
+            drawn[name] = src.tensors[name].clone()
+    drawn.update(tensors or {})
+    save_draft(out, Draft(cfg, drawn), train={"note": "a test variant with random weights"})
+    return out
+
+
+def verifier_embedding() -> torch.Tensor:
+    """The world verifier's input embedding [V, H_t]."""
+    from safetensors.torch import load_file
+
+    return load_file(str(VERIFIER / "model.safetensors"))["model.embed_tokens.weight"]
