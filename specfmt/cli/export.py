@@ -9,9 +9,11 @@ from typing import Optional
 import typer
 
 from .common import out, reports_errors
+from .output import writes
 
 
 @reports_errors
+@writes("output", inputs=("src", "verifier"), force="force")
 def export(
     src: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
     to: str = typer.Option(..., "--to", help="The engine: sglang (SGLang 0.5.23's own draft classes)."),
