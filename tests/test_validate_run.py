@@ -302,7 +302,7 @@ def test_d2t_written_as_absolute_ids_is_caught_as_vocab_mapping(example, few_pro
 def test_missing_tensor_is_caught_as_unloaded(example, few_prompts, tmp_path):
     res = run_ref(broken(example, tmp_path, tensors=lambda t: t.pop("layers.0.post_attention_layernorm.weight")), few_prompts)
     st = status(res)
-    assert st["tensors"] == "fail" and st["reference"] == "fail"
+    assert st["tensors"] == "fail" and st["reference"] == "skip"  # a static failure stops the run (issue 35)
     assert res.causes == ["unloaded tensors"]
 
 
@@ -387,7 +387,8 @@ def test_eagle1_and_medusa_reference_runs(kind, tmp_path, few_prompts):
 def test_run_without_a_reachable_verifier_fails(example, tmp_path):
     res = validate_run(example, verifier=str(tmp_path / "gone"), use_vllm=False, write=False)
     st = status(res)
-    assert st["reference"] == "fail" and not res.report.ok
+    assert st["verifier"] == "fail" and st["reference"] == "skip" and not res.report.ok  # the static check stops the run
+    assert res.causes == ["verifier not reachable"]
 
 
 # --------------------------------------------------------------------------- inputs first, progress, validation.json kept

@@ -98,6 +98,7 @@ def upgrade(
     """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""
     from ..convert import check_upgradable, config_changes, source_config
     from ..format.config import verifier_ref
+    from ..sources.resolve import relative_to
     from ..sources.verifier import Verifier
 
     old = source_config(src, revision=revision)
@@ -107,6 +108,7 @@ def upgrade(
         named = verifier_ref(old)
         if named is None:
             raise InputError("SRC names no verifier (speculators_config.verifier.name_or_path); pass --verifier")
+        named = relative_to(named, src)  # a relative path in SRC's config is SRC's, not the working directory's
         try:
             resolved = Verifier.load(named)
         except SpecfmtError as e:

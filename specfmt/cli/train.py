@@ -26,6 +26,7 @@ from .common import checks_table, err, figures_table, out, parse_layers, print_s
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # as the app's (specfmt/cli/__init__.py)
 )
 
 def _report(result, *, dry_run: bool) -> None:
@@ -45,7 +46,7 @@ def _report(result, *, dry_run: bool) -> None:
         out.print(f"trained {len(result.trained)} tensors: {s.steps} steps"
                   + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")
                   + f", {s.tokens:,} tokens in {s.seconds:.0f} s ({s.tokens_per_second:,.0f} tokens/s); "
-                  f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}" + _conditional(s.conditional_accuracy, s.coverage))
+                  f"{_recent(s)}: loss {s.loss:.3f}, top-1 agreement per position {acc}" + _conditional(s.conditional_accuracy, s.coverage))
         if s.kept is not None:
             k = s.kept
             out.print(f"held-out: the draft holds the weights of step {k.step} ({'the last' if len(s.evaluations) and k is s.evaluations[-1] else 'the best'}"
@@ -60,6 +61,14 @@ def _report(result, *, dry_run: bool) -> None:
             out.print(figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
     print_serving(result.draft.config, str(result.out))
+
+
+def _recent(stats) -> str:
+    """What the summary's figures average over: ``last 50 steps``, or ``all 5 steps`` of a shorter run."""
+    n = stats.recent_steps
+    if n < stats.steps + stats.resumed_from:
+        return f"last {n} steps"
+    return "its one step" if n == 1 else f"all {n} steps"
 
 
 def _conditional(conditional: list[float], coverage: list[float], sep: str = " / ", digits: int = 3) -> str:
@@ -110,14 +119,15 @@ def _run(req, opts) -> None:
         raise typer.Exit(1)
 
 
-def _shared_before() -> list[inspect.Parameter]:
-    """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order)."""
+def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
+    """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order); ``--from`` offers
+    the formats whose drafts are ``algo``'s (:func:`specfmt.converters.from_choices`)."""
     return _params(
         ("output", Path, typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end).")),
         ("verifier", str, typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen.")),
         ("data", Optional[list[Path]], typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\".")),
         ("init", Optional[str], typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft).")),
-        ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')}).")),
+        ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto', algorithms=[algo.name])}).")),
         ("steps", int, typer.Option(500, "--steps", help="Optimizer steps.")),
         ("batch_size", int, typer.Option(8, "--batch-size", help="Windows per step (per process).")),
         ("seq_len", int, typer.Option(256, "--seq-len", help="Tokens per window.")),
@@ -215,7 +225,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     training = algo.training
     assert training is not None
     options = training.train_options
-    params = _shared_before() + _own_params(options) + _shared_after()
+    params = _shared_before(algo) + _own_params(options) + _shared_after()
 
     def command(**given: Any) -> None:
         from ..training.loop import TrainOptions
@@ -247,7 +257,7 @@ def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),
     verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id."),
-    source_format: str = typer.Option("auto", "--from", help=f"Format of SRC ({from_choices('specfmt', 'auto')})."),
+    source_format: str = typer.Option("auto", "--from", help=f"Format of SRC ({from_choices('specfmt', 'auto', algorithms=[a.name for a in trainable()])})."),
     data: Optional[list[Path]] = typer.Option(None, "--data", help="Corpus for d2t/t2d token frequencies (text or jsonl), repeatable."),
     vocab_map: Optional[bool] = typer.Option(None, "--vocab-map/--no-vocab-map", help="EAGLE-3: build d2t/t2d from --data (default: when the draft lacks them)."),
     embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into embed_tokens.weight (EAGLE-3 with H = H_t, EAGLE-1)."),

@@ -51,7 +51,7 @@ def validate(
             out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
     from ..sources.placement import resolve_placement
-    from ..validation.run import CAUSES, validate_run
+    from ..validation.run import describe_causes, validate_run
 
     placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
     # one bar per phase (verifier load, greedy paths, readings, vLLM) on stderr, at a terminal only
@@ -79,7 +79,7 @@ def validate(
         for shown in diagnosis_tables(res) if res.diagnosis else []:
             out.print(shown)
         if res.causes:
-            out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
+            out.print("[bold red]likely causes:[/] " + escape("; ".join(describe_causes(res))), soft_wrap=True)
         for note in res.notes:  # what became of an earlier validation.json's figures
             out.print(note, markup=False, highlight=False, soft_wrap=True)
         if res.written:
@@ -120,26 +120,34 @@ def serve_command(
     """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts).
 
     stdout is that one line; a release specfmt has not checked gets the line of the nearest
-    checked one (:func:`specfmt.serving.checked_release`), with a note on stderr saying so.
+    checked one, with a note on stderr saying so. The draft passes the static checks of
+    `specfmt validate` first (a truncated or NaN weight gets no serve line).
     """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
-    from ..algorithms import validate_config
+    from ..algorithms import get, validate_config
     from ..sources.resolve import resolve
-    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
+    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, build_for, checked_release, installed_vllm, serve_command as command
+    from ..validation.static import validate_static
 
     version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM
     release, exact = checked_release(version)  # an unparsable --vllm-version fails before anything is read
+    distribution, gpu_only = build_for(version)
+    rep = validate_static(path)
+    failed = [c for c in rep.checks if c.status == "fail"]
+    if failed:
+        raise InputError(f"{path} fails specfmt's static checks ({', '.join(c.name for c in failed)}): {failed[0].summary}",
+                         hint=f"`specfmt validate {path}` shows every check")
     res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
     cfg = read_json(res.folder / CONFIG_FILE)
     validate_config(cfg, where=str(res.folder / CONFIG_FILE))
-    line = command(cfg, res.name_or_path, release)
+    line = command(cfg, res.name_or_path, release, distribution=distribution)
     which = "" if exact else f" (the nearest checked release to {version})"
     if line is None:
-        from ..algorithms import get
-
         raise InputError(f"vLLM {release}{which} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
     if not exact:
         err.print(f"note: vLLM {version} is not a release specfmt has checked ({', '.join(CHECKED_RELEASES)}); "
                   f"this is the line for the nearest checked release, {release}", markup=False, highlight=False, soft_wrap=True)
+    if gpu_only:
+        err.print(f"note: {gpu_only}", markup=False, highlight=False, soft_wrap=True)
     out.print(line.line, markup=False, highlight=False, soft_wrap=True)

@@ -68,6 +68,8 @@ class TrainStats:
     coverage: list[float] = field(default_factory=list)
     evaluations: list["Evaluation"] = field(default_factory=list)
     kept: "Evaluation | None" = None
+    #: the steps ``loss`` and the agreement figures are the mean of: the last 50, or every step of a shorter run
+    recent_steps: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -342,6 +344,7 @@ def fit(
 def _finish(run: _Run, stats: TrainStats, opts: TrainOptions) -> None:
     """The last 50 steps' figures into ``stats``; the best evaluation's weights into the draft (unless ``keep_last``)."""
     if run.recent:
+        stats.recent_steps = len(run.recent)
         stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
         sums = [[sum(r[k][s] for r in run.recent) for s in range(run.positions)] for k in range(1, 5)]
         f = PositionFigures.of(*sums)

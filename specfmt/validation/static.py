@@ -38,7 +38,7 @@ from ..checkpoint.reader import CheckpointReader
 from ..errors import Finding, SpecfmtError
 from ..format.versions import check_speculators_version
 from ..algorithms.recognised import recognised
-from ..sources.resolve import resolve
+from ..sources.resolve import relative_to, resolve
 from ..serving import serving_summary
 from ..sources.verifier import Verifier
 from .report import FAIL, PASS, SKIP, WARN, Report
@@ -93,7 +93,7 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
             _finite(rep, reader, reader.infos)
             return _skip_from(rep, "vocab_map", why)
         _tensor_checks(rep, cfg, reader)
-    _verifier_check(rep, cfg, verifier)
+    _verifier_check(rep, cfg, verifier, res.folder)
     rep.add("serving", *serving_summary(cfg))
     return rep
 
@@ -203,14 +203,15 @@ def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"
     rep.add("finite", FAIL if bad else PASS, f"{len(bad)} tensor(s) with NaN/Inf" if bad else "no NaN/Inf", bad)
 
 
-def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None) -> None:
+def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None, folder: Path) -> None:
     """The ``verifier`` check: the draft's config against the verifier's (width, vocabulary, the
     algorithm's :meth:`~specfmt.algorithms.base.Algorithm.verifier_problems`, architectures); each
     problem a :class:`~specfmt.errors.Finding` at the config field it concerns."""
     if isinstance(verifier, Verifier):
         ref, v = verifier.ref, verifier.info
     else:
-        ref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
+        # a relative path in the config is the draft folder's (sources.resolve.relative_to)
+        ref = verifier or relative_to(cfg["speculators_config"]["verifier"]["name_or_path"], folder)
         try:
             v = Verifier.load(ref).info
         except SpecfmtError as e:
