@@ -193,7 +193,9 @@ def test_prompts_builtin_jsonl_and_chat(tmp_path):
     f.write_text('{"prompt": "a"}\n{"prompt": \n')
     with pytest.raises(InputError, match=r"p.jsonl:2"):
         load_prompts(str(f), tok)
-    f.write_text('{"text": "a"}\n')
+    f.write_text('{"text": "a"}\n')  # the one data-file format: a text is a prompt (issue 35)
+    assert load_prompts(str(f), tok).texts == ["a"]
+    f.write_text('{"txt": "a"}\n')
     with pytest.raises(InputError, match="prompt"):
         load_prompts(str(f), tok)
 
@@ -506,7 +508,7 @@ def _prompts_file(text: str | bytes):
 @pytest.mark.parametrize("case,args,says", [
     ("prompts missing", lambda d: ["--prompts", str(d / "nope.jsonl")], "prompts file"),
     ("prompts not JSON", _prompts_file('{"prompt": "a"}\n{"prompt": \n'), "p.jsonl:2"),
-    ("prompts without a prompt", _prompts_file('{"text": "a"}\n'), '"prompt" string'),
+    ("prompts without a prompt", _prompts_file('{"txt": "a"}\n'), "this one has 'txt'"),
     ("prompts empty", _prompts_file("\n"), "no prompts"),
     ("prompts not UTF-8", _prompts_file(b"\xff\xfe\n"), "not UTF-8"),
     ("timeout", lambda d: ["--timeout", "0"], "--timeout 0"),
