@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
+from .common import checks_table, err, figures_table, json_option, out, parse_layers, print_serving, report, reports_errors
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -29,7 +29,19 @@ train_app = typer.Typer(
     rich_markup_mode=None,  # as the app's (specfmt/cli/__init__.py)
 )
 
+def _json(result) -> dict:
+    """``train``'s ``--json`` fields: what was written, trained and filled, the figures, and the validation run."""
+    s, v = result.stats, result.validation
+    return {"output": None if result.out is None else str(result.out), "cache_filled": None if result.cache_filled is None else str(result.cache_filled),
+            "filled": dict(result.filled), "trained": list(result.trained), "notes": list(result.notes),
+            "steps": None if s is None else s.steps, "recent_steps": None if s is None else s.recent_steps,
+            "loss": None if s is None else s.loss, "top1_agreement": None if s is None else list(s.accuracy),
+            "heldout": None if s is None or s.kept is None else s.kept.to_json(),
+            "validation": None if v is None else {"ok": v.report.ok, **v.to_json()}}
+
+
 def _report(result, *, dry_run: bool) -> None:
+    report(**_json(result))
     if result.cache_filled is not None:
         out.print(f"filled the feature cache {result.cache_filled} (verifier in {result.placement.dtype} on {result.placement.device}); "
                   "train from it with the same options and --cache: the verifier is not loaded", markup=False, highlight=False)
@@ -159,6 +171,7 @@ def _shared_after() -> list[inspect.Parameter]:
         ("validate", bool, typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run.")),
         ("prompts", Optional[Path], typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in).")),
         ("force", bool, typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one).")),
+        ("as_json", bool, json_option()),
     )
 
 
@@ -231,6 +244,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
         from ..training.loop import TrainOptions
         from ..training.pipeline import TrainRequest
 
+        given.pop("as_json")  # reports_errors' (--json)
         own = _own_values(options, given)
         opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every", "heldout",
                                                           "eval_every", "keep_last")})
@@ -244,7 +258,9 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = training.train_summary
     command.__name__ = f"train_{algo.name}"
-    return reports_errors(command)
+    wrapped = reports_errors(command)
+    wrapped.command = f"train {algo.name}"  # type: ignore[attr-defined]  (its --json object's name)
+    return wrapped
 
 
 for _algo in trainable():
@@ -267,6 +283,7 @@ def fill(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the source's)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
+    as_json: bool = json_option(),
 ) -> None:
     """Fill in what a draft lacks, without training: d2t/t2d from corpus frequencies, embed_tokens and lm_heads copied from the verifier, new Medusa heads."""
     from ..training.loop import TrainOptions
@@ -276,3 +293,6 @@ def fill(
                        fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, options={"heads": heads} if heads is not None else None,
                        speculative_tokens=speculative_tokens, dtype=dtype, force=force, validate=validate)
     _run(req, TrainOptions(steps=0))
+
+
+fill.command = "train fill"  # type: ignore[attr-defined]  (its --json object's name)

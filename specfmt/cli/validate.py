@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -11,14 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, diagnosis_tables, err, figures_table, out, reports_errors, verdict
+from .common import checks_table, diagnosis_tables, err, figures_table, json_option, out, report, reports_errors, verdict
 
 
 @reports_errors
 def validate(
     path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against (default: the one named in config.json, when reachable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = json_option(),
     run: bool = typer.Option(False, "--run", help="Also run the draft: the reference forward pass and vLLM, acceptance per position compared; writes validation.json into PATH."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="jsonl prompts ({\"prompt\": ...} or chat {\"messages\": [...]}) (default: a small built-in set)."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens generated per prompt."),
@@ -44,11 +43,9 @@ def validate(
                                        gpu_memory_utilization)) or no_vllm or tensor_parallel_size != 1:
             raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm and the device options need --run")
         rep = validate_static(path, verifier)
-        if as_json:
-            out.print_json(json.dumps(rep.to_json()))
-        else:
-            out.print(checks_table(rep, f"specfmt validate {rep.path}"))
-            out.print(verdict(rep))
+        report(**rep.to_json())
+        out.print(checks_table(rep, f"specfmt validate {rep.path}"))
+        out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
     from ..sources.placement import resolve_placement
     from ..validation.run import describe_causes, validate_run
@@ -70,35 +67,31 @@ def validate(
                            tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
                            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell)
     rep = res.report
-    if as_json:
-        out.print_json(json.dumps({**res.to_json(), "written": res.written, "notes": res.notes}))
-    else:
-        out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
-        if res.reference or res.vllm:
-            out.print(figures_table(res))
-        for shown in diagnosis_tables(res) if res.diagnosis else []:
-            out.print(shown)
-        if res.causes:
-            out.print("[bold red]likely causes:[/] " + escape("; ".join(describe_causes(res))), soft_wrap=True)
-        for note in res.notes:  # what became of an earlier validation.json's figures
-            out.print(note, markup=False, highlight=False, soft_wrap=True)
-        if res.written:
-            out.print(f"wrote {res.written}", markup=False)
-        out.print(verdict(rep))
+    report(**res.to_json(), ok=rep.ok, written=res.written, notes=res.notes, likely_causes_explained=describe_causes(res))
+    out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
+    if res.reference or res.vllm:
+        out.print(figures_table(res))
+    for shown in diagnosis_tables(res) if res.diagnosis else []:
+        out.print(shown)
+    if res.causes:
+        out.print("[bold red]likely causes:[/] " + escape("; ".join(describe_causes(res))), soft_wrap=True)
+    for note in res.notes:  # what became of an earlier validation.json's figures
+        out.print(note, markup=False, highlight=False, soft_wrap=True)
+    if res.written:
+        out.print(f"wrote {res.written}", markup=False)
+    out.print(verdict(rep))
     raise typer.Exit(0 if rep.ok else 1)
 
 
 @reports_errors
-def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = json_option()) -> None:
     """Detect which format a checkpoint folder is in (from tensor names and config fields) and summarise it."""
     from dataclasses import asdict
 
     from ..detect import detect
 
     d = detect(path)
-    if as_json:
-        out.print_json(json.dumps(asdict(d)))
-        return
+    report(**asdict(d))
     out.print(f"[bold]{d.format}[/] ({d.layout})")
     for e in d.evidence:
         out.print(f"  evidence: {e}", markup=False)
@@ -116,6 +109,7 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
 def serve_command(
     path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
+    as_json: bool = json_option(),
 ) -> None:
     """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts).
 
@@ -150,4 +144,6 @@ def serve_command(
                   f"this is the line for the nearest checked release, {release}", markup=False, highlight=False, soft_wrap=True)
     if gpu_only:
         err.print(f"note: {gpu_only}", markup=False, highlight=False, soft_wrap=True)
+    report(line=line.line, argv=list(line.argv), form=line.form, release=str(release), exact=exact, build=distribution,
+           notes=[n for n in (None if exact else f"the line of the nearest checked release, {release}", gpu_only) if n])
     out.print(line.line, markup=False, highlight=False, soft_wrap=True)

@@ -45,6 +45,7 @@ from .report import FAIL, PASS, SKIP, WARN, Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.reader import TensorInfo
+    from .report import Check
 
 
 #: the checks of :func:`validate_static`, in order
@@ -201,6 +202,19 @@ def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"
         if n:
             bad.append(f"{name}: {n} NaN/Inf")
     rep.add("finite", FAIL if bad else PASS, f"{len(bad)} tensor(s) with NaN/Inf" if bad else "no NaN/Inf", bad)
+
+
+def verifier_check(folder: str | Path, verifier: str | None = None) -> "Check":
+    """The ``verifier`` check of :func:`validate_static` alone, for a folder whose other checks passed: against
+    ``verifier``, else the verifier its config names (``skip`` when that cannot be read).
+
+    Raises:
+        InputError: the folder's config.json cannot be read.
+    """
+    folder = Path(folder)
+    rep = Report(str(folder))
+    _verifier_check(rep, read_json(folder / CONFIG_FILE), verifier, folder)
+    return rep.checks[0]
 
 
 def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None, folder: Path) -> None:
