@@ -364,11 +364,14 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
             :meth:`Output.open` refuses; VLLMRunError: vLLM is missing; DataInterrupted: Ctrl-C (the
             lines written are whole; ``resume`` continues).
     """
-    from transformers import AutoTokenizer
+    from ..sources.verifier import Verifier
 
     if Path(out).resolve() == Path(data).resolve():
         raise InputError("the output is the input; inputs are never modified", where=out, hint="write to another file")
-    tokenizer = AutoTokenizer.from_pretrained(verifier)
+    try:  # a missing or unreadable verifier is one line, as in every command (it was an OSError traceback)
+        tokenizer = Verifier.load(verifier).tokenizer()
+    except (OSError, ValueError) as e:
+        raise InputError(f"the verifier's tokenizer cannot be loaded: {str(e).splitlines()[0][:300]}", where=verifier) from None
     chat = bool(getattr(tokenizer, "chat_template", None))
     convs = read_conversations(data, chat)[:limit]
     output = Output(out, {"tool": "specfmt regenerate", "verifier": str(Path(verifier).resolve()), "input": str(data),

@@ -285,8 +285,8 @@ def _static_validation(folder: Path, verifier_id: str | None, validate: bool) ->
     """``(checks, notes, unchecked)``: the static validation's checks as ``(name, status, summary)`` (None: not run,
     noted), and the checks it could not make with the reason.
 
-    The ``verifier`` check runs against ``verifier_id`` (the verifier the upload names). Where that cannot be reached
-    (offline, gated), the check is not a failure of the draft: it is made against the verifier config.json names (the
+    The ``verifier`` check runs against ``verifier_id`` (the verifier the upload names). Where the Hub cannot be asked
+    about it (offline, failing, gated: :data:`specfmt.validation.static.UNREACHABLE`), the check is not a failure of the draft: it is made against the verifier config.json names (the
     one it was converted and validated with) when that can be read, and the Hub id is listed as not checked, with why
     (issue 35: ``push --dry-run`` failed offline, pointing to ``specfmt validate``, which passed).
 
@@ -295,12 +295,12 @@ def _static_validation(folder: Path, verifier_id: str | None, validate: bool) ->
     """
     if not validate:
         return None, ["--no-validate: the checkpoint was not validated before upload"], [("static validation", "--no-validate")]
-    from ..validation.static import validate_static, verifier_check
+    from ..validation.static import UNREACHABLE, validate_static, verifier_check
 
     rep = validate_static(folder, verifier_id)  # None: the config's verifier, checked when reachable
     unchecked = []
     check = rep.check("verifier")
-    if verifier_id and check is not None and check.status == "fail" and not check.findings:  # the Hub id could not be read
+    if verifier_id and check is not None and check.status == "fail" and [f.kind for f in check.findings] == [UNREACHABLE]:  # the Hub could not be asked
         unchecked.append(("verifier", f"{verifier_id}: {check.summary}"))
         own = verifier_check(folder)  # the config's own verifier, or skip
         rep.checks[rep.checks.index(check)] = own

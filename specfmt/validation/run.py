@@ -80,7 +80,7 @@ from .acceptance import ChainResult, group_size, run_chains
 from .diagnosis import diagnose
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts, read_prompt_file
 from .report import FAIL, PASS, SKIP, WARN, Report
-from .static import validate_static
+from .static import UNREACHABLE, UNREADABLE, validate_static
 from .weights import vllm_weight_mismatches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -748,7 +748,8 @@ def stop_causes(rep: Report, algo: "Algorithm | None") -> list[str]:
     (:func:`_static_causes`), else what the check found (:data:`STATIC_CAUSES`: ``finite`` -> ``NaN/Inf weights``)."""
     named = _static_causes(rep, algo)
     accounted = {check for check, causes in _static_causes_by_check(rep, algo).items() if causes}
-    generic = [(UNREACHABLE_VERIFIER if c.name == "verifier" and not c.findings else STATIC_CAUSES[c.name])[0]
+    unread = {UNREACHABLE, UNREADABLE}  # the verifier check's findings when the verifier cannot be read at all
+    generic = [(UNREACHABLE_VERIFIER if c.name == "verifier" and all(f.kind in unread for f in c.findings) else STATIC_CAUSES[c.name])[0]
                for c in rep.checks if c.status == FAIL and c.name in STATIC_CAUSES and c.name not in accounted]
     return list(dict.fromkeys(named + generic))
 

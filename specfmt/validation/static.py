@@ -35,7 +35,7 @@ from ..checkpoint.dtypes import kind_of
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..checkpoint.finite import nonfinite_in
 from ..checkpoint.reader import CheckpointReader
-from ..errors import Finding, SpecfmtError
+from ..errors import Finding, HubAuthError, HubGatedRepoError, HubOfflineError, HubUnavailableError, SpecfmtError
 from ..format.versions import check_speculators_version
 from ..algorithms.recognised import recognised
 from ..sources.resolve import relative_to, resolve
@@ -47,6 +47,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.reader import TensorInfo
     from .report import Check
 
+
+#: the kinds of the ``verifier`` check's finding when the verifier's config cannot be read: the Hub could not be asked
+#: (offline, failing, gated: the check could not be made), or the verifier is not there (a missing folder, no such repo)
+UNREACHABLE, UNREADABLE = "unreachable", "unreadable"
 
 #: the checks of :func:`validate_static`, in order
 CHECKS = ("config", "schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier", "serving")
@@ -229,7 +233,9 @@ def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier |
         try:
             v = Verifier.load(ref).info
         except SpecfmtError as e:
-            rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}")
+            # the reason as data: the Hub could not be asked (offline, failing, gated) or the verifier is not there
+            kind = UNREACHABLE if isinstance(e, (HubOfflineError, HubUnavailableError, HubGatedRepoError, HubAuthError)) else UNREADABLE
+            rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}", findings=[Finding(e.one_line(), kind=kind)])
             return
     algo = get(cfg["speculators_model_type"])
     tlc = cfg["transformer_layer_config"]
