@@ -100,3 +100,14 @@ def test_the_training_summary_names_the_steps_its_figures_cover(steps, recent, r
     with common.out.capture() as cap:
         _report(result, dry_run=False)
     assert f"; {says}: loss 2.000" in " ".join(cap.get().split())
+
+
+def test_the_license_pyproject_names_is_there():
+    """pyproject.toml says Apache-2.0, and the repository had no LICENSE file."""
+    import tomllib
+
+    from conftest import REPO
+
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["license"] == {"text": "Apache-2.0"}
+    text = (REPO / "LICENSE").read_text()
+    assert text.split()[:4] == ["Apache", "License", "Version", "2.0,"] and "TERMS AND CONDITIONS FOR USE, REPRODUCTION, AND DISTRIBUTION" in text

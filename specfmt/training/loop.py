@@ -44,7 +44,7 @@ class TrainStats:
         steps: optimizer steps.
         tokens: positions trained on (batch x window per step, all steps).
         seconds: wall time.
-        loss: mean loss of the last 50 steps.
+        loss: mean loss of the last 50 steps (every step of a shorter run: ``recent_steps``).
         accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the all-position
             top-1 agreement: the share of every prediction under the loss mask whose top draft token is the
             verifier's top-1 (last 50 steps, all ranks; :class:`~specfmt.algorithms.base.LossFigures`).
