@@ -114,8 +114,10 @@ def test_training_an_untrainable_draft_is_refused_with_advice_that_works(tmp_pat
     """Item 5: `train eagle3 --init world-qwen3/dflash-speculators --from dflash` said "use `specfmt train dflash`"
     and P-EAGLE "use `specfmt train peagle`"; neither command exists. Now the refusal says it is not trainable here,
     and names only commands that exist; `--from dflash` is refused before anything is read."""
+    data = tmp_path / "data.txt"
+    data.write_text("def f(x):\n    return x + 1\n")
     code, text = _cli("train", "eagle3", "-o", str(tmp_path / "out"), "--verifier", str(QWEN3 / "verifier"), "--init", str(QWEN3 / draft),
-                      "--from", source_format, "--data", str(WORLD / "prompts.jsonl"), "--steps", "1", "--no-validate")
+                      "--from", source_format, "--data", str(data), "--steps", "1", "--no-validate")
     assert code == 2, text
     assert f"this specfmt does not train {title} drafts" in text, text
     assert named_commands(text) and all(n in ("train eagle3", "convert") for n in named_commands(text)), text
