@@ -60,7 +60,13 @@ def json_option() -> Any:
 
 def report(**fields: Any) -> None:
     """Give the running command's fields for its ``--json`` object (later calls add to and replace earlier ones);
-    nothing without ``--json``. ``ok`` may be given, when the command knows better than its exit code."""
+    nothing without ``--json``. ``ok`` may be given, when the command knows better than its exit code.
+
+    Raises:
+        ValueError: a field named ``command`` or ``error`` (the wrapper's own; a bug of the command).
+    """
+    if {"command", "error"} & set(fields):
+        raise ValueError(f"report(): {sorted({'command', 'error'} & set(fields))} are the --json object's own keys")
     if _reported is not None:
         _reported.update(fields)
 
