@@ -8,6 +8,8 @@ the tap convention that drafts fusing verifier layers share (EAGLE-3 and DFlash)
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from specfmt.errors import InputError
 
 from . import dflash, dspark, dflash2, eagle3, medusa, eagle, speculators, peagle  # noqa: F401, I001  (each registers itself; this order is --from auto's: dflash first, its config decides)
@@ -25,10 +27,14 @@ def get(name: str) -> Converter:
     return REGISTRY[name]
 
 
-def from_choices(*extra: str) -> str:
+def from_choices(*extra: str, algorithms: "Iterable[str] | None" = None) -> str:
     """The ``--from`` values for a command's help, from the registry (a new converter appears by registering):
-    ``"eagle3, medusa, eagle (EAGLE-1/2), ..."`` followed by ``extra`` (e.g. ``"auto"``)."""
-    labels = {name: vars(type(c)).get("label", "") for name, c in REGISTRY.items()}  # a subclass (hass) names its own
+    ``"eagle3, medusa, eagle (EAGLE-1/2), ..."`` followed by ``extra`` (e.g. ``"auto"``). With ``algorithms``, only the
+    converters that write one of them, or whose source decides (:attr:`~.base.Converter.algorithm` None:
+    ``speculators``); ``specfmt train`` offers only those (issue 35)."""
+    wanted = None if algorithms is None else set(algorithms)
+    labels = {name: vars(type(c)).get("label", "") for name, c in REGISTRY.items()  # a subclass (hass) names its own
+              if wanted is None or c.algorithm is None or c.algorithm in wanted}
     names = [f"{name} ({label})" if label else name for name, label in labels.items()]
     return ", ".join([*names, *extra])
 

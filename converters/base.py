@@ -616,6 +616,15 @@ class Converter:
     #: weight files of the source that are not the draft, with the reason (not read)
     ignore_files: ClassVar[dict[str, str]] = {}
 
+    @property
+    def algorithm(self) -> str | None:
+        """The algorithm (``speculators_model_type``) this converter writes: :attr:`detects_as` where it names a
+        registered algorithm (every research layout), None where the source decides (``speculators``: an older
+        checkpoint of any algorithm)."""
+        from specfmt.algorithms import find
+
+        return self.detects_as if find(self.detects_as) is not None else None
+
     def claims(self, seen: Seen) -> bool:
         """For ``--from auto``: whether a source in one of :attr:`layouts` may be this converter's
         (False where the files say it is another's, e.g. HASS always has ``fc.bias``)."""

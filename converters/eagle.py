@@ -394,7 +394,8 @@ class HassConverter(EagleConverter):
     layouts = (EagleConverter.layouts[1],
                Layout("hass", _eagle1, EagleConverter.layouts[2].evidence,
                       details="HArmonizedSS/HASS: the EAGLE-1 layout; `train/main_hass.py` always trains and saves `fc.bias`",
-                      outcome="converted; `fc.bias` folded exactly, as for EAGLE-1",
+                      outcome="converted; `fc.bias` folded exactly, as for EAGLE-1. A draft without `fc.bias` is refused: it is "
+                              "EAGLE-1/2, which `--from eagle` reads",
                       examples=(Example("HArmonizedSS/HASS-LLaMA2-Chat-7B",
                                         "https://github.com/HArmonizedSS/HASS/blob/38922e43fec95f0bd2993f33aaa6ee82371741a5/train/llama_2_chat_7B_config.json"),)))
 
@@ -403,6 +404,21 @@ class HassConverter(EagleConverter):
         never a vLLM V0 wrapper, which vLLM's EAGLE conversion wrote."""
         return "fc.bias" in seen.shapes and not _v0_wrapper(seen.config)
     fallback_layout = "hass"
+
+    def decide(self, src: Source, opts: Options, plan: Plan) -> None:
+        """As EAGLE-1's, for a draft with ``fc.bias`` only.
+
+        Raises:
+            ConversionError: no ``fc.bias``. HASS's ``train/main_hass.py`` always trains and saves it
+                (``docs/design/research-formats.md`` §3), so the draft is not a HASS output, and recording
+                layout ``hass`` would be false; ``inspect`` says the same (:meth:`EagleConverter.describe`). The
+                tensors convert as they are with ``--from eagle`` (issue 35).
+        """
+        if "fc.bias" not in plan.names():
+            raise ConversionError("--from hass: the draft has no fc.bias, which HASS (train/main_hass.py) always trains and saves, so it "
+                                  "is an EAGLE-1/2 draft, not a HASS one", tensors={"missing": ["fc.bias"]},
+                                  hint="convert it with --from eagle")
+        super().decide(src, opts, plan)
 
 
 __all__ = ["EagleConverter", "HassConverter"]

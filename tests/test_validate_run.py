@@ -193,7 +193,9 @@ def test_prompts_builtin_jsonl_and_chat(tmp_path):
     f.write_text('{"prompt": "a"}\n{"prompt": \n')
     with pytest.raises(InputError, match=r"p.jsonl:2"):
         load_prompts(str(f), tok)
-    f.write_text('{"text": "a"}\n')
+    f.write_text('{"text": "a"}\n')  # the one data-file format: a text is a prompt (issue 35)
+    assert load_prompts(str(f), tok).texts == ["a"]
+    f.write_text('{"txt": "a"}\n')
     with pytest.raises(InputError, match="prompt"):
         load_prompts(str(f), tok)
 
@@ -302,7 +304,7 @@ def test_d2t_written_as_absolute_ids_is_caught_as_vocab_mapping(example, few_pro
 def test_missing_tensor_is_caught_as_unloaded(example, few_prompts, tmp_path):
     res = run_ref(broken(example, tmp_path, tensors=lambda t: t.pop("layers.0.post_attention_layernorm.weight")), few_prompts)
     st = status(res)
-    assert st["tensors"] == "fail" and st["reference"] == "fail"
+    assert st["tensors"] == "fail" and st["reference"] == "skip"  # a static failure stops the run (issue 35)
     assert res.causes == ["unloaded tensors"]
 
 
@@ -387,7 +389,8 @@ def test_eagle1_and_medusa_reference_runs(kind, tmp_path, few_prompts):
 def test_run_without_a_reachable_verifier_fails(example, tmp_path):
     res = validate_run(example, verifier=str(tmp_path / "gone"), use_vllm=False, write=False)
     st = status(res)
-    assert st["reference"] == "fail" and not res.report.ok
+    assert st["verifier"] == "fail" and st["reference"] == "skip" and not res.report.ok  # the static check stops the run
+    assert res.causes == ["verifier not reachable"]
 
 
 # --------------------------------------------------------------------------- inputs first, progress, validation.json kept
@@ -505,7 +508,7 @@ def _prompts_file(text: str | bytes):
 @pytest.mark.parametrize("case,args,says", [
     ("prompts missing", lambda d: ["--prompts", str(d / "nope.jsonl")], "prompts file"),
     ("prompts not JSON", _prompts_file('{"prompt": "a"}\n{"prompt": \n'), "p.jsonl:2"),
-    ("prompts without a prompt", _prompts_file('{"text": "a"}\n'), '"prompt" string'),
+    ("prompts without a prompt", _prompts_file('{"txt": "a"}\n'), "this one has 'txt'"),
     ("prompts empty", _prompts_file("\n"), "no prompts"),
     ("prompts not UTF-8", _prompts_file(b"\xff\xfe\n"), "not UTF-8"),
     ("timeout", lambda d: ["--timeout", "0"], "--timeout 0"),

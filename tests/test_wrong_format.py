@@ -44,8 +44,9 @@ EXPECT: dict[str, tuple[str, list[str] | str]] = {
     "specfmt-eagle3": ("a specfmt eagle3 draft, already in the current format", ["speculators"]),
     "verifier": ("causal-lm (llama)", "name it with --verifier"),
 }
-#: --from names that read a layout detection gives to another (HASS's converter reads an EAGLE-1 draft without fc.bias too)
-ALSO_READS = {("world/eagle-safeailab", "hass"), ("eagle1-bin", "hass"), ("eagle1-accelerate", "hass")}
+#: --from names that read a layout detection gives to another: none (HASS's converter refuses an EAGLE-1 draft without
+#: fc.bias since issue 35, as inspect says: HASS always saves it)
+ALSO_READS: set[tuple[str, str]] = set()
 #: options a reading converter needs for the layout (SpecForge's tap ids do not say their convention)
 OPTIONS = {"eagle3-specforge": Options(tap_ids="layer-output")}
 

@@ -426,8 +426,9 @@ class Eagle3Options(AlgorithmOptions):
     """``specfmt train eagle3``'s own options: the training-time test's unroll and a new draft's shape."""
 
     ttt_steps: int = option(3, "--ttt-steps", "Drafting steps unrolled in training-time test.", at_least=1)
-    draft_vocab: int | None = option(None, "--draft-vocab", "New draft: draft vocabulary size Vd, the most frequent tokens of --data "
-                                     "(default: the verifier's V).", new_only=True)
+    draft_vocab: int | None = option(None, "--draft-vocab", "New draft: draft vocabulary size Vd, the ids --vocab-from chooses (the "
+                                     "verifier's most frequent top-1 predictions over --data by default) (default: the verifier's V).",
+                                     new_only=True)
     taps: list[int] | None = option(None, "--aux-layers", "New draft: tap layer ids, e.g. 2,16,29 (default: 2, N//2, N-3).", new_only=True)
     layers: int = option(1, "--layers", "New draft: decoder layers.", new_only=True)
     draft_layer: str | None = option(None, "--draft-layer", "New draft: its decoder-layer family, llama (default) or qwen3 (q/k RMSNorm "

@@ -155,22 +155,6 @@ def read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def read_data_file(path: str) -> str:
-    """The text of one ``--data`` file (UTF-8), as ``train`` and ``datagen`` read it (one reader for both:
-    :func:`specfmt.training.data.read_documents`, :func:`specfmt.datagen.chat.read_samples`).
-
-    Raises:
-        InputError: the file is missing or not UTF-8.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"training data {path} not found", hint="--data takes text files or jsonl files with \"text\" or \"messages\"")
-    try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"training data is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
-
-
 def jsonl_objects(path: str | Path, text: str | None = None) -> Iterator[tuple[str, Any]]:
     """Yield ``(where, obj)`` for every non-blank line of a jsonl file, ``where`` = ``path:line``.
 

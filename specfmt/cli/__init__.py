@@ -33,6 +33,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode=None,  # click's help: option names never cut, no type placeholder for a flag, at any width (issue 35)
 )
 
 def _version(value: bool) -> None:

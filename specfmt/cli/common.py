@@ -4,11 +4,18 @@ A user error (:class:`specfmt.errors.SpecfmtError`) becomes one line on stderr -
 ``specfmt: error: what [where]; how to fix`` -- and the exit code of its class (2; 130 for an
 interrupted training run), in every command (:func:`reports_errors`), so the same holds under
 ``typer.testing.CliRunner`` as at the terminal. Anything else is a bug and keeps its traceback.
+
+``--json`` (every command has it; :data:`JSON_OPTION`) goes through the same wrapper: stdout is then one JSON
+object of one shape, ``{"command", "ok", "error", ...}`` (:data:`JSON_KEYS`; the command's own fields, which it
+gives with :func:`report`, follow), whatever the outcome, and nothing else; stderr keeps the error line, notes and
+progress.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import sys
 from typing import Any, Callable, Optional, TypeVar
 
 import typer
@@ -35,16 +42,78 @@ def print_error(e: SpecfmtError) -> None:
     reported["error"] = True
 
 
+#: the keys of every command's ``--json`` object, first: the command (``convert``, ``train eagle3``), whether it
+#: succeeded (exit code 0), and the error (None, or ``{type, message, where, hint, exit_code}``); the command's own
+#: fields follow (docs/commands/index.md, "JSON output")
+JSON_KEYS = ("command", "ok", "error")
+#: the ``--json`` option every command declares as ``as_json``
+JSON_OPTION_HELP = "Print one JSON object on stdout instead of the human output: {\"command\", \"ok\", \"error\", ...}."
+
+#: the fields the running command reports for ``--json`` (:func:`report`), None outside a ``--json`` run
+_reported: dict[str, Any] | None = None
+
+
+def json_option() -> Any:
+    """The ``--json`` option (``as_json: bool = json_option()``)."""
+    return typer.Option(False, "--json", help=JSON_OPTION_HELP)
+
+
+def report(**fields: Any) -> None:
+    """Give the running command's fields for its ``--json`` object (later calls add to and replace earlier ones);
+    nothing without ``--json``. ``ok`` may be given, when the command knows better than its exit code.
+
+    Raises:
+        ValueError: a field named ``command`` or ``error`` (the wrapper's own; a bug of the command).
+    """
+    if {"command", "error"} & set(fields):
+        raise ValueError(f"report(): {sorted({'command', 'error'} & set(fields))} are the --json object's own keys")
+    if _reported is not None:
+        _reported.update(fields)
+
+
+def error_json(e: SpecfmtError) -> dict[str, Any]:
+    """A user error as the ``error`` field of a ``--json`` object."""
+    return {"type": type(e).__name__, "message": e.message, "where": e.where, "hint": e.hint, "exit_code": e.exit_code}
+
+
 def reports_errors(fn: F) -> F:
-    """Wrap a command: a :class:`SpecfmtError` prints one line and exits with its code."""
+    """Wrap a command: a :class:`SpecfmtError` prints one line and exits with its code.
+
+    With ``--json`` (the ``as_json`` argument) stdout is one JSON object instead of the human output: :data:`JSON_KEYS`
+    and what the command :func:`report` ed. The command is named by ``wrapper.command`` where its name is not its
+    function's (``train eagle3``), else by the function's name with ``-`` for ``_``. The error line still goes to
+    stderr."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        global _reported
+        if not kwargs.get("as_json"):
+            try:
+                return fn(*args, **kwargs)
+            except SpecfmtError as e:
+                print_error(e)
+                raise typer.Exit(e.exit_code) from None
+        # the command's name: set on the wrapper where it is not the function's (``train eagle3``), else the function's
+        command = getattr(wrapper, "command", None) or fn.__name__.replace("_", "-")
+        saved, _reported = out.quiet, {}
+        out.quiet = True  # stdout holds the JSON object alone (it says what the human output says); stderr as ever
+        code, error = 0, None
         try:
-            return fn(*args, **kwargs)
+            fn(*args, **kwargs)
         except SpecfmtError as e:
             print_error(e)
-            raise typer.Exit(e.exit_code) from None
+            code, error = e.exit_code, error_json(e)
+        except typer.Exit as e:
+            code = e.exit_code
+        finally:
+            fields, _reported = _reported, None
+            out.quiet = saved
+        ok = fields.pop("ok", code == 0) and code == 0
+        sys.stdout.write(json.dumps({"command": command, "ok": ok, "error": error, **fields}, default=str) + "\n")
+        sys.stdout.flush()
+        if code:
+            raise typer.Exit(code)
+        return None
 
     return wrapper  # type: ignore[return-value]
 

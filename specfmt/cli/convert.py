@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..converters import Options, from_choices
 from ..errors import InputError, SpecfmtError
-from .common import DTYPES, err, out, parse_layers, print_serving, reports_errors
+from .common import DTYPES, err, json_option, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -37,6 +37,11 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
         task = progress.add_task("writing tensors", total=None)
         result = run(source_format, src, output, verifier, opts=opts, force=force, dry_run=dry_run, revision=revision, progress=lambda done, total: progress.update(task, completed=done, total=total))
     plan = result.plan
+    counts = {a: sum(m.action == a for m in plan.moves) for a in ("rename", "keep", "drop", "fold")}
+    report(source=src, source_format=plan.source_format, layout=plan.layout, output=None if dry_run else str(result.out), dry_run=dry_run,
+           tensors={"written": len(plan.written) + len(plan.derived), "renamed": counts["rename"], "kept": counts["keep"],
+                    "dropped": counts["drop"], "folded": counts["fold"], "derived": len(plan.derived)},
+           bytes=None if dry_run else result.bytes_written, notes=list(plan.notes), config=result.config, serve=_serve_lines(result.config, result.out))
     if dry_run:
         table = Table(title=f"plan: {plan.source_format} ({plan.layout}) -> specfmt", show_lines=False)
         for col in ("source tensor", "action", "output tensor", "shape", "dtype"):
@@ -56,7 +61,6 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
         return result
     for note in plan.notes:
         err.print(f"note: {note}", markup=False)
-    counts = {a: sum(m.action == a for m in plan.moves) for a in ("rename", "keep", "drop", "fold")}
     folded = f", {counts['fold']} folded into {len(plan.derived)} derived" if counts["fold"] or plan.derived else ""
     out.print(
         f"converted {src} ({plan.source_format}, {plan.layout}) -> {result.out}: {len(plan.written) + len(plan.derived)} tensors "
@@ -65,6 +69,14 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
     print_serving(result.config, str(result.out))
     return result
 
+
+
+def _serve_lines(cfg: dict, out_folder: "Path | None") -> list[str]:
+    """The serving lines printed after a write (:func:`specfmt.serving.serving_lines`), for ``--json``."""
+    from ..algorithms import schema_violations
+    from ..serving import serving_lines
+
+    return [] if out_folder is None or schema_violations(cfg) else serving_lines(cfg, str(out_folder))
 
 
 @reports_errors
@@ -82,6 +94,7 @@ def convert(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (tensor mapping, output config); write nothing."),
+    as_json: bool = json_option(),
 ) -> None:
     """Convert a research draft checkpoint into the specfmt format that `vllm serve OUT` runs."""
     opts = Options(speculative_tokens=speculative_tokens, aux_layers=parse_layers(aux_layers), dtype=dtype, tap_ids=tap_ids, mask_token_id=mask_token_id)
@@ -97,10 +110,12 @@ def upgrade(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the source."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan and the changes; write nothing."),
+    as_json: bool = json_option(),
 ) -> None:
     """Rewrite an older speculators checkpoint in the current format and print what changed (= convert --from speculators)."""
     from ..convert import check_upgradable, config_changes, source_config
     from ..format.config import verifier_ref
+    from ..sources.resolve import relative_to
     from ..sources.verifier import Verifier
 
     old = source_config(src, revision=revision)
@@ -110,12 +125,14 @@ def upgrade(
         named = verifier_ref(old)
         if named is None:
             raise InputError("SRC names no verifier (speculators_config.verifier.name_or_path); pass --verifier")
+        named = relative_to(named, src)  # a relative path in SRC's config is SRC's, not the working directory's
         try:
             resolved = Verifier.load(named)
         except SpecfmtError as e:
             raise InputError(f"the verifier SRC names ({named}) is not reachable: {e.message}", hint="pass --verifier FOLDER_OR_HUB_ID") from None
     result = _run_convert("speculators", src, output, resolved, Options(), force=force, dry_run=dry_run, revision=revision)
     changes = config_changes(old, result.config)
+    report(changes=changes)
     out.print(f"config.json: {len(changes)} change(s)" + (":" if changes else " (already current)"))
     for line in changes:
         out.print(f"  {line}", markup=False, highlight=False)

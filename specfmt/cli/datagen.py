@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, out, parse_layers, reports_errors
+from .common import err, json_option, out, parse_layers, report, reports_errors
 from .output import writes
 
 
@@ -48,6 +48,7 @@ def datagen(
     rank: int = typer.Option(0, "--rank", help="This run's rank in [0, --world-size)."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", "--tp", help="vLLM's tensor parallelism."),
     dtype: str = typer.Option("auto", "--dtype", help="Run and stored dtype: auto (vLLM's choice; float32 for transformers), float32, bfloat16, float16."),
+    as_json: bool = json_option(),
 ) -> None:
     """Generate offline training data: the verifier's hidden states at the tap layers, with loss masks, in speculators' on-disk layout.
 
@@ -83,6 +84,9 @@ def datagen(
 
     with progress:
         res = run_datagen(req, on_file=on_file, on_start=on_start)
+    report(output=str(res.root), samples=res.samples, layers=list(res.layers), made=res.made, resumed=res.resumed, engine=res.engine,
+           tokens=res.tokens, bytes=res.bytes, seconds=res.seconds, unsupervised=res.unsupervised, skipped_turns=res.skipped_turns,
+           notes=list(res.notes))
     for note in res.notes:
         err.print(f"note: {note}", markup=False, soft_wrap=True)
     if res.unsupervised or res.skipped_turns:

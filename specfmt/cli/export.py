@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import out, reports_errors
+from .common import json_option, out, report, reports_errors
 from .output import writes
 
 
@@ -22,6 +22,7 @@ def export(
     revision: Optional[str] = typer.Option(None, "--revision", help="Hub revision of the draft."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the config and the tensor names; write nothing."),
+    as_json: bool = json_option(),
 ) -> None:
     """Write a draft in the layout SGLang's own draft class loads, exactly, or refuse with the reason."""
     from ..export import export as run
@@ -29,6 +30,8 @@ def export(
 
     result = run(src, output, to=to, verifier=verifier, force=force, dry_run=dry_run, revision=revision)
     layout = result.layout
+    report(engine=to, draft=str(result.draft), out=None if dry_run else str(result.out), names=dict(layout.names), dropped=dict(layout.dropped),
+           config=result.config, notes=list(result.notes), dry_run=dry_run)
     for note in result.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if dry_run:
@@ -42,4 +45,5 @@ def export(
     out.print(f"exported {result.draft} -> {result.out} for SGLang: {len(layout.names)} tensors "
               f"({sum(a != b for a, b in layout.names.items())} renamed, {len(layout.dropped)} not written)", markup=False, highlight=False, soft_wrap=True)
     line = sglang_serve_command(result.config, str(result.out))
+    report(serve_line=line.line)
     out.print(f"serve it with {line.releases}: {line.line}", markup=False, highlight=False, soft_wrap=True)

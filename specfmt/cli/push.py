@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import err, out, print_serving, reports_errors
+from .common import err, json_option, out, print_serving, report, reports_errors
 
 
 @reports_errors
@@ -24,6 +24,7 @@ def push(
     no_validate: bool = typer.Option(False, "--no-validate", help="Upload without the static validation and the validation.json check."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", "-m", help="The commit's summary (default: what the draft is)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (files, sizes, the card) and upload nothing."),
+    as_json: bool = json_option(),
 ) -> None:
     """Publish a checkpoint folder to the Hugging Face Hub in one commit, with a model card (README.md) naming the verifier as base_model.
 
@@ -38,6 +39,11 @@ def push(
     plan = plan_push(folder, repo_id, revision=revision, create_pr=create_pr, private=private, verifier_id=verifier_id, license=license,
                      overwrite_card=overwrite_card, validate=not no_validate, commit_message=commit_message)
     target = f"{plan.repo_id}@{plan.revision or 'main'}" + (" as a pull request" if plan.create_pr else "")
+    report(folder=str(plan.folder), repo_id=plan.repo_id, revision=plan.revision, create_pr=plan.create_pr, private=plan.private,
+           verifier=plan.verifier, dry_run=dry_run, files=[{"path": f.path_in_repo, "size": f.size, "note": f.note} for f in plan.files],
+           total_bytes=plan.total_bytes, commit_message=plan.commit_message,
+           checks=None if plan.checks is None else [{"name": n, "status": st, "summary": su} for n, st, su in plan.checks],
+           not_checked=[{"check": n, "why": why} for n, why in plan.unchecked], notes=plan.notes, card_origin=plan.card_origin, card=plan.card)
     for note in plan.notes:
         err.print(f"note: {note}", markup=False, highlight=False)
     if plan.checks is not None:
@@ -51,13 +57,18 @@ def push(
             table.add_row(f.path_in_repo, f"{f.size:,}", f.note)
         out.print(table)
         out.print(f"{len(plan.files)} files, {plan.total_bytes / 2**20:.2f} MiB; commit message: {plan.commit_message}", markup=False, soft_wrap=True)
-        for line in preview_remote(plan):
+        remote = preview_remote(plan)
+        report(remote=remote)
+        for line in remote:  # what it could not look at on the Hub says "not checked (why)"
             out.print(line, markup=False, highlight=False)
+        for name, why in plan.unchecked:
+            out.print(f"not checked: {name}: {why}", markup=False, highlight=False, soft_wrap=True)
         out.print(f"model card ({plan.card_origin}):")
         out.print(plan.card, markup=False, highlight=False, soft_wrap=True)
         out.print("dry run: nothing uploaded")
         return
     res = run_push(plan, log=lambda s: err.print(s, markup=False, highlight=False))
+    report(commit_url=res.commit_url, pr_url=res.pr_url, unchanged=res.unchanged)
     if res.unchanged:
         out.print(f"{target} already has these {len(plan.files)} files; nothing committed: {res.commit_url}", markup=False, soft_wrap=True)
     elif res.pr_url:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, out, reports_errors
+from .common import err, json_option, out, report, reports_errors
 from .output import writes
 
 
@@ -36,6 +36,7 @@ def regenerate(
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", min=1, help="GPUs vLLM spreads the verifier over (GPU build)."),
     dtype: str = typer.Option("auto", "--dtype", help="vLLM's dtype: auto (as `vllm serve`: 16 bits for a float32 checkpoint), float32, bfloat16, float16."),
     resume: bool = typer.Option(False, "--resume", help="Continue an output: skip the conversations already in it (same settings only)."),
+    as_json: bool = json_option(),
 ) -> None:
     """Regenerate the assistant turns with the verifier (greedy or sampled), so a draft learns what the verifier says."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -55,5 +56,6 @@ def regenerate(
     with progress:
         figures = run(verifier, data, output, settings, resume=resume, limit=limit, batch=batch_size, max_model_len=max_model_len,
                       tensor_parallel_size=tensor_parallel_size, dtype=dtype, progress=show)
+    report(output=output, **figures)
     out.print(f"wrote {figures['written']} conversations ({figures['skipped']} already done), {figures['generated_tokens']:,} generated tokens, "
               f"{figures['truncated_turns']} turns cut at --max-tokens: {output}", markup=False, highlight=False)

@@ -21,15 +21,28 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
+from .common import checks_table, err, figures_table, json_option, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
     no_args_is_help=True,
+    rich_markup_mode=None,  # as the app's (specfmt/cli/__init__.py)
 )
 
+def _json(result) -> dict:
+    """``train``'s ``--json`` fields: what was written, trained and filled, the figures, and the validation run."""
+    s, v = result.stats, result.validation
+    return {"output": None if result.out is None else str(result.out), "cache_filled": None if result.cache_filled is None else str(result.cache_filled),
+            "filled": dict(result.filled), "trained": list(result.trained), "notes": list(result.notes),
+            "steps": None if s is None else s.steps, "recent_steps": None if s is None else s.recent_steps,
+            "loss": None if s is None else s.loss, "top1_agreement": None if s is None else list(s.accuracy),
+            "heldout": None if s is None or s.kept is None else s.kept.to_json(),
+            "validation": None if v is None else {"ok": v.report.ok, **v.to_json()}}
+
+
 def _report(result, *, dry_run: bool) -> None:
+    report(**_json(result))
     if result.cache_filled is not None:
         out.print(f"filled the feature cache {result.cache_filled} (verifier in {result.placement.dtype} on {result.placement.device}); "
                   "train from it with the same options and --cache: the verifier is not loaded", markup=False, highlight=False)
@@ -46,7 +59,7 @@ def _report(result, *, dry_run: bool) -> None:
         out.print(f"trained {len(result.trained)} tensors: {s.steps} steps"
                   + (f" (resumed at step {s.resumed_from})" if s.resumed_from else "")
                   + f", {s.tokens:,} tokens in {s.seconds:.0f} s ({s.tokens_per_second:,.0f} tokens/s); "
-                  f"last 50 steps: loss {s.loss:.3f}, top-1 agreement per position {acc}" + _conditional(s.conditional_accuracy, s.coverage))
+                  f"{_recent(s)}: loss {s.loss:.3f}, top-1 agreement per position {acc}" + _conditional(s.conditional_accuracy, s.coverage))
         if s.kept is not None:
             k = s.kept
             out.print(f"held-out: the draft holds the weights of step {k.step} ({'the last' if len(s.evaluations) and k is s.evaluations[-1] else 'the best'}"
@@ -61,6 +74,14 @@ def _report(result, *, dry_run: bool) -> None:
             out.print(figures_table(v))
         out.print("[green]all checks passed[/]" if v.report.ok else "[bold red]validation failed[/] (the draft was written)")
     print_serving(result.draft.config, str(result.out))
+
+
+def _recent(stats) -> str:
+    """What the summary's figures average over: ``last 50 steps``, or ``all 5 steps`` of a shorter run."""
+    n = stats.recent_steps
+    if n < stats.steps + stats.resumed_from:
+        return f"last {n} steps"
+    return "its one step" if n == 1 else f"all {n} steps"
 
 
 def _conditional(conditional: list[float], coverage: list[float], sep: str = " / ", digits: int = 3) -> str:
@@ -111,14 +132,15 @@ def _run(req, opts) -> None:
         raise typer.Exit(1)
 
 
-def _shared_before() -> list[inspect.Parameter]:
-    """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order)."""
+def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
+    """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order); ``--from`` offers
+    the formats whose drafts are ``algo``'s (:func:`specfmt.converters.from_choices`)."""
     return _params(
         ("output", Path, typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end).")),
         ("verifier", str, typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen.")),
         ("data", Optional[list[Path]], typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\".")),
         ("init", Optional[str], typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft).")),
-        ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')}).")),
+        ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto', algorithms=[algo.name])}).")),
         ("steps", int, typer.Option(500, "--steps", help="Optimizer steps.")),
         ("batch_size", int, typer.Option(8, "--batch-size", help="Windows per step (per process).")),
         ("seq_len", int, typer.Option(256, "--seq-len", help="Tokens per window.")),
@@ -150,6 +172,7 @@ def _shared_after() -> list[inspect.Parameter]:
         ("validate", bool, typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run.")),
         ("prompts", Optional[Path], typer.Option(None, "--prompts", help="Prompts of the validation run (jsonl; default: built-in).")),
         ("force", bool, typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one).")),
+        ("as_json", bool, json_option()),
     )
 
 
@@ -216,12 +239,13 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     training = algo.training
     assert training is not None
     options = training.train_options
-    params = _shared_before() + _own_params(options) + _shared_after()
+    params = _shared_before(algo) + _own_params(options) + _shared_after()
 
     def command(**given: Any) -> None:
         from ..training.loop import TrainOptions
         from ..training.pipeline import TrainRequest
 
+        given.pop("as_json")  # reports_errors' (--json)
         own = _own_values(options, given)
         opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every", "heldout",
                                                           "eval_every", "keep_last")})
@@ -236,8 +260,10 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     command.__doc__ = training.train_summary
     command.__name__ = f"train_{algo.name}"
     #: OUT.train-state, the saved training state (specfmt.training.pipeline.state_dir), is written beside OUT
-    return reports_errors(writes("output", inputs=("verifier", "data", "init", "cache", "hidden_states", "prompts"), force="force",
-                                 beside=(".train-state",))(command))
+    wrapped = reports_errors(writes("output", inputs=("verifier", "data", "init", "cache", "hidden_states", "prompts"), force="force",
+                                    beside=(".train-state",))(command))
+    wrapped.command = f"train {algo.name}"  # type: ignore[attr-defined]  (its --json object's name)
+    return wrapped
 
 
 for _algo in trainable():
@@ -251,7 +277,7 @@ def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
     output: Path = typer.Option(..., "-o", "--output", help="Output folder (written atomically)."),
     verifier: str = typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id."),
-    source_format: str = typer.Option("auto", "--from", help=f"Format of SRC ({from_choices('specfmt', 'auto')})."),
+    source_format: str = typer.Option("auto", "--from", help=f"Format of SRC ({from_choices('specfmt', 'auto', algorithms=[a.name for a in trainable()])})."),
     data: Optional[list[Path]] = typer.Option(None, "--data", help="Corpus for d2t/t2d token frequencies (text or jsonl), repeatable."),
     vocab_map: Optional[bool] = typer.Option(None, "--vocab-map/--no-vocab-map", help="EAGLE-3: build d2t/t2d from --data (default: when the draft lacks them)."),
     embed: bool = typer.Option(False, "--embed", help="Copy the verifier's embedding into embed_tokens.weight (EAGLE-3 with H = H_t, EAGLE-1)."),
@@ -261,6 +287,7 @@ def fill(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Dtype of the written tensors: float32, bfloat16 or float16 (default: the source's)."),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="End with the static checks and a reference run."),
     force: bool = typer.Option(False, "--force", help="Replace a non-empty output folder; never an input (OUT may not be, contain or lie inside one)."),
+    as_json: bool = json_option(),
 ) -> None:
     """Fill in what a draft lacks, without training: d2t/t2d from corpus frequencies, embed_tokens and lm_heads copied from the verifier, new Medusa heads."""
     from ..training.loop import TrainOptions
@@ -270,3 +297,6 @@ def fill(
                        fill_only=True, vocab_map=vocab_map, embed=embed, lm_heads=lm_heads, options={"heads": heads} if heads is not None else None,
                        speculative_tokens=speculative_tokens, dtype=dtype, force=force, validate=validate)
     _run(req, TrainOptions(steps=0))
+
+
+fill.command = "train fill"  # type: ignore[attr-defined]  (its --json object's name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -11,14 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, diagnosis_tables, err, figures_table, out, reports_errors, verdict
+from .common import checks_table, diagnosis_tables, err, figures_table, json_option, out, report, reports_errors, verdict
 
 
 @reports_errors
 def validate(
     path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
     verifier: Optional[str] = typer.Option(None, "--verifier", help="Verifier to check against (default: the one named in config.json, when reachable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    as_json: bool = json_option(),
     run: bool = typer.Option(False, "--run", help="Also run the draft: the reference forward pass and vLLM, acceptance per position compared; writes validation.json into PATH."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="jsonl prompts ({\"prompt\": ...} or chat {\"messages\": [...]}) (default: a small built-in set)."),
     max_tokens: int = typer.Option(32, "--max-tokens", help="Tokens generated per prompt."),
@@ -44,14 +43,12 @@ def validate(
                                        gpu_memory_utilization)) or no_vllm or tensor_parallel_size != 1:
             raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm and the device options need --run")
         rep = validate_static(path, verifier)
-        if as_json:
-            out.print_json(json.dumps(rep.to_json()))
-        else:
-            out.print(checks_table(rep, f"specfmt validate {rep.path}"))
-            out.print(verdict(rep))
+        report(**rep.to_json())
+        out.print(checks_table(rep, f"specfmt validate {rep.path}"))
+        out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
     from ..sources.placement import resolve_placement
-    from ..validation.run import CAUSES, validate_run
+    from ..validation.run import describe_causes, validate_run
 
     placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
     # one bar per phase (verifier load, greedy paths, readings, vLLM) on stderr, at a terminal only
@@ -70,35 +67,31 @@ def validate(
                            tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
                            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell)
     rep = res.report
-    if as_json:
-        out.print_json(json.dumps({**res.to_json(), "written": res.written, "notes": res.notes}))
-    else:
-        out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
-        if res.reference or res.vllm:
-            out.print(figures_table(res))
-        for shown in diagnosis_tables(res) if res.diagnosis else []:
-            out.print(shown)
-        if res.causes:
-            out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
-        for note in res.notes:  # what became of an earlier validation.json's figures
-            out.print(note, markup=False, highlight=False, soft_wrap=True)
-        if res.written:
-            out.print(f"wrote {res.written}", markup=False)
-        out.print(verdict(rep))
+    report(**res.to_json(), ok=rep.ok, written=res.written, notes=res.notes, likely_causes_explained=describe_causes(res))
+    out.print(checks_table(rep, f"specfmt validate --run {rep.path}"))
+    if res.reference or res.vllm:
+        out.print(figures_table(res))
+    for shown in diagnosis_tables(res) if res.diagnosis else []:
+        out.print(shown)
+    if res.causes:
+        out.print("[bold red]likely causes:[/] " + escape("; ".join(describe_causes(res))), soft_wrap=True)
+    for note in res.notes:  # what became of an earlier validation.json's figures
+        out.print(note, markup=False, highlight=False, soft_wrap=True)
+    if res.written:
+        out.print(f"wrote {res.written}", markup=False)
+    out.print(verdict(rep))
     raise typer.Exit(0 if rep.ok else 1)
 
 
 @reports_errors
-def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = typer.Option(False, "--json", help="Print as JSON.")) -> None:
+def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = json_option()) -> None:
     """Detect which format a checkpoint folder is in (from tensor names and config fields) and summarise it."""
     from dataclasses import asdict
 
     from ..detect import detect
 
     d = detect(path)
-    if as_json:
-        out.print_json(json.dumps(asdict(d)))
-        return
+    report(**asdict(d))
     out.print(f"[bold]{d.format}[/] ({d.layout})")
     for e in d.evidence:
         out.print(f"  evidence: {e}", markup=False)
@@ -117,38 +110,50 @@ def serve_command(
     path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
     engine: str = typer.Option("vllm", "--engine", help="vllm (a specfmt draft) or sglang (an export written by `specfmt export --to sglang`)."),
+    as_json: bool = json_option(),
 ) -> None:
     """Print the one line that serves this draft: `vllm serve ...` on a vLLM release, or SGLang's server (for scripts).
 
     stdout is that one line; a release specfmt has not checked gets the line of the nearest
-    checked one (:func:`specfmt.serving.checked_release`), with a note on stderr saying so.
-    With ``--engine sglang`` the draft is an SGLang export and the line is
-    :func:`specfmt.serving.sglang_serve_command`'s.
+    checked one, with a note on stderr saying so. The draft passes the static checks of
+    `specfmt validate` first (a truncated or NaN weight gets no serve line).
+    With `--engine sglang` the draft is an SGLang export (`specfmt export --to sglang`) and the line is SGLang's server.
     """
     from ..checkpoint.files import CONFIG_FILE, read_json
     from ..errors import InputError
-    from ..algorithms import validate_config
+    from ..algorithms import get, validate_config
     from ..sources.resolve import resolve
-    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command, sglang_serve_command
+    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, build_for, checked_release, installed_vllm, serve_command as command, sglang_serve_command
+    from ..validation.static import validate_static
 
     if engine not in ("vllm", "sglang"):
         raise InputError(f"--engine must be vllm or sglang, not {engine!r}")
     if engine == "sglang":
         res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
-        out.print(sglang_serve_command(read_json(res.folder / CONFIG_FILE), res.name_or_path).line, markup=False, highlight=False, soft_wrap=True)
+        line = sglang_serve_command(read_json(res.folder / CONFIG_FILE), res.name_or_path)
+        report(line=line.line, argv=list(line.argv), form=line.form, engine="sglang", notes=[])
+        out.print(line.line, markup=False, highlight=False, soft_wrap=True)
         return
     version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM
     release, exact = checked_release(version)  # an unparsable --vllm-version fails before anything is read
+    distribution, gpu_only = build_for(version)
+    rep = validate_static(path)
+    failed = [c for c in rep.checks if c.status == "fail"]
+    if failed:
+        raise InputError(f"{path} fails specfmt's static checks ({', '.join(c.name for c in failed)}): {failed[0].summary}",
+                         hint=f"`specfmt validate {path}` shows every check")
     res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
     cfg = read_json(res.folder / CONFIG_FILE)
     validate_config(cfg, where=str(res.folder / CONFIG_FILE))
-    line = command(cfg, res.name_or_path, release)
+    line = command(cfg, res.name_or_path, release, distribution=distribution)
     which = "" if exact else f" (the nearest checked release to {version})"
     if line is None:
-        from ..algorithms import get
-
         raise InputError(f"vLLM {release}{which} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
     if not exact:
         err.print(f"note: vLLM {version} is not a release specfmt has checked ({', '.join(CHECKED_RELEASES)}); "
                   f"this is the line for the nearest checked release, {release}", markup=False, highlight=False, soft_wrap=True)
+    if gpu_only:
+        err.print(f"note: {gpu_only}", markup=False, highlight=False, soft_wrap=True)
+    report(line=line.line, argv=list(line.argv), form=line.form, release=str(release), exact=exact, build=distribution,
+           notes=[n for n in (None if exact else f"the line of the nearest checked release, {release}", gpu_only) if n])
     out.print(line.line, markup=False, highlight=False, soft_wrap=True)

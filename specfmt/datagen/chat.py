@@ -27,13 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.files import jsonl_objects, read_data_file, sha256_file
+from ..checkpoint.files import sha256_file
 from ..errors import InputError
+from ..sources.records import ROLES, normalize_turns, read_records, read_text
 from .layout import Sample
-
-#: role names mapped as speculators' ``_normalize_conversation`` maps them (ShareGPT's ``from``)
-ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system", "tool": "tool"}
-
 
 @dataclass
 class DataSamples:
@@ -52,25 +49,6 @@ class DataSamples:
     chat: bool = False
     unsupervised: int = 0
     skipped_turns: int = 0
-
-
-def normalize_turns(messages: list[Any], where: str) -> list[dict]:
-    """``{"role", "content"}`` turns (``from``/``value`` accepted, roles mapped by :data:`ROLES`).
-
-    Raises:
-        InputError: a turn is not an object, or has a role outside :data:`ROLES` (``where`` names the line).
-    """
-    out = []
-    for n, turn in enumerate(messages):
-        if not isinstance(turn, dict):
-            raise InputError(f"turn {n} is not an object", where=where)
-        role = ROLES.get(turn.get("role", turn.get("from", "")))
-        if role is None:
-            raise InputError(f"turn {n} has role {turn.get('role', turn.get('from'))!r}", where=where,
-                             hint="roles are " + ", ".join(sorted(set(ROLES))))
-        out.append({**{k: v for k, v in turn.items() if k not in ("from", "value")}, "role": role,
-                    "content": turn.get("content", turn.get("value")) or ""})
-    return out
 
 
 def _render(tokenizer: Any, turns: list[dict], generation_prompt: bool, seq_len: int, where: str) -> list[int]:
@@ -145,28 +123,20 @@ def text_sample(tokenizer: Any, text: str, seq_len: int) -> Sample:
 
 
 def _read_file(path: str, tokenizer: Any, seq_len: int, out: DataSamples) -> None:
-    p = Path(path)
-    text = read_data_file(path)
-    out.files[str(path)] = sha256_file(p)
-    if p.suffix != ".jsonl":
-        if text.strip():
-            out.samples.append(text_sample(tokenizer, text.replace("\r\n", "\n"), seq_len))
-        return
-    for where, obj in jsonl_objects(path, text):
-        messages = obj.get("messages", obj.get("conversations")) if isinstance(obj, dict) else None
-        if isinstance(obj, dict) and isinstance(obj.get("text"), str):
-            out.samples.append(text_sample(tokenizer, obj["text"], seq_len))
-        elif isinstance(messages, list):
-            if not getattr(tokenizer, "chat_template", None):
-                raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=where,
-                                 hint="give the text as {\"text\": ...}")
-            rows, unsupervised, skipped = assistant_rows(tokenizer, messages, seq_len, where)
-            out.samples.extend(rows)
-            out.unsupervised += unsupervised
-            out.skipped_turns += skipped
-            out.chat = True
-        else:
-            raise InputError("each line needs a \"text\" string or a \"messages\" list", where=where)
+    text = read_text(path, "training data")
+    out.files[str(path)] = sha256_file(Path(path))
+    for rec in read_records(path, text, what="training data"):
+        if rec.text is not None:
+            out.samples.append(text_sample(tokenizer, rec.text, seq_len))
+            continue
+        if not getattr(tokenizer, "chat_template", None):
+            raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=rec.where,
+                             hint="give the text as {\"text\": ...}")
+        rows, unsupervised, skipped = assistant_rows(tokenizer, rec.messages, seq_len, rec.where)
+        out.samples.extend(rows)
+        out.unsupervised += unsupervised
+        out.skipped_turns += skipped
+        out.chat = True
 
 
 def read_samples(paths: Sequence[str], tokenizer: Any, seq_len: int) -> DataSamples:

@@ -14,7 +14,8 @@ add_generation_prompt=True)``), tokenized without added special tokens (the temp
 as :func:`specfmt.training.data.read_documents` reads chat data), and given to vLLM as token ids, so
 the prompt vLLM sees is exactly the one a transformers ``generate`` on the same ids would see.
 
-Output: chat jsonl ``{"messages": [...], "primary_id": ...}`` (or ``{"text": ..., "primary_id": ...}``),
+Output: chat jsonl ``{"messages": [...], "primary_id": ...}`` (or ``{"text": ..., "primary_id": ...}``), each line
+keeping the input line's own fields (its ``id``, ``uuid`` and metadata, never replaced; issue 35),
 which ``specfmt train --data`` reads; ``primary_id`` is speculators' resume key
 (``_primary_identifier``: the row's ``id``/``uuid``, else ``hash_`` + sha256 of the row). Each line
 is appended with one write and flushed, so an interrupted run leaves whole lines only; ``--resume``
@@ -31,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from ..checkpoint.files import jsonl_objects
+from ..sources.records import CHAT_KEYS, TEXT_KEYS, read_records
 from ..errors import DataInterrupted, InputError
 
 #: the roles a conversation may hold (speculators' ``_message_role_content``: ``human`` is ``user``)
@@ -76,6 +77,8 @@ class Conversation:
     chat: bool
     answers: list[str] = field(default_factory=list)
     truncated: int = 0
+    #: the input line's other fields (``id``, ``uuid``, metadata), kept in the output line
+    fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def users(self) -> int:
@@ -97,10 +100,11 @@ class Conversation:
         return out
 
     def record(self) -> dict[str, Any]:
-        """The output line."""
+        """The output line: the input's own fields (its ``id`` among them, never replaced), the text or turns
+        regenerated, and ``primary_id``."""
         if not self.chat:
-            return {"text": self.turns[0]["content"] + self.answers[0], "primary_id": self.primary_id}
-        return {"messages": self.messages(), "primary_id": self.primary_id}
+            return {**self.fields, "text": self.turns[0]["content"] + self.answers[0], "primary_id": self.primary_id}
+        return {**self.fields, "messages": self.messages(), "primary_id": self.primary_id}
 
 
 def primary_id(row: dict[str, Any]) -> str:
@@ -130,44 +134,45 @@ def _turns(obj: Any, where: str) -> list[dict[str, str]]:
 
 
 def read_conversations(path: str | Path, chat: bool) -> list[Conversation]:
-    """Read the input: chat jsonl (``messages``) or prompts (jsonl ``text`` or ``prompt``).
+    """Read the input, in the data-file format every command reads (:mod:`specfmt.sources.records`): chat
+    (``messages``, whose user turns are answered) or text (``text``/``prompt``, a user turn, or a plain text to continue).
 
     Args:
-        path: a ``.jsonl`` file.
-        chat: the verifier has a chat template (a prompt becomes a user turn); without one only
-            prompts are accepted, and each is continued as plain text.
+        path: a data file.
+        chat: the verifier has a chat template (a text becomes a user turn); without one only texts are
+            accepted, and each is continued as plain text.
 
     Raises:
-        InputError: the file is missing or not jsonl, a line is not JSON or has none of the
-            fields, a turn is malformed or a conversation has no user turn (each named
-            ``file:line``); chat data for a verifier without a chat template; two lines with the
-            same ``primary_id``; no line at all.
+        InputError: the file is missing or not UTF-8, a line is not JSON or no record, a turn is malformed or a
+            conversation has no user turn (each named ``file:line``); chat data for a verifier without a chat
+            template; two lines with the same ``primary_id``; no line at all.
     """
-    p = Path(path)
-    if not p.is_file() or p.suffix != ".jsonl":
-        raise InputError(f"regeneration input {path} is not a .jsonl file",
-                         hint='give jsonl lines with "messages" (chat) or "text"/"prompt" (prompts)')
     convs: list[Conversation] = []
     seen: dict[str, str] = {}
-    for where, obj in jsonl_objects(p):
-        if isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+    for rec in read_records(path, what="regeneration input"):
+        if rec.chat:
             if not chat:
-                raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=where,
-                                 hint='give prompts as {"prompt": ...}: they are continued as plain text')
-            turns = _turns(obj["messages"], where)
-        elif isinstance(obj, dict) and isinstance(obj.get("text", obj.get("prompt")), str):
-            turns = [{"role": "user", "content": obj.get("text", obj.get("prompt"))}]
+                raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=rec.where,
+                                 hint='give prompts as {"text": ...}: they are continued as plain text')
+            turns = _turns(rec.messages, rec.where)
         else:
-            raise InputError('each line needs a "messages" list or a "text" or "prompt" string', where=where)
-        key = primary_id(obj)
+            turns = [{"role": "user", "content": rec.text}]
+        row = rec.fields or {"text": rec.text}
+        key = primary_id(row)
         if key in seen:
-            raise InputError(f"the same conversation (primary_id {key}) is also at {seen[key]}", where=where,
+            raise InputError(f"the same conversation (primary_id {key}) is also at {seen[key]}", where=rec.where,
                              hint="give each line a distinct \"id\", or remove the duplicate")
-        seen[key] = where
-        convs.append(Conversation(len(convs), key, turns, chat))
+        seen[key] = rec.where
+        convs.append(Conversation(len(convs), key, turns, chat, fields=_kept_fields(row)))
     if not convs:
         raise InputError(f"no conversations in {path}")
     return convs
+
+
+def _kept_fields(row: dict[str, Any]) -> dict[str, Any]:
+    """The input line's own fields the output line keeps (``id``, ``uuid``, metadata): all but the text or turns
+    it replaces and the resume key it sets."""
+    return {k: v for k, v in row.items() if k not in (*TEXT_KEYS, *CHAT_KEYS, "primary_id")}
 
 
 class Completer(Protocol):
@@ -430,13 +435,15 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
         OutputExistsError: the output exists and is not this command's to continue (:func:`check_resumable`); VLLMRunError: vLLM is missing; DataInterrupted: Ctrl-C (the
             lines written are whole; ``resume`` continues).
     """
-    from transformers import AutoTokenizer
-
     from ..checkpoint.output import Input, check_output
+    from ..sources.verifier import Verifier
 
     check_output(Path(out), inputs=[*Input.of("--verifier", verifier), *Input.of("--data", data)], kind="file",
                  continues=lambda o: check_resumable(o, resume), beside=(RECORD_SUFFIX,))
-    tokenizer = AutoTokenizer.from_pretrained(verifier)
+    try:  # a missing or unreadable verifier is one line, as in every command (it was an OSError traceback)
+        tokenizer = Verifier.load(verifier).tokenizer()
+    except (OSError, ValueError) as e:
+        raise InputError(f"the verifier's tokenizer cannot be loaded: {str(e).splitlines()[0][:300]}", where=verifier) from None
     chat = bool(getattr(tokenizer, "chat_template", None))
     every = read_conversations(data, chat)
     convs = every[:limit]

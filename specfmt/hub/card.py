@@ -82,7 +82,7 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
         body = "\n".join([f"# {repo_id.split('/')[1]}", "",
                           f"A draft model (speculator) for {_place(verifier)}, uploaded with `specfmt push --no-validate`. Its config.json "
                           "does not match the speculators format schema, so vLLM may not load it and this card describes no more of it:", "",
-                          *[f"- `{path}`: {message}" for path, message in violations[:20]], "", *_figures_section(figures, repo_id)])
+                          *[f"- `{path}`: {message}" for path, message in violations[:20]], "", *_figures_section(figures, repo_id, verifier)])
         return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}"))
     algo = cfg["speculators_model_type"]
     algorithm = find(algo)
@@ -106,7 +106,7 @@ def render_card(cfg: dict[str, Any], *, repo_id: str, verifier: str, figures: di
              *_serving_section(cfg, repo_id, algorithm, k),
              *_sglang_section(folder, repo_id, verifier),
              "## The draft", "", "| | |", "| --- | --- |", *[f"| {a} | {b} |" for a, b in rows], ""]
-    lines += _figures_section(figures, repo_id)
+    lines += _figures_section(figures, repo_id, verifier)
     lines += _provenance_section(cfg)
     body = "\n".join(lines)
     card = ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}")
@@ -185,8 +185,24 @@ def _measured(figures: dict[str, Any], section: str) -> dict[str, Any]:
             "digest": prompts.get("digest"), "tokens": src.get("max_tokens"), "k": src.get("num_speculative_tokens")}
 
 
-def _figures_section(figures: dict[str, Any] | None, repo_id: str) -> list[str]:
-    """The acceptance table of ``validation.json``: one column per part measured (the reference, vLLM).
+def _measured_with(figures: dict[str, Any], base_model: str) -> list[str]:
+    """The sentence naming the verifier the figures were measured with (``validation.json``'s ``verifier``; every part
+    of one file has the same, :func:`specfmt.validation.run.keep_earlier`): the card's ``base_model`` itself, or
+    another verifier, named, with what that means for the figures (issue 35: a card showed figures measured on a tiny
+    local verifier under ``base_model: meta-llama/Llama-3.1-8B-Instruct`` without a word)."""
+    used = figures.get("verifier")
+    if used == base_model:
+        return [f"Measured with this card's base model, {_place(base_model)}, as the verifier.", ""]
+    if not isinstance(used, str) or not used:
+        return [f"**Measured with a verifier `validation.json` does not record**: these figures are not known to be "
+                f"{_place(base_model)}'s.", ""]
+    return [f"**Measured with another verifier than this card's base model**: {_place(used)}, not {_place(base_model)}. "
+            "The figures are that verifier's; they hold for the base model only as far as that verifier is the same model.", ""]
+
+
+def _figures_section(figures: dict[str, Any] | None, repo_id: str, base_model: str | None = None) -> list[str]:
+    """The acceptance table of ``validation.json``: one column per part measured (the reference, vLLM), after the
+    verifier they were measured with (:func:`_measured_with`).
 
     When every column was measured in the same run, or with the same prompts, tokens and k, one line states the
     conditions. When they differ -- a part kept from an earlier run (``kept``) that used other prompts, another k
@@ -197,6 +213,7 @@ def _figures_section(figures: dict[str, Any] | None, repo_id: str) -> list[str]:
     if not figures:
         return out + ["No acceptance figures were recorded for this upload. Measure them on your own prompts with",
                       "", "```bash", f"specfmt validate {repo_id} --run --prompts prompts.jsonl", "```", ""]
+    out += _measured_with(figures, base_model) if base_model else []
     #: (what the column is called in words, its heading, its figures, when and how they were measured)
     runs = [(FIGURE_SECTIONS[s], f"reference ({r.get('dtype')})" if s == "reference" else f"{r.get('engine', 'vLLM')} ({r.get('dtype')})", r,
              _measured(figures, s)) for s in FIGURE_SECTIONS for r in [figures.get(s)] if r]

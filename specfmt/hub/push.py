@@ -76,6 +76,8 @@ class PushPlan:
         figures: ``validation.json`` when it is for these files, else None.
         notes: lines worth printing (skipped files, omitted figures, --no-validate).
         config: the config.json uploaded (the verifier's Hub id written in).
+        unchecked: the checks the plan could not make, as ``(check, why)``: a verifier that cannot be reached
+            (offline), a check skipped for want of it; ``push --dry-run`` prints them.
     """
 
     folder: Path
@@ -92,6 +94,7 @@ class PushPlan:
     figures: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
+    unchecked: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -244,7 +247,7 @@ def plan_push(
     cfg = _draft_config(folder)
     named, verifier = _verifier_of(cfg, folder, verifier_id)
     uploaded = with_verifier(cfg, verifier, where=str(folder / CONFIG_FILE))
-    checks, notes = _static_validation(folder, verifier_id, validate)
+    checks, notes, unchecked = _static_validation(folder, verifier_id, validate)
     figures, fnotes = _read_validation(folder, validate)
     paths, skipped = _folder_files(folder)
     notes += fnotes + skipped
@@ -255,7 +258,7 @@ def plan_push(
     message = commit_message or f"Upload {algorithm.title if algorithm else algo} draft for {verifier} (specfmt {__version__})"
     return PushPlan(folder=folder, repo_id=repo_id, revision=revision, create_pr=create_pr, private=private, verifier=verifier,
                     files=sorted(files, key=lambda f: f.path_in_repo), card=card, card_origin=origin, commit_message=message,
-                    checks=checks, figures=figures, notes=notes, config=uploaded)
+                    checks=checks, figures=figures, notes=notes, config=uploaded, unchecked=unchecked)
 
 
 def _verifier_of(cfg: dict[str, Any], folder: Path, verifier_id: str | None) -> tuple[str | None, str]:
@@ -278,24 +281,37 @@ def _verifier_of(cfg: dict[str, Any], folder: Path, verifier_id: str | None) -> 
     return named, verifier_id or named
 
 
-def _static_validation(folder: Path, verifier_id: str | None, validate: bool) -> tuple[list[tuple[str, str, str]] | None, list[str]]:
-    """``(checks, notes)``: the static validation's checks as ``(name, status, summary)`` (None: not run, noted).
+def _static_validation(folder: Path, verifier_id: str | None, validate: bool) -> tuple[list[tuple[str, str, str]] | None, list[str], list[tuple[str, str]]]:
+    """``(checks, notes, unchecked)``: the static validation's checks as ``(name, status, summary)`` (None: not run,
+    noted), and the checks it could not make with the reason.
+
+    The ``verifier`` check runs against ``verifier_id`` (the verifier the upload names). Where the Hub cannot be asked
+    about it (offline, failing, gated: :data:`specfmt.validation.static.UNREACHABLE`), the check is not a failure of the draft: it is made against the verifier config.json names (the
+    one it was converted and validated with) when that can be read, and the Hub id is listed as not checked, with why
+    (issue 35: ``push --dry-run`` failed offline, pointing to ``specfmt validate``, which passed).
 
     Raises:
         InputError: a check failed (``validate``).
     """
     if not validate:
-        return None, ["--no-validate: the checkpoint was not validated before upload"]
-    from ..validation.static import validate_static
+        return None, ["--no-validate: the checkpoint was not validated before upload"], [("static validation", "--no-validate")]
+    from ..validation.static import UNREACHABLE, validate_static, verifier_check
 
     rep = validate_static(folder, verifier_id)  # None: the config's verifier, checked when reachable
+    unchecked = []
+    check = rep.check("verifier")
+    if verifier_id and check is not None and check.status == "fail" and [f.kind for f in check.findings] == [UNREACHABLE]:  # the Hub could not be asked
+        unchecked.append(("verifier", f"{verifier_id}: {check.summary}"))
+        own = verifier_check(folder)  # the config's own verifier, or skip
+        rep.checks[rep.checks.index(check)] = own
+    unchecked += [(c.name, c.summary) for c in rep.checks if c.status == "skip"]
     checks = [(c.name, c.status, c.summary) for c in rep.checks]
     if not rep.ok:
         failed = [c for c in rep.checks if c.status == "fail"]
         raise InputError("the checkpoint fails static validation: " + "; ".join(
             f"{c.name}: {c.summary}" + (f" ({'; '.join(c.details[:3])}{' ...' if len(c.details) > 3 else ''})" if c.details else "") for c in failed),
                          where=str(folder), hint=f"see `specfmt validate {folder}`; push with --no-validate to upload it anyway")
-    return checks, []
+    return checks, [], unchecked
 
 
 def _upload_files(folder: Path, paths: list[Path], named: str | None, verifier: str, uploaded: dict[str, Any]) -> list[UploadFile]:

@@ -37,6 +37,19 @@ def looks_like_path(ref: str) -> bool:
     return ref.startswith((".", "/", "~")) or "\\" in ref or ref.count("/") > 1
 
 
+def relative_to(ref: str, base: str | Path) -> str:
+    """``ref`` as a file in the local folder ``base`` names it: a relative path that exists from ``base`` becomes
+    that absolute path (a draft's config naming ``../verifier`` means the folder beside the draft, wherever the
+    command runs; issue 35); anything else (an absolute path, a Hub id, a path that is not there, ``base`` not a
+    local folder) is returned as given."""
+    p = Path(ref).expanduser()
+    base = Path(base)
+    if not ref or p.is_absolute() or not base.is_dir():
+        return ref
+    there = base / p
+    return str(there.resolve()) if there.exists() else ref
+
+
 def _validate_repo_id(ref: str) -> None:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 

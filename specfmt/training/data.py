@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from ..checkpoint.files import jsonl_objects, read_data_file, sha256_file
+from ..checkpoint.files import sha256_file
+from ..sources.records import read_records, read_text
 from ..checkpoint.output import apply_umask
 from ..errors import InputError
 
@@ -55,9 +56,8 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     """Read and tokenize training data.
 
     Args:
-        paths: files; ``.jsonl`` files hold one JSON object per line with ``text`` (a
-            string) or ``messages`` (chat turns ``{"role", "content"}``); any other file is
-            one plain-text document (UTF-8).
+        paths: data files (:mod:`specfmt.sources.records`: jsonl lines with ``text``/``prompt`` or chat
+            ``messages``, rendered with the chat template; any other file one plain-text document).
         tokenizer: the verifier's transformers tokenizer.
 
     Raises:
@@ -75,28 +75,21 @@ def read_documents(paths: list[str], tokenizer: Any) -> Documents:
     files: dict[str, str] = {}
     chat = False
     for path in paths:
-        p = Path(path)
-        text = read_data_file(path)
-        files[str(path)] = sha256_file(p)
-        if p.suffix != ".jsonl":
-            if text.strip():
-                docs.append(encode(text.replace("\r\n", "\n")))
-            continue
-        for where, obj in jsonl_objects(path, text):
-            if isinstance(obj, dict) and isinstance(obj.get("text"), str):
-                docs.append(encode(obj["text"]))
-            elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
-                if not getattr(tokenizer, "chat_template", None):
-                    raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=where,
-                                     hint="give the text as {\"text\": ...}")
-                try:
-                    rendered = tokenizer.apply_chat_template(obj["messages"], tokenize=False)
-                except Exception as e:  # jinja errors: a malformed turn
-                    raise InputError(f"the chat template cannot render these messages: {str(e).splitlines()[0]}", where=where) from None
-                docs.append(encode(rendered, special=False))
-                chat = True
-            else:
-                raise InputError("each line needs a \"text\" string or a \"messages\" list", where=where)
+        text = read_text(path, "training data")
+        files[str(path)] = sha256_file(Path(path))
+        for rec in read_records(path, text, what="training data"):
+            if rec.text is not None:
+                docs.append(encode(rec.text))
+                continue
+            if not getattr(tokenizer, "chat_template", None):
+                raise InputError("chat data (messages) but the verifier's tokenizer has no chat template", where=rec.where,
+                                 hint="give the text as {\"text\": ...}")
+            try:
+                rendered = tokenizer.apply_chat_template(rec.turns(), tokenize=False)
+            except Exception as e:  # jinja errors: a malformed turn
+                raise InputError(f"the chat template cannot render these messages: {str(e).splitlines()[0]}", where=rec.where) from None
+            docs.append(encode(rendered, special=False))
+            chat = True
     if not docs:
         raise InputError("no training documents in " + ", ".join(paths))
     return Documents(docs, files, chat)

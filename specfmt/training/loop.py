@@ -44,7 +44,7 @@ class TrainStats:
         steps: optimizer steps.
         tokens: positions trained on (batch x window per step, all steps).
         seconds: wall time.
-        loss: mean loss of the last 50 steps.
+        loss: mean loss of the last 50 steps (every step of a shorter run: ``recent_steps``).
         accuracy: per draft position (EAGLE-3 TTT step, Medusa head; EAGLE-1 has one), the all-position
             top-1 agreement: the share of every prediction under the loss mask whose top draft token is the
             verifier's top-1 (last 50 steps, all ranks; :class:`~specfmt.algorithms.base.LossFigures`).
@@ -68,6 +68,8 @@ class TrainStats:
     coverage: list[float] = field(default_factory=list)
     evaluations: list["Evaluation"] = field(default_factory=list)
     kept: "Evaluation | None" = None
+    #: the steps ``loss`` and the agreement figures are the mean of: the last 50, or every step of a shorter run
+    recent_steps: int = 0
 
     @property
     def tokens_per_second(self) -> float:
@@ -342,6 +344,7 @@ def fit(
 def _finish(run: _Run, stats: TrainStats, opts: TrainOptions) -> None:
     """The last 50 steps' figures into ``stats``; the best evaluation's weights into the draft (unless ``keep_last``)."""
     if run.recent:
+        stats.recent_steps = len(run.recent)
         stats.loss = sum(r[0] for r in run.recent) / len(run.recent)
         sums = [[sum(r[k][s] for r in run.recent) for s in range(run.positions)] for k in range(1, 5)]
         f = PositionFigures.of(*sums)

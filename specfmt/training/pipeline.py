@@ -32,10 +32,11 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..algorithms import get, trainable
+from ..algorithms import find, get, trainable
 from ..algorithms.base import AlgorithmOptions, Training
 from ..checkpoint.output import Input, check_output, real_path
 from ..convert import load_draft
+from ..converters import get as converter
 from ..draft import save_draft
 from ..format.draft import Draft
 from ..errors import InputError
@@ -238,6 +239,25 @@ def _trainer(name: str) -> Training:
     return algo.training
 
 
+def _check_init_algorithm(found: str, asked: str | None, what: str) -> None:
+    """A ``--init`` draft of algorithm ``found`` for ``specfmt train asked`` (None: ``train fill``, any trainable one).
+
+    Raises:
+        InputError: ``found`` is not ``asked``, or no ``specfmt train`` command trains it; the hint names only
+            commands that exist (the trainable algorithms: :func:`specfmt.algorithms.trainable`), never one
+            built from the draft's name (issue 35).
+    """
+    names = [a.name for a in trainable()]
+    if found not in names:
+        algo = find(found)
+        title = algo.title if algo is not None else found
+        raise InputError(f"{what} is a {title} draft; this specfmt does not train {title} drafts",
+                         hint=f"it trains {_names()} drafts, e.g. a new one for the same verifier with `specfmt train {names[0]}`; "
+                              f"a {title} draft is converted (`specfmt convert`) and served as it is")
+    if asked is not None and found != asked:
+        raise InputError(f"{what} is a {found} draft, not {asked}", hint=f"use `specfmt train {found}`")
+
+
 def _names() -> str:
     names = [a.name for a in trainable()]
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
@@ -267,8 +287,7 @@ def _read_init(job: _Job) -> tuple[Draft, Training, AlgorithmOptions, dict[str, 
     job.say(f"reading the draft {req.init}")
     draft = load_draft(req.init, source_format=req.source_format, verifier=job.verifier, allow_missing=FILLABLE)
     job.notes += draft.notes
-    if req.algorithm is not None and draft.algorithm != req.algorithm:
-        raise InputError(f"--init is a {draft.algorithm} draft, not {req.algorithm}", hint=f"use `specfmt train {draft.algorithm}`")
+    _check_init_algorithm(draft.algorithm, req.algorithm, "--init")
     req.algorithm = draft.algorithm
     algo = _trainer(draft.algorithm)
     options = algo.settle_options(algo.parse_options(req.options, init=True), counts_only=bool(req.hidden_states), init=True)
@@ -384,6 +403,10 @@ def check_request(req: TrainRequest) -> AlgorithmOptions | None:
         raise InputError("no algorithm and no --init draft to take it from")
     if req.dtype not in (None, "float16", "bfloat16", "float32"):
         raise InputError(f"--dtype must be float16, bfloat16 or float32, not {req.dtype!r}")
+    if req.init is not None and req.source_format not in ("auto", "specfmt"):
+        written = converter(req.source_format).algorithm  # an unknown --from fails here
+        if written is not None:
+            _check_init_algorithm(written, req.algorithm, f"--from {req.source_format}")
     options = _trainer(req.algorithm).parse_options(req.options, init=req.init is not None) if req.algorithm else None
     if options is not None:
         options = _trainer(req.algorithm).settle_options(options, counts_only=bool(req.hidden_states),

@@ -106,9 +106,12 @@ def training_log(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 def diagnose(res: ChainResult, *, proposable: "list[int] | None", vocab_size: int, texts: list[str], cfg: dict[str, Any],
              decode: Callable[[int], str] | None = None) -> dict[str, Any]:
     """``validation.json``'s ``diagnosis`` of the reference run as written: ``{vocab_coverage, per_prompt,
-    training_log, hint}`` (:func:`vocab_coverage`, :func:`per_prompt`, :func:`training_log`, :func:`hint`)."""
+    training_log, training_steps, hint}`` (:func:`vocab_coverage`, :func:`per_prompt`, :func:`training_log`, the
+    steps the provenance records (``specfmt.train.steps``; None without), :func:`hint`)."""
     cov = vocab_coverage(res.token_ids, proposable, vocab_size, decode)
-    return {"vocab_coverage": cov, "per_prompt": per_prompt(res, texts, proposable), "training_log": training_log(cfg), "hint": hint(cov)}
+    steps = _at(cfg, "specfmt.train.steps")
+    return {"vocab_coverage": cov, "per_prompt": per_prompt(res, texts, proposable), "training_log": training_log(cfg),
+            "training_steps": steps if isinstance(steps, int) and not isinstance(steps, bool) else None, "hint": hint(cov)}
 
 
 def hint(coverage: dict[str, Any]) -> str | None:

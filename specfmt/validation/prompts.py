@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..checkpoint.files import jsonl_objects
+from ..sources.records import LINE_FORMAT, Record, read_records
 from ..errors import InputError
 
 #: Prompts used when ``--prompts`` is not given: short openings of prose, code and chat-like text.
@@ -38,29 +38,18 @@ class Prompts:
         return "sha256:" + hashlib.sha256(json.dumps(self.ids).encode()).hexdigest()
 
 
-def read_prompt_file(path: str | Path) -> list[tuple[str, dict[str, Any]]]:
-    """The records of a jsonl prompts file, checked without a tokenizer (``validate --run`` reads
-    them before it loads anything): ``(where, record)`` per prompt, ``where`` = ``path:line``, each
-    record with a ``prompt`` string or a ``messages`` list.
+def read_prompt_file(path: str | Path) -> list[Record]:
+    """The records of a prompts file, checked without a tokenizer (``validate --run`` reads them before it loads
+    anything): the data-file format every command reads (:mod:`specfmt.sources.records`): a text (``text`` or
+    ``prompt``) is continued, a chat (``messages``) answered.
 
     Raises:
-        InputError: the file is missing or not UTF-8 text, a line is not JSON or has neither
-            field, or no line holds a prompt.
+        InputError: the file is missing or not UTF-8, a line is not JSON or is no record (each named ``path:line``),
+            or the file holds no prompt.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"prompts file {path} not found", hint="give a jsonl file with one {\"prompt\": ...} or {\"messages\": [...]} per line")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError("the prompts file is not UTF-8 text", where=str(path)) from None
-    records = []
-    for where, obj in jsonl_objects(path, text):
-        if not (isinstance(obj, dict) and (isinstance(obj.get("prompt"), str) or isinstance(obj.get("messages"), list))):
-            raise InputError("each line needs a \"prompt\" string or a \"messages\" list", where=where)
-        records.append((where, obj))
+    records = list(read_records(path, what="prompts file"))
     if not records:
-        raise InputError(f"no prompts in {path}", hint="one {\"prompt\": ...} per line")
+        raise InputError(f"no prompts in {path}", hint=f"one {LINE_FORMAT} per line")
     return records
 
 
@@ -68,9 +57,9 @@ def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
     """Read prompts (:func:`read_prompt_file`) and tokenize them with the verifier's tokenizer.
 
     Args:
-        path: a jsonl file, one object per line with ``prompt`` (text) or ``messages``
-            (chat turns ``{"role", "content"}``, rendered with the tokenizer's chat template
-            and a generation prompt); None for :data:`BUILTIN_PROMPTS`.
+        path: a data file (:mod:`specfmt.sources.records`): each ``text``/``prompt`` is continued, each
+            ``messages`` (chat turns ``{"role", "content"}``) rendered with the tokenizer's chat template and a
+            generation prompt; a plain-text file is one prompt; None for :data:`BUILTIN_PROMPTS`.
         tokenizer: a transformers tokenizer.
 
     Raises:
@@ -81,15 +70,18 @@ def load_prompts(path: str | None, tokenizer: Any) -> Prompts:
         texts = list(BUILTIN_PROMPTS)
         return Prompts("built-in", texts, [tokenizer.encode(t) for t in texts])
     texts, ids, chat = [], [], False
-    for where, obj in read_prompt_file(path):
-        if isinstance(obj.get("prompt"), str):
-            texts.append(obj["prompt"])
-            ids.append(tokenizer.encode(obj["prompt"]))
+    for rec in read_prompt_file(path):
+        if rec.text is not None:
+            texts.append(rec.text)
+            ids.append(tokenizer.encode(rec.text))
         else:
             if not getattr(tokenizer, "chat_template", None):
-                raise InputError("a chat prompt (messages) but the verifier's tokenizer has no chat template", where=where,
-                                 hint="give the prompt as {\"prompt\": text}")
-            text = tokenizer.apply_chat_template(obj["messages"], tokenize=False, add_generation_prompt=True)
+                raise InputError("a chat prompt (messages) but the verifier's tokenizer has no chat template", where=rec.where,
+                                 hint="give the prompt as {\"text\": ...}")
+            try:
+                text = tokenizer.apply_chat_template(rec.turns(), tokenize=False, add_generation_prompt=True)
+            except Exception as e:  # jinja errors: a malformed turn
+                raise InputError(f"the chat template cannot render these messages: {str(e).splitlines()[0]}", where=rec.where) from None
             texts.append(text)
             ids.append(tokenizer.encode(text, add_special_tokens=False))
             chat = True

@@ -28,8 +28,13 @@ Checks added to the static report:
 ``acceptance``    mean acceptance length >= ``--min-acceptance-length`` (when given)
 ================  ============================================================================
 
-A failure names its likely causes: unloaded tensors, or the cause of a misreading its algorithm declares
-(:data:`CAUSES`; EAGLE-3: tap ids, norm order, vocabulary map, q/k norms).
+A static failure stops the run before the verifier loads (a damaged or NaN weight measures nothing). A failure
+names a likely cause only where the evidence points at it (:data:`CAUSES`): a failed static check's own (the
+algorithm's for the config keys and checks it declares, else :data:`STATIC_CAUSES`), a misreading of the draft's
+own algorithm that beat the draft as written (EAGLE-3: tap ids, norm order, vocabulary map, and q/k norms for a
+Qwen3 draft), unloaded tensors only when vLLM's weights probe or a missing tensor shows them, the reading vLLM
+behaves like only when vLLM ran, and a weak draft (:data:`WEAK_DRAFT`, with the training log's figures) when only
+``--min-acceptance-length`` failed; nothing when nothing points anywhere (issue 35).
 
 Beside the checks, a diagnosis of the reference run as written, reported and never failed on
 (:mod:`.diagnosis`, ``RunResult.diagnosis``): the verifier's greedy tokens the draft's vocabulary leaves
@@ -67,7 +72,7 @@ from ..checkpoint.files import CONFIG_FILE, read_json, weight_file_digests
 from ..errors import InputError, SpecfmtError, VLLMRunError
 from ..format.config import speculative_tokens
 from ..serving import CPU_BUILD, installed_distribution
-from ..sources.resolve import resolve
+from ..sources.resolve import relative_to, resolve
 from ..sources.placement import Placement, resolve_placement
 from ..sources.verifier import Verifier
 from . import vllm_run
@@ -75,7 +80,7 @@ from .acceptance import ChainResult, group_size, run_chains
 from .diagnosis import diagnose
 from .prompts import BUILTIN_PROMPTS, Prompts, load_prompts, read_prompt_file
 from .report import FAIL, PASS, SKIP, WARN, Report
-from .static import validate_static
+from .static import UNREACHABLE, UNREADABLE, validate_static
 from .weights import vllm_weight_mismatches
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,6 +106,28 @@ SECTIONS = {"reference": (("reference", "variants", "diagnosis"), ("reference", 
 #: the cause no misreading stands for (the static checks and vLLM's weights probe find it)
 UNLOADED_TENSORS = {"unloaded tensors": "tensors vLLM did not load stay at their initial values"}
 
+#: the cause of a failed static check that no algorithm's :attr:`~specfmt.algorithms.base.Reference.key_causes` or
+#: ``check_causes`` accounts for: ``{check: (cause, explanation)}``; what the check found, named as the cause (a
+#: run stops at a static failure, so nothing else is measured)
+STATIC_CAUSES: dict[str, tuple[str, str]] = {
+    "config": ("no config", "config.json is missing or is not a JSON object"),
+    "schema": ("config off the format", "config.json breaks the format's schema (the schema check lists each violation)"),
+    "version": ("newer format", "the checkpoint is written in a newer speculators format than this specfmt knows"),
+    "weights": ("damaged weights", "a weight file is truncated, corrupt or not safetensors: download or convert it again"),
+    "tensors": ("tensors unlike the config", "the weights are not the tensors the config implies (unexpected or mis-shaped ones)"),
+    "dtypes": ("wrong dtypes", "the tensors' dtypes are not the ones the config names"),
+    "finite": ("NaN/Inf weights", "a weight holds NaN or Inf, so every draft it touches is garbage: a diverged training run or a broken conversion"),
+    "vocab_map": ("inconsistent vocabulary map", "the draft vocabulary map's tensors disagree"),
+    "verifier": ("another verifier", "the draft does not fit this verifier (width, vocabulary, tap ids or architectures)"),
+}
+#: a failed ``verifier`` check with no finding: the verifier given could not be read at all
+UNREACHABLE_VERIFIER = ("verifier not reachable", "the verifier given cannot be read: pass --verifier with its folder or Hub id")
+
+#: the cause of a run whose only failure is ``--min-acceptance-length``: read as written, no misreading does better
+#: (and vLLM agrees with the reference, when it ran); the draft predicts the verifier poorly
+WEAK_DRAFT = {"weak draft": "the draft is read as written and no misreading does better: it predicts the verifier poorly "
+                            "(under-trained, or trained on text unlike these prompts)"}
+
 
 class _Causes(Mapping[str, str]):
     """Every cause a run may name, with its one-line explanation: unloaded tensors, then the misreading
@@ -108,7 +135,7 @@ class _Causes(Mapping[str, str]):
     so that an algorithm's new cause needs no entry here."""
 
     def _all(self) -> dict[str, str]:
-        return {**UNLOADED_TENSORS, **algorithm_causes()}
+        return {**UNLOADED_TENSORS, **algorithm_causes(), **WEAK_DRAFT, **dict(STATIC_CAUSES.values()), UNREACHABLE_VERIFIER[0]: UNREACHABLE_VERIFIER[1]}
 
     def __getitem__(self, cause: str) -> str:
         return self._all()[cause]
@@ -367,9 +394,11 @@ def validate_run(
     runnable = {c.name: c.status for c in rep.checks}
     result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
                        verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
-    if runnable.get("schema") != PASS:
-        _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
-        result.causes = _static_causes(rep, _algorithm_named_in(res_folder.folder))
+    failed = [c.name for c in rep.checks if c.status == FAIL]
+    if failed or runnable.get("schema") != PASS:  # a static failure stops the run before the verifier loads
+        why = f"not run: the static checks failed ({', '.join(failed)})" if failed else "not run: the config is not schema-valid"
+        _skip(rep, _RUN_CHECKS, why)
+        result.causes = stop_causes(rep, _algorithm_named_in(res_folder.folder))
         return _finish(folder, result, write)
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
@@ -388,12 +417,46 @@ def validate_run(
         _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
                      tensor_parallel_size, gpu_memory_utilization, tell)
     _acceptance_check(result, min_acceptance_length)
-    if not rep.ok:
+    if not rep.ok:  # only what the evidence points at: the misreadings that beat the draft, vLLM's, or a weak draft
         result.causes = list(dict.fromkeys(result.causes + _static_causes(rep, algo)))
-        if not result.causes:  # the algorithm's own causes, not every algorithm's
-            own = algo.reference.causes if algo is not None and algo.reference is not None else algorithm_causes()
-            result.causes = [*UNLOADED_TENSORS, *own]
+        if not result.causes and weak(rep):
+            result.causes = [*WEAK_DRAFT]
     return _finish(folder, result, write)
+
+
+def weak(rep: Report) -> bool:
+    """Whether a run failed on ``--min-acceptance-length`` alone: the reference ran, no misreading did better
+    (``variants`` passed), and every other check passed, skipped or warned (vLLM agreed, when it ran)."""
+    status = {c.name: c.status for c in rep.checks}
+    return (status.get("acceptance") == FAIL and status.get("reference") == PASS and status.get("variants") == PASS
+            and not [n for n, s in status.items() if s == FAIL and n != "acceptance"])
+
+
+def describe_causes(result: RunResult) -> list[str]:
+    """Each of ``result.causes`` as one line, ``cause (explanation)``; a weak draft's line adds the measured mean
+    acceptance length against the threshold and, when the draft's provenance records them, the training log's
+    figures (:func:`specfmt.validation.diagnosis.training_log`) and its steps."""
+    lines = []
+    for cause in result.causes:
+        line = f"{cause} ({CAUSES.get(cause, '')})" if cause in CAUSES else cause
+        if cause in WEAK_DRAFT:
+            line += _weak_figures(result)
+        lines.append(line)
+    return lines
+
+
+def _weak_figures(result: RunResult) -> str:
+    """``; measured 1.210 against --min-acceptance-length 1.8; training log (120 steps): top-1 agreement 0.41 / 0.18 / 0.07``."""
+    acc = next((c for c in result.report.checks if c.name == "acceptance"), None)
+    text = f": {acc.summary}" if acc is not None else ""
+    logs = (result.diagnosis or {}).get("training_log") or []
+    if logs:
+        steps = result.diagnosis.get("training_steps")
+        text += f"; its training log{f' ({steps} steps)' if steps else ''}: " + "; ".join(
+            f"{log['label']} " + " / ".join(f"{v:.3f}" for v in log["per_position"]) for log in logs)
+    else:
+        text += "; its provenance records no training figures"
+    return text
 
 
 #: the checks ``validate --run`` adds to the static ones
@@ -421,6 +484,7 @@ def _run_verifier(folder: Path, verifier: "str | Verifier | None") -> tuple[Any,
     if vref is None:
         try:
             vref = ((read_json(folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+            vref = relative_to(vref, folder) if isinstance(vref, str) else vref  # relative: the draft folder's
         except SpecfmtError:
             vref = None  # the static checks report the config
     if ver is None and isinstance(vref, str) and vref:
@@ -677,6 +741,35 @@ def _algorithm_named_in(folder: Path) -> "Algorithm | None":
         return get(cfg["speculators_model_type"]) if isinstance(cfg, dict) and isinstance(cfg.get("speculators_model_type"), str) else None
     except (SpecfmtError, OSError, ValueError, KeyError):
         return None
+
+
+def stop_causes(rep: Report, algo: "Algorithm | None") -> list[str]:
+    """The likely causes of a run stopped by failed static checks: each failed check's causes its algorithm declares
+    (:func:`_static_causes`), else what the check found (:data:`STATIC_CAUSES`: ``finite`` -> ``NaN/Inf weights``)."""
+    named = _static_causes(rep, algo)
+    accounted = {check for check, causes in _static_causes_by_check(rep, algo).items() if causes}
+    unread = {UNREACHABLE, UNREADABLE}  # the verifier check's findings when the verifier cannot be read at all
+    generic = [(UNREACHABLE_VERIFIER if c.name == "verifier" and all(f.kind in unread for f in c.findings) else STATIC_CAUSES[c.name])[0]
+               for c in rep.checks if c.status == FAIL and c.name in STATIC_CAUSES and c.name not in accounted]
+    return list(dict.fromkeys(named + generic))
+
+
+def _static_causes_by_check(rep: Report, algo: "Algorithm | None") -> dict[str, list[str]]:
+    """``{failed check: the causes its findings point at}`` (:func:`_static_causes`, check by check)."""
+    failed = {c.name: c for c in rep.checks if c.status == FAIL}
+    key_causes = getattr(algo, "key_causes", {})
+    check_causes = getattr(algo, "check_causes", {})
+    out: dict[str, list[str]] = {}
+    for name, c in failed.items():
+        found = [key_causes[key] for f in c.findings for key in f.keys if key in key_causes] if name in ("schema", "verifier") else []
+        if name == "tensors" and any(f.kind == "missing" for f in c.findings):
+            found.append("unloaded tensors")
+        if name == "vllm_weights":
+            found.append("unloaded tensors")
+        if name in check_causes:
+            found.append(check_causes[name])
+        out[name] = found
+    return out
 
 
 def _static_causes(rep: Report, algo: "Algorithm | None") -> list[str]:
@@ -949,5 +1042,5 @@ def _write(folder: Path, result: RunResult) -> None:
     result.written = str(path)
 
 
-__all__ = ["BF16_GAP", "BUILTIN_PROMPTS", "CAUSES", "PHASES", "Prompts", "ProgressFn", "RunResult", "SECTIONS", "VALIDATION_FILE", "agreement_tolerance",
+__all__ = ["BF16_GAP", "BUILTIN_PROMPTS", "CAUSES", "PHASES", "STATIC_CAUSES", "WEAK_DRAFT", "describe_causes", "stop_causes", "weak", "Prompts", "ProgressFn", "RunResult", "SECTIONS", "VALIDATION_FILE", "agreement_tolerance",
            "check_inputs", "keep_earlier", "load_prompts", "validate_run", "variants", "vllm_weight_mismatches"]

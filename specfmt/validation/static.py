@@ -35,17 +35,22 @@ from ..checkpoint.dtypes import kind_of
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..checkpoint.finite import nonfinite_in
 from ..checkpoint.reader import CheckpointReader
-from ..errors import Finding, SpecfmtError
+from ..errors import Finding, HubAuthError, HubGatedRepoError, HubOfflineError, HubUnavailableError, SpecfmtError
 from ..format.versions import check_speculators_version
 from ..algorithms.recognised import recognised
-from ..sources.resolve import resolve
+from ..sources.resolve import relative_to, resolve
 from ..serving import serving_summary
 from ..sources.verifier import Verifier
 from .report import FAIL, PASS, SKIP, WARN, Report
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..checkpoint.reader import TensorInfo
+    from .report import Check
 
+
+#: the kinds of the ``verifier`` check's finding when the verifier's config cannot be read: the Hub could not be asked
+#: (offline, failing, gated: the check could not be made), or the verifier is not there (a missing folder, no such repo)
+UNREACHABLE, UNREADABLE = "unreachable", "unreadable"
 
 #: the checks of :func:`validate_static`, in order
 CHECKS = ("config", "schema", "version", "weights", "tensors", "dtypes", "finite", "vocab_map", "verifier", "serving")
@@ -93,7 +98,7 @@ def validate_static(folder: str | Path, verifier: str | Verifier | None = None) 
             _finite(rep, reader, reader.infos)
             return _skip_from(rep, "vocab_map", why)
         _tensor_checks(rep, cfg, reader)
-    _verifier_check(rep, cfg, verifier)
+    _verifier_check(rep, cfg, verifier, res.folder)
     rep.add("serving", *serving_summary(cfg))
     return rep
 
@@ -203,18 +208,34 @@ def _finite(rep: Report, reader: CheckpointReader, infos: dict[str, "TensorInfo"
     rep.add("finite", FAIL if bad else PASS, f"{len(bad)} tensor(s) with NaN/Inf" if bad else "no NaN/Inf", bad)
 
 
-def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None) -> None:
+def verifier_check(folder: str | Path, verifier: str | None = None) -> "Check":
+    """The ``verifier`` check of :func:`validate_static` alone, for a folder whose other checks passed: against
+    ``verifier``, else the verifier its config names (``skip`` when that cannot be read).
+
+    Raises:
+        InputError: the folder's config.json cannot be read.
+    """
+    folder = Path(folder)
+    rep = Report(str(folder))
+    _verifier_check(rep, read_json(folder / CONFIG_FILE), verifier, folder)
+    return rep.checks[0]
+
+
+def _verifier_check(rep: Report, cfg: dict[str, Any], verifier: str | Verifier | None, folder: Path) -> None:
     """The ``verifier`` check: the draft's config against the verifier's (width, vocabulary, the
     algorithm's :meth:`~specfmt.algorithms.base.Algorithm.verifier_problems`, architectures); each
     problem a :class:`~specfmt.errors.Finding` at the config field it concerns."""
     if isinstance(verifier, Verifier):
         ref, v = verifier.ref, verifier.info
     else:
-        ref = verifier or cfg["speculators_config"]["verifier"]["name_or_path"]
+        # a relative path in the config is the draft folder's (sources.resolve.relative_to)
+        ref = verifier or relative_to(cfg["speculators_config"]["verifier"]["name_or_path"], folder)
         try:
             v = Verifier.load(ref).info
         except SpecfmtError as e:
-            rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}")
+            # the reason as data: the Hub could not be asked (offline, failing, gated) or the verifier is not there
+            kind = UNREACHABLE if isinstance(e, (HubOfflineError, HubUnavailableError, HubGatedRepoError, HubAuthError)) else UNREADABLE
+            rep.add("verifier", FAIL if verifier else SKIP, f"verifier config not reachable: {e.one_line()}", findings=[Finding(e.one_line(), kind=kind)])
             return
     algo = get(cfg["speculators_model_type"])
     tlc = cfg["transformer_layer_config"]
