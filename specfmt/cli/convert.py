@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..converters import Options, from_choices
 from ..errors import InputError, SpecfmtError
-from .common import DTYPES, err, out, parse_layers, print_serving, reports_errors
+from .common import DTYPES, ctrl_c_ends_in_one_line, err, out, parse_layers, print_serving, reports_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..convert import ConvertResult
@@ -66,6 +66,7 @@ def _run_convert(source_format: str, src: str, output: Optional[Path], verifier:
 
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def convert(
     src: str = typer.Argument(..., help="Source checkpoint: a folder or a Hub id (OWNER/NAME)."),
@@ -86,6 +87,7 @@ def convert(
     _run_convert(source_format, src, output, verifier, opts, force=force, dry_run=dry_run, revision=revision)
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def upgrade(
     src: str = typer.Argument(..., help="A speculators-format checkpoint (speculators 0.1-0.9, NVIDIA ModelOpt): folder or Hub id."),

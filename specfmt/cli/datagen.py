@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, out, parse_layers, reports_errors
+from .common import ctrl_c_ends_in_one_line, err, out, parse_layers, reports_errors
 
 
 def _progress():
@@ -26,6 +26,7 @@ def _size(n: float) -> str:
     return ""  # pragma: no cover
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def datagen(
     output: Path = typer.Option(..., "-o", "--output", help="Output folder: speculators' layout (the preprocessed dataset, token_freq.pt, hidden_states/hs_{i}.safetensors)."),

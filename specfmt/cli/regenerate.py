@@ -8,9 +8,10 @@ from typing import Optional
 
 import typer
 
-from .common import err, out, reports_errors
+from .common import ctrl_c_ends_in_one_line, err, out, reports_errors
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def regenerate(
     verifier: str = typer.Option(..., "--verifier", "--model", help="The verifier's folder (its tokenizer, chat template and weights)."),

@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
+from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, out, parse_layers, print_serving, reports_errors
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -234,7 +234,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = training.train_summary
     command.__name__ = f"train_{algo.name}"
-    return reports_errors(command)
+    return ctrl_c_ends_in_one_line(reports_errors(command))
 
 
 for _algo in trainable():
@@ -242,6 +242,7 @@ for _algo in trainable():
 
 
 @train_app.command()
+@ctrl_c_ends_in_one_line
 @reports_errors
 def fill(
     src: str = typer.Argument(..., help="The draft: a research checkpoint (folder or Hub id) or a specfmt folder."),
