@@ -10,8 +10,9 @@ error line saying what was kept (progress lines already on their way excepted); 
 half-written file; and no process left of the command's (every process started carries a tag in its environment,
 which this test looks for in ``/proc``).
 
-The vLLM runs (marked ``vllm``) cost one partial engine start each (SIGINT while the weights load) and one full
-start (``datagen``, SIGINT during extraction).
+The vLLM runs (marked ``vllm``) are kept few for the CI budget: ``datagen``, ``validate --run`` and ``regenerate`` run
+at once, each interrupted while vLLM loads the weights (three partial engine starts, side by side), and one
+``datagen`` run is interrupted during extraction (one full engine start).
 """
 
 from __future__ import annotations
@@ -57,15 +58,25 @@ class Run:
         self.lines: list[tuple[float, str, str]] = []
         self.signalled: float | None = None
         self._new = threading.Condition()
+        self.ended: float | None = None  #: when the process ended (a thread waits for it)
         self._pumps = [threading.Thread(target=self._pump, args=(s, n), daemon=True) for s, n in ((self.proc.stdout, "out"), (self.proc.stderr, "err"))]
-        for t in self._pumps:
+        for t in [*self._pumps, threading.Thread(target=self._wait, daemon=True)]:
             t.start()
+
+    def _wait(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
 
     def _pump(self, stream, name: str) -> None:
         for line in stream:
             with self._new:
                 self.lines.append((time.monotonic(), name, line.rstrip("\n")))
                 self._new.notify_all()
+
+    def seen(self, pattern: str, stream: str = "err") -> bool:
+        """Whether a line of ``stream`` matching ``pattern`` came."""
+        with self._new:
+            return any(name == stream and re.search(pattern, text) for _, name, text in self.lines)
 
     def wait_for(self, pattern: str, stream: str = "err", timeout: float = 300) -> str:
         """The first line of ``stream`` matching ``pattern``, waited for (the command must not end first)."""
@@ -92,10 +103,11 @@ class Run:
             if self.proc.poll() is None:  # never leave it running
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        ended = time.monotonic()
         for t in self._pumps:
             t.join(10)
-        return ended - (self.signalled or self.t0)
+        while self.ended is None:
+            time.sleep(0.01)
+        return self.ended - (self.signalled or self.t0)
 
     def text(self) -> str:
         return "\n".join(f"{t - self.t0:7.1f} {n} {x}" for t, n, x in self.lines)
@@ -274,12 +286,17 @@ def test_datagen_ctrl_c_at_each_point_keeps_whole_files_and_says_what(tmp_path, 
     out = tmp_path / "out"
     req = dg.DatagenRequest(verifier=str(VERIFIER), data=[str(data_file(tmp_path / "d.jsonl", 3))], output=str(out), seq_len=64,
                             engine="transformers")
-    with pytest.raises(DataInterrupted) as e:
+    try:
         dg.run_datagen(req)
+        pytest.fail("not interrupted")
+    except DataInterrupted as e:
+        error = e
+    except KeyboardInterrupt:
+        pytest.fail(f"Ctrl-C while {point} escaped as a KeyboardInterrupt")
     made = 3 if point in ("engine shutdown", "writing the manifest") else 0
     kept = "before any hidden states were made" if made == 0 else f"after {made} of 3 samples"
-    assert e.value.one_line() == (f"interrupted {kept}; every file in place is whole [{out}]; run the same command again to resume")
-    assert e.value.exit_code == 130 and e.value.done == made
+    assert error.one_line() == (f"interrupted {kept}; every file in place is whole [{out}]; run the same command again to resume")
+    assert error.exit_code == 130 and error.done == made
     assert (assert_whole_hidden_states(out / "hidden_states") if (out / "hidden_states").exists() else 0) == made
     assert half_written(out) == [] if out.exists() else True
 
@@ -318,18 +335,51 @@ def test_regenerate_provenance_record_interrupted_leaves_no_temporary_file(tmp_p
 # ------------------------------------------------------------------ vLLM: datagen, validate --run, regenerate
 
 @pytest.mark.vllm
-def test_datagen_vllm_ctrl_c_while_the_engine_starts(tmp_path):
-    """The issue's hang: SIGINT while vLLM loads the verifier (inside ``vllm.LLM``) ends in one line, at once."""
-    out = tmp_path / "out"
-    run = Run(["datagen", "--verifier", str(VERIFIER), "--data", str(data_file(tmp_path / "d.jsonl", 8)), "--seq-len", "128",
-               "--engine", "vllm", "-o", str(out)])
-    run.wait_for(LOADING)
-    run.ctrl_c()
-    seconds = run.finish()
-    assert_one_line(run, seconds, f"specfmt: error: interrupted after 0 of 8 samples; every file in place is whole [{out}]; "
-                                  "run the same command again to resume", ignore=LOADING)
+def test_ctrl_c_while_vllm_starts_in_datagen_validate_and_regenerate(tmp_path):
+    """The issue's hang: SIGINT while vLLM loads the verifier (inside ``vllm.LLM``) ends in one line, at once, in each
+    command that starts vLLM. ``datagen`` and ``regenerate`` run vLLM's engine core in their own process;
+    ``validate --run`` in its engine host, a child in a session of its own whose group is stopped (its log shows the
+    point). The three run at once, each interrupted at its own point (one partial engine start each, in parallel)."""
+    from specfmt.convert import convert
+
+    draft = tmp_path / "draft"
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), draft, str(VERIFIER))
+    before = sorted(p.name for p in draft.iterdir())
+    logs = tmp_path / "tmp"
+    logs.mkdir()
+    out, regen = tmp_path / "out", tmp_path / "regen.jsonl"
+    runs = {
+        "datagen": Run(["datagen", "--verifier", str(VERIFIER), "--data", str(data_file(tmp_path / "d.jsonl", 8)), "--seq-len", "128",
+                        "--engine", "vllm", "-o", str(out)]),
+        "regenerate": Run(["regenerate", "--verifier", str(VERIFIER), "--data", str(data_file(tmp_path / "in.jsonl", 4, "prompt")),
+                           "-o", str(regen), "--max-model-len", "256", "--max-tokens", "8"]),
+        "validate --run": Run(["validate", str(draft), "--run", "--max-tokens", "8"], env={"TMPDIR": str(logs)}),
+    }
+    points = {"datagen": lambda r: r.seen(LOADING), "regenerate": lambda r: r.seen(LOADING),
+              "validate --run": lambda r: any(re.search(LOADING, p.read_text(errors="replace")) for p in logs.glob("specfmt-vllm-*.log"))}
+    deadline = time.monotonic() + 600
+    try:
+        while any(r.signalled is None for r in runs.values()):
+            for name, r in runs.items():
+                if r.signalled is None and points[name](r):
+                    r.ctrl_c()
+                assert r.signalled is not None or r.proc.poll() is None, f"{name} ended before its point:\n{r.text()}"
+            assert time.monotonic() < deadline, {name: r.text()[-2000:] for name, r in runs.items()}
+            time.sleep(0.05)
+    finally:
+        for r in runs.values():
+            if r.signalled is None and r.proc.poll() is None:  # a failed wait: stop it now
+                os.killpg(r.proc.pid, signal.SIGKILL)
+        seconds = {name: r.finish() for name, r in runs.items()}
+    assert_one_line(runs["datagen"], seconds["datagen"], f"specfmt: error: interrupted after 0 of 8 samples; every file in place is whole "
+                                                         f"[{out}]; run the same command again to resume", ignore=LOADING)
     assert assert_whole_hidden_states(out / "hidden_states") == 0 and half_written(out) == []
-    print(f"\ndatagen, vLLM starting: exit 130 {seconds:.1f} s after the signal")
+    assert_one_line(runs["regenerate"], seconds["regenerate"], f"specfmt: error: interrupted after 0 of 4 conversations (whole lines only) "
+                                                               f"[{regen}]; continue with the same command and --resume", ignore=LOADING)
+    assert not regen.exists() and half_written(tmp_path) == []
+    assert_one_line(runs["validate --run"], seconds["validate --run"], "specfmt: error: interrupted; nothing was written")
+    assert sorted(p.name for p in draft.iterdir()) == before
+    print("\n" + "; ".join(f"{name}: exit 130 {sec:.1f} s after the signal" for name, sec in seconds.items()))
 
 
 #: ``specfmt datagen`` with the vLLM engine handing vLLM 4 samples per call (the default is 256), so that files are
@@ -363,41 +413,3 @@ def test_datagen_vllm_ctrl_c_during_extraction(tmp_path):
                                   "run the same command again to resume", ignore=r"^hidden states \d+/40 ")
     assert half_written(out) == []
     print(f"\ndatagen, vLLM extracting: exit 130 {seconds:.1f} s after the signal, {made} files kept")
-
-
-@pytest.mark.vllm
-def test_validate_run_ctrl_c_while_vllm_starts(tmp_path):
-    """``validate --run``: SIGINT while its engine host (a child in a session of its own) loads the weights; the host's
-    group is stopped, nothing is written into the draft's folder."""
-    from specfmt.convert import convert
-
-    draft = tmp_path / "draft"
-    convert("eagle3", str(WORLD / "eagle3-safeailab"), draft, str(VERIFIER))
-    before = sorted(p.name for p in draft.iterdir())
-    logs = tmp_path / "tmp"
-    logs.mkdir()
-    run = Run(["validate", str(draft), "--run", "--max-tokens", "8"], env={"TMPDIR": str(logs)})
-    deadline = time.monotonic() + 300
-    while not any(re.search(LOADING, p.read_text(errors="replace")) for p in logs.glob("specfmt-vllm-*.log")):  # the host's log
-        assert run.proc.poll() is None and time.monotonic() < deadline, run.text()
-        time.sleep(0.1)
-    run.ctrl_c()
-    seconds = run.finish()
-    assert_one_line(run, seconds, "specfmt: error: interrupted; nothing was written")
-    assert sorted(p.name for p in draft.iterdir()) == before
-    print(f"\nvalidate --run, vLLM starting: exit 130 {seconds:.1f} s after the signal")
-
-
-@pytest.mark.vllm
-def test_regenerate_ctrl_c_while_the_engine_starts(tmp_path):
-    """``regenerate``: SIGINT while vLLM loads the verifier (in specfmt's process) ends in one line; no line is written."""
-    out = tmp_path / "out.jsonl"
-    run = Run(["regenerate", "--verifier", str(VERIFIER), "--data", str(data_file(tmp_path / "in.jsonl", 4, "prompt")), "-o", str(out),
-               "--max-model-len", "256", "--max-tokens", "8"])
-    run.wait_for(LOADING)
-    run.ctrl_c()
-    seconds = run.finish()
-    assert_one_line(run, seconds, f"specfmt: error: interrupted after 0 of 4 conversations (whole lines only) [{out}]; "
-                                  "continue with the same command and --resume", ignore=LOADING)
-    assert not out.exists() and half_written(tmp_path) == []
-    print(f"\nregenerate, vLLM starting: exit 130 {seconds:.1f} s after the signal")
