@@ -413,3 +413,48 @@ def test_datagen_vllm_ctrl_c_during_extraction(tmp_path):
                                   "run the same command again to resume", ignore=r"^hidden states \d+/40 ")
     assert half_written(out) == []
     print(f"\ndatagen, vLLM extracting: exit 130 {seconds:.1f} s after the signal, {made} files kept")
+
+
+def test_push_ctrl_c_says_what_the_hub_holds(monkeypatch):
+    """``push``: a Ctrl-C while the commit is sent says what the push did on the Hub (here: created the repo) and that
+    the commit is there whole or not at all."""
+    from types import SimpleNamespace
+
+    import huggingface_hub
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from specfmt.errors import Interrupted
+    from specfmt.hub import transport
+    from specfmt.hub.push import PushPlan
+
+    class Api:
+        endpoint = "https://hub.example"
+        created = False
+
+        def __init__(self, token=None):
+            pass
+
+        def repo_info(self, repo_id, revision=None):
+            if not Api.created:
+                raise RepositoryNotFoundError("no such repo", response=SimpleNamespace(headers={}, status_code=404, request=None))
+            return SimpleNamespace(private=False, sha="0" * 40)
+
+        def create_repo(self, repo_id, private=False, exist_ok=False):
+            Api.created = True
+
+        def list_repo_files(self, repo_id, revision=None):
+            return []
+
+        def create_commit(self, *a, **kw):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", Api)
+    monkeypatch.setenv("HF_TOKEN", "hf_x")
+    monkeypatch.setattr(transport, "_operations", lambda plan, delete: [])
+    plan = PushPlan(folder=Path("."), repo_id="me/draft", revision=None, create_pr=False, private=False, verifier="v", files=[], card="",
+                    card_origin="generated", commit_message="m")
+    with pytest.raises(Interrupted) as e:
+        transport.push(plan)
+    assert e.value.one_line() == ("interrupted; the push created the repo me/draft; the commit was being sent: the Hub has it whole or not "
+                                  "at all [me/draft]; run the same command again (files the Hub holds are not sent again)")
+    assert e.value.exit_code == 130
