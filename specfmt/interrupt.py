@@ -9,7 +9,7 @@ The one mechanism (every command runs inside :func:`guard`, through
   and the one line says what was kept (:class:`~specfmt.errors.DataInterrupted`,
   :class:`~specfmt.errors.TrainInterrupted`; otherwise "interrupted; nothing was written"). At the same moment every
   engine process group registered with :func:`engine_group` is sent SIGTERM: an engine's work is never kept.
-* **A watchdog** bounds the rest. If the process still runs :data:`GRACE_S` seconds after the signal -- a library
+* **A watchdog** bounds the rest. If the command still runs :data:`GRACE_S` seconds after the signal -- a library
   swallowed the ``KeyboardInterrupt`` (vLLM 0.32's ``zmq_socket_ctx`` does, while its engine core starts:
   ``vllm/utils/network_utils.py``), or a call into C does not return -- it ends the process: the engine groups and
   every child process killed, the :func:`on_hard_exit` cleanups run, the line printed if none was, exit 130. Code that
@@ -68,7 +68,10 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
             SIGINT, from whichever thread ends the process).
 
     Outside the main thread, or when SIGINT is ignored, nothing is installed (``signal.signal`` works in the main
-    thread only; an ignored SIGINT stays ignored). On the way out, engine groups still registered are stopped.
+    thread only; an ignored SIGINT stays ignored). On the way out (the command's line is printed by then), engine
+    groups still registered are stopped, the previous handler is restored and the watchdog is disarmed: the command
+    line then ends at once (:func:`exit_now`), and a caller of the command in Python (``typer.testing.CliRunner``)
+    goes on as before.
     """
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
         yield
@@ -81,22 +84,24 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         for pgid in list(_groups):
             stop_group(pgid)
-        _last_words.remove(last_words)
-        if not interrupted():  # an interrupted process keeps its watchdog until it ends
+        with _lock:
+            _last_words.remove(last_words)
+            _state["signalled"] = None  # the watchdog stops
             _cleanups.clear()
             _kept.clear()
 
 
 def _on_sigint(signum: int, frame: object) -> None:
-    if interrupted():
-        _end("a second Ctrl-C")
-    _state["signalled"] = time.monotonic()
+    if interrupted():  # a second Ctrl-C
+        _end()
+    with _lock:
+        _state["signalled"] = time.monotonic()
+        if not _watchdog:
+            t = threading.Thread(target=_watch, name="specfmt-ctrl-c-watchdog", daemon=True)
+            _watchdog.append(t)
+            t.start()
     for pgid in list(_groups):
         _signal_group(pgid, signal.SIGTERM)
-    if not _watchdog:
-        t = threading.Thread(target=_watch, name="specfmt-ctrl-c-watchdog", daemon=True)
-        _watchdog.append(t)
-        t.start()
     raise KeyboardInterrupt
 
 
@@ -104,12 +109,14 @@ def _watch() -> None:
     while True:
         time.sleep(0.1)
         with _lock:
-            late = time.monotonic() - _state["signalled"] >= GRACE_S
-            if late and not _state["finishing"]:
-                _end("the watchdog")
+            if _state["signalled"] is None:  # the command ended: its line is printed
+                _watchdog.clear()
+                return
+            if time.monotonic() - _state["signalled"] >= GRACE_S and not _state["finishing"]:
+                _end()
 
 
-def _end(why: str) -> None:
+def _end() -> None:
     """End the process now: engine groups and children killed, cleanups run, the line printed, exit 130."""
     with _lock:
         if _state["ending"]:  # pragma: no cover - the other thread is ending it
@@ -234,11 +241,26 @@ def stop_group(pgid: int, leader: "object | None" = None, grace: float = KILL_GR
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a live process (not a zombie: an unreaped leader keeps ``killpg(pgid, 0)`` succeeding) is in the group."""
     try:
         os.killpg(pgid, 0)
-        return True
     except (ProcessLookupError, PermissionError):
         return False
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc: the group exists
+        return True
+    for name in names:
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    stat = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()  # state, ppid, pgrp, ...
+            if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
 
 
 def descendants(pid: int | None = None) -> list[int]:

@@ -210,6 +210,7 @@ from pathlib import Path
 import specfmt.interrupt as interrupt
 interrupt.GRACE_S = float(sys.argv[2])
 marker = Path(sys.argv[1])
+saving = float(sys.argv[4]) if len(sys.argv) > 4 else None
 SLEEP = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"]
 
 def swallowing_detect(path):
@@ -222,7 +223,11 @@ def swallowing_detect(path):
         try:
             time.sleep(600)
         except KeyboardInterrupt:
-            pass
+            if saving:  # a cleanup that takes its time on purpose (a training state saved), then the line
+                with interrupt.finishing():
+                    time.sleep(saving)
+                    marker.write_text("saved")
+                raise
 
 import specfmt.detect
 specfmt.detect.detect = swallowing_detect
@@ -232,14 +237,16 @@ main()
 """
 
 
-@pytest.mark.parametrize("how", ["the watchdog", "a second Ctrl-C"])
+@pytest.mark.parametrize("how", ["the watchdog", "a second Ctrl-C", "a cleanup that takes its time"])
 def test_a_swallowed_ctrl_c_still_ends_in_one_line(tmp_path, how):
     """The watchdog ends a command whose KeyboardInterrupt a library swallowed, GRACE_S after the signal (here 1 s);
     a second Ctrl-C ends it at once (here the grace is 60 s). Either way: the engine's group and the child in the
-    command's group are killed, the hard-exit cleanup runs, one line, exit 130."""
-    grace = 1.0 if how == "the watchdog" else 60.0
+    command's group are killed, the hard-exit cleanup runs, one line, exit 130. A cleanup inside
+    ``interrupt.finishing()`` (saving a training state) is waited for past the grace (here 2.5 s against 1 s)."""
+    grace = 60.0 if how == "a second Ctrl-C" else 1.0
     marker = tmp_path / "cleaned"
-    run = Run([str(marker), str(grace), str(WORLD / "eagle3-safeailab")], script=SWALLOWS)
+    run = Run([str(marker), str(grace), str(WORLD / "eagle3-safeailab")] + (["2.5"] if how == "a cleanup that takes its time" else []),
+              script=SWALLOWS)
     run.wait_for("^waiting$")
     run.ctrl_c()
     if how == "a second Ctrl-C":
@@ -248,8 +255,10 @@ def test_a_swallowed_ctrl_c_still_ends_in_one_line(tmp_path, how):
         os.killpg(run.proc.pid, signal.SIGINT)
     seconds = run.finish()
     assert_one_line(run, seconds, "specfmt: error: interrupted; nothing was written")
-    assert seconds < (grace + 3 if how == "the watchdog" else 3), seconds
-    assert marker.read_text() == "cleaned up"
+    if how == "a cleanup that takes its time":
+        assert marker.read_text() == "saved" and 2.5 <= seconds < 6, seconds
+    else:
+        assert marker.read_text() == "cleaned up" and seconds < (grace + 3 if how == "the watchdog" else 3), seconds
 
 
 # ------------------------------------------------------------------ what each point keeps (in this process)
