@@ -55,7 +55,7 @@ _watchdog: list[threading.Thread] = []
 
 
 def interrupted() -> bool:
-    """Whether a SIGINT arrived since the command began."""
+    """Whether a SIGINT arrived while the running command runs (False again once it has ended)."""
     return _state["signalled"] is not None
 
 
@@ -127,8 +127,9 @@ def _end() -> None:
 
 def exit_now(code: int, *, cleanups: bool = False) -> None:
     """Leave the process at once with ``code``: every engine group and child process killed, the
-    :func:`on_hard_exit` cleanups run when asked (and always after a SIGINT), the one line printed if none was,
-    stdout and stderr flushed, then ``os._exit`` -- no library's exit-time handler runs after the line."""
+    :func:`on_hard_exit` cleanups run when asked (the watchdog, a second Ctrl-C: no ``finally`` block ran), the one
+    line printed if none was, stdout and stderr flushed, then ``os._exit`` -- no library's exit-time handler runs
+    after the line."""
     for pgid in list(_groups):
         _signal_group(pgid, signal.SIGKILL)
     for pid in descendants():
@@ -136,7 +137,7 @@ def exit_now(code: int, *, cleanups: bool = False) -> None:
             os.kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    if cleanups or interrupted():
+    if cleanups:
         for fn in list(_cleanups):
             try:
                 fn()
