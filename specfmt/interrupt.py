@@ -37,6 +37,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .errors import Interrupted
 
 #: seconds from the first SIGINT to the watchdog's end of the process (outside :func:`finishing`)
 GRACE_S = 10.0
@@ -49,7 +53,7 @@ _lock = threading.RLock()
 _groups: dict[int, str] = {}  #: process group id -> what runs there
 _cleanups: list[Callable[[], None]] = []
 _last_words: list[Callable[[], None]] = []  #: prints the one line, when none was printed
-_kept: list[Callable[[], str]] = []  #: what a Ctrl-C keeps, in words (:func:`describe`)
+_kept: list[Callable[[], "Interrupted"]] = []  #: the line a Ctrl-C would end with now (:func:`describe`)
 _state = {"signalled": None, "finishing": 0, "ending": False}
 _watchdog: list[threading.Thread] = []
 
@@ -184,20 +188,20 @@ def forget(fn: Callable[..., object]) -> None:
             registry.remove(fn)
 
 
-def describe(kept: Callable[[], str]) -> Callable[[], str]:
-    """Say what a Ctrl-C keeps from here on, for the line the watchdog prints when the command's own ``except`` block
-    never ran (``lambda: f"{n} files made, each whole; run the same command again to resume"``); returns ``kept``
-    (pass it to :func:`forget`)."""
+def describe(kept: Callable[[], "Interrupted"]) -> Callable[[], "Interrupted"]:
+    """Say what a Ctrl-C keeps from here on: ``kept()`` is the :class:`~specfmt.errors.Interrupted` the command's own
+    ``except`` block raises, which the watchdog prints when that block never ran; returns ``kept`` (pass it to
+    :func:`forget`)."""
     _kept.append(kept)
     return kept
 
 
-def what_is_kept() -> str | None:
-    """The latest :func:`describe`'s words, or None."""
+def interruption() -> "Interrupted | None":
+    """The error the running command would end with on a Ctrl-C now (the latest :func:`describe`'s), or None."""
     for kept in reversed(_kept):
         try:
             return kept()
-        except Exception:  # noqa: BLE001 - the line is printed all the same
+        except Exception:  # noqa: BLE001 - the generic line is printed instead
             return None
     return None
 
@@ -307,4 +311,4 @@ def parent_watch() -> None:
 
 
 __all__ = ["EXIT_CODE", "GRACE_S", "KILL_GRACE_S", "descendants", "describe", "engine_group", "exit_now", "finishing", "forget",
-           "guard", "interrupted", "on_hard_exit", "parent_watch", "stop_group", "what_is_kept"]
+           "guard", "interrupted", "interruption", "on_hard_exit", "parent_watch", "stop_group"]

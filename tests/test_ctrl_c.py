@@ -211,16 +211,20 @@ import specfmt.interrupt as interrupt
 interrupt.GRACE_S = float(sys.argv[2])
 marker = Path(sys.argv[1])
 saving = float(sys.argv[4]) if len(sys.argv) > 4 else None
-SLEEP = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(600)"]
+SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+IGNORE = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # from its start: no KeyboardInterrupt while it starts
 
 def swallowing_detect(path):
     engine = subprocess.Popen(SLEEP, start_new_session=True)
     interrupt.engine_group(engine.pid, "an engine")
-    subprocess.Popen(SLEEP)
+    subprocess.Popen(SLEEP, preexec_fn=IGNORE)
     interrupt.on_hard_exit(lambda: marker.write_text("cleaned up"))
-    print("waiting", file=sys.stderr, flush=True)
+    said = False
     while True:
         try:
+            if not said:  # said inside the try: a Ctrl-C right after it is swallowed too
+                said = True
+                print("waiting", file=sys.stderr, flush=True)
             time.sleep(600)
         except KeyboardInterrupt:
             if saving:  # a cleanup that takes its time on purpose (a training state saved), then the line

@@ -59,7 +59,7 @@ NOTHING_WRITTEN = "nothing was written"
 def _interrupted_line() -> None:
     """Print the one line of an interruption, unless the command printed its own."""
     if not reported["error"]:
-        print_error(Interrupted(f"interrupted; {interrupt.what_is_kept() or NOTHING_WRITTEN}"))
+        print_error(interrupt.interruption() or Interrupted(f"interrupted; {NOTHING_WRITTEN}"))
 
 
 def ctrl_c_ends_in_one_line(fn: F) -> F:
@@ -67,7 +67,7 @@ def ctrl_c_ends_in_one_line(fn: F) -> F:
     half-written file and no engine process left (:mod:`specfmt.interrupt`: the handler, the watchdog, the engine
     groups). A ``KeyboardInterrupt`` the command's own code did not turn into an
     :class:`~specfmt.errors.Interrupted` (which says what was kept, and :func:`reports_errors` prints) prints
-    "interrupted; nothing was written", or what :func:`specfmt.interrupt.describe` registered.
+    "interrupted; nothing was written", or the error :func:`specfmt.interrupt.describe` registered.
 
     Every command callback wears it (``tests/test_ctrl_c.py`` walks the typer app's command tree)."""
 

@@ -267,19 +267,17 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
     check_request(req)
     progress: dict = {}  # what a Ctrl-C keeps, as the run goes
 
-    def kept() -> str:
+    def interrupted() -> DataInterrupted:
         res, todo = progress.get("res"), progress.get("todo")
-        if res is None:
-            return "before any hidden states were made; every file in place is whole"
-        return f"after {res.made} of {len(todo)} samples; every file in place is whole"
+        kept = f"after {res.made} of {len(todo)} samples" if res else "before any hidden states were made"
+        return DataInterrupted(f"interrupted {kept}; every file in place is whole", done=res.made if res else 0, where=req.output,
+                               hint="run the same command again to resume")
 
-    described = interrupt.describe(lambda: kept() + "; run the same command again to resume")
+    described = interrupt.describe(interrupted)  # the watchdog's line, if the except block below never runs
     try:
         return _run_datagen(req, on_file, on_start, progress)
     except KeyboardInterrupt:
-        res = progress.get("res")
-        raise DataInterrupted(f"interrupted {kept()}", done=res.made if res else 0, where=req.output,
-                              hint="run the same command again to resume") from None
+        raise interrupted() from None
     finally:
         interrupt.forget(described)
 

@@ -378,8 +378,12 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
                           "turns": "every assistant turn, each given the regenerated turns before it"})
     todo = [c for c in convs if c.primary_id not in output.done]
     tokens = truncated = 0
-    kept = interrupt.describe(lambda: f"after {output.written} of {len(todo)} conversations (whole lines only); "
-                                      "continue with the same command and --resume")
+
+    def interrupted() -> DataInterrupted:
+        return DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)", done=output.written,
+                               where=out, hint="continue with the same command and --resume")
+
+    kept = interrupt.describe(interrupted)  # the watchdog's line, if the except blocks below never run
     try:
         output.open(resume)
         todo = [c for c in convs if c.primary_id not in output.done]
@@ -392,12 +396,10 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
                 if progress:
                     progress(len(convs) - len(todo) + output.written, len(convs), tokens)
     except KeyboardInterrupt:
-        raise DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)", done=output.written,
-                              where=out, hint="continue with the same command and --resume") from None
+        raise interrupted() from None
     except Exception:
         if interrupt.interrupted():  # a Ctrl-C a library turned into another error
-            raise DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)", done=output.written,
-                                  where=out, hint="continue with the same command and --resume") from None
+            raise interrupted() from None
         raise
     finally:
         interrupt.forget(kept)
