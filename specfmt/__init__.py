@@ -13,7 +13,7 @@ never a higher one, and no two modules import each other, even through others.
 (function-level and ``TYPE_CHECKING`` ones included); a module in no layer fails it.
 A package named here covers all its modules; ``specfmt`` alone is this ``__init__``.
 
-0. ``specfmt``, ``specfmt.errors``: the version numbers and the error hierarchy;
+0. ``specfmt``, ``specfmt.errors``, ``specfmt.interrupt``: the version numbers, the error hierarchy, and Ctrl-C;
 1. ``specfmt.checkpoint``: tensor files: reading, writing, dtypes, finiteness, output folders;
 2. ``specfmt.sources``: resolving inputs (local folders, Hub downloads), the verifier and where it runs;
 3. ``specfmt.format``: the format: the JSON Schema, config blocks, tensor specs, provenance;

@@ -197,21 +197,24 @@ class VLLMRunError(SpecfmtError):
     """vLLM is missing, crashed, or timed out while loading or generating."""
 
 
-class TrainInterrupted(SpecfmtError):
-    """Training stopped by the user (Ctrl-C); the state was saved for ``--resume``."""
+class Interrupted(SpecfmtError):
+    """The user stopped the command (Ctrl-C, SIGINT); the message says what was kept (:mod:`specfmt.interrupt`).
+    Exit status 130, as a shell reports a process ended by SIGINT."""
 
     exit_code = 130
 
 
-class DataInterrupted(SpecfmtError):
+class TrainInterrupted(Interrupted):
+    """Training stopped by the user (Ctrl-C); the state was saved for ``--resume``."""
+
+
+class DataInterrupted(Interrupted):
     """Training-data generation (``specfmt datagen``, ``specfmt regenerate``) stopped by the user (Ctrl-C); what was
     written is whole, and running again resumes it.
 
     Attributes:
         done: the samples or conversations written, when the command counts them (None otherwise).
     """
-
-    exit_code = 130
 
     def __init__(self, message: str, *, done: int | None = None, where: str | None = None, hint: str | None = None):
         super().__init__(message, where=where, hint=hint)

@@ -12,8 +12,9 @@
   inputs), checked before the command runs: OUT is never an input, never inside one, never around one.
 
 User errors (:class:`specfmt.errors.SpecfmtError`) print one line and exit 2; a failed
-validation exits 1; anything else is a bug and keeps its traceback. Heavy modules (torch,
-transformers) are imported only inside the commands that need them.
+validation exits 1; Ctrl-C prints one line and exits 130 (:mod:`specfmt.interrupt`); anything else
+is a bug and keeps its traceback. Heavy modules (torch, transformers) are imported only inside the
+commands that need them.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import sys
 
 import typer
 
-from .. import __version__
-from ..errors import SpecfmtError
+from .. import __version__, interrupt
+from ..errors import Interrupted, SpecfmtError
 from . import convert, datagen, export, push, regenerate, train, validate
-from .common import err, out, print_error, reported
+from .common import NOTHING_WRITTEN, out, print_error, reported
 
 app = typer.Typer(
     name="specfmt",
@@ -62,19 +63,24 @@ app.command(name="regenerate")(regenerate.regenerate)
 
 
 def main() -> None:
-    """Console entry point: usage errors exit 2 (click); user errors print one line and exit 2."""
+    """Console entry point: usage errors exit 2 (click); user errors print one line and exit 2; Ctrl-C prints one
+    line and exits 130, at once after the line (:func:`specfmt.interrupt.exit_now`: no library's exit-time handler
+    runs, and no child process outlives the command)."""
     try:
         app()  # standalone: click handles --help, usage errors and typer.Exit itself
     except SpecfmtError as e:  # raised outside a command (never, today): the same one line
         print_error(e)
         sys.exit(e.exit_code)
     except SystemExit as e:
-        if e.code == 130 and not reported["error"]:  # typer turns Ctrl-C (KeyboardInterrupt) into exit 130, silently
-            err.print("interrupted; nothing was written to the output folder")
+        if e.code == Interrupted.exit_code:  # typer turns a KeyboardInterrupt outside a command into exit 130, silently
+            if not reported["error"]:
+                print_error(Interrupted(f"interrupted; {NOTHING_WRITTEN}"))
+            interrupt.exit_now(Interrupted.exit_code)
         raise
     except KeyboardInterrupt:
-        err.print("interrupted; nothing was written to the output folder")
-        sys.exit(130)
+        if not reported["error"]:
+            print_error(Interrupted(f"interrupted; {NOTHING_WRITTEN}"))
+        interrupt.exit_now(Interrupted.exit_code)
 
 
 if __name__ == "__main__":  # pragma: no cover

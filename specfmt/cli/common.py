@@ -2,13 +2,15 @@
 
 A user error (:class:`specfmt.errors.SpecfmtError`) becomes one line on stderr --
 ``specfmt: error: what [where]; how to fix`` -- and the exit code of its class (2; 130 for an
-interrupted training run), in every command (:func:`reports_errors`), so the same holds under
+interrupted run), in every command (:func:`reports_errors`), so the same holds under
 ``typer.testing.CliRunner`` as at the terminal. Anything else is a bug and keeps its traceback.
 
 ``--json`` (every command has it; :data:`JSON_OPTION`) goes through the same wrapper: stdout is then one JSON
 object of one shape, ``{"command", "ok", "error", ...}`` (:data:`JSON_KEYS`; the command's own fields, which it
 gives with :func:`report`, follow), whatever the outcome, and nothing else; stderr keeps the error line, notes and
 progress.
+Ctrl-C at any point of every command ends in one such line and exit 130 (:func:`ctrl_c_ends_in_one_line`,
+:mod:`specfmt.interrupt`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import InputError, SpecfmtError
+from .. import interrupt
+from ..errors import InputError, Interrupted, SpecfmtError
 
 out = Console()
 err = Console(stderr=True)
@@ -115,6 +118,38 @@ def reports_errors(fn: F) -> F:
             raise typer.Exit(code)
         return None
 
+    return wrapper  # type: ignore[return-value]
+
+
+#: the line of a Ctrl-C no code of the command turned into its own (it stopped before writing anything)
+NOTHING_WRITTEN = "nothing was written"
+
+
+def _interrupted_line() -> None:
+    """Print the one line of an interruption, unless the command printed its own."""
+    if not reported["error"]:
+        print_error(interrupt.interruption() or Interrupted(f"interrupted; {NOTHING_WRITTEN}"))
+
+
+def ctrl_c_ends_in_one_line(fn: F) -> F:
+    """Wrap a command: Ctrl-C (SIGINT) at any point ends it in one line on stderr and exit 130, within a bound, with no
+    half-written file and no engine process left (:mod:`specfmt.interrupt`: the handler, the watchdog, the engine
+    groups). A ``KeyboardInterrupt`` the command's own code did not turn into an
+    :class:`~specfmt.errors.Interrupted` (which says what was kept, and :func:`reports_errors` prints) prints
+    "interrupted; nothing was written", or the error :func:`specfmt.interrupt.describe` registered.
+
+    Every command callback wears it (``tests/test_ctrl_c.py`` walks the typer app's command tree)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with interrupt.guard(_interrupted_line):
+            try:
+                return fn(*args, **kwargs)
+            except KeyboardInterrupt:
+                _interrupted_line()
+                raise typer.Exit(Interrupted.exit_code) from None
+
+    wrapper.ctrl_c_ends_in_one_line = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
 
 

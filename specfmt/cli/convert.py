@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..converters import Options, from_choices
 from ..errors import InputError, SpecfmtError
-from .common import DTYPES, err, json_option, out, parse_layers, print_serving, report, reports_errors
+from .common import DTYPES, ctrl_c_ends_in_one_line, err, json_option, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,6 +79,7 @@ def _serve_lines(cfg: dict, out_folder: "Path | None") -> list[str]:
     return [] if out_folder is None or schema_violations(cfg) else serving_lines(cfg, str(out_folder))
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", inputs=("src", "verifier"), force="force")
 def convert(
@@ -101,6 +102,7 @@ def convert(
     _run_convert(source_format, src, output, verifier, opts, force=force, dry_run=dry_run, revision=revision)
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", inputs=("src", "verifier"), force="force")
 def upgrade(

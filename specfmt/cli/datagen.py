@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, json_option, out, parse_layers, report, reports_errors
+from .common import ctrl_c_ends_in_one_line, err, json_option, out, parse_layers, report, reports_errors
 from .output import writes
 
 
@@ -34,6 +34,7 @@ def _size(n: float) -> str:
     return ""  # pragma: no cover
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", inputs=("verifier", "data"), continues=_continues)
 def datagen(

@@ -8,10 +8,11 @@ from typing import Optional
 
 import typer
 
-from .common import json_option, out, report, reports_errors
+from .common import ctrl_c_ends_in_one_line, json_option, out, report, reports_errors
 from .output import writes
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", inputs=("src", "verifier"), force="force")
 def export(

@@ -8,9 +8,10 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .common import err, json_option, out, print_serving, report, reports_errors
+from .common import ctrl_c_ends_in_one_line, err, json_option, out, print_serving, report, reports_errors
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def push(
     folder: Path = typer.Argument(..., help="The checkpoint folder to publish (what `specfmt convert -o` or `specfmt train -o` wrote)."),

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from .common import err, json_option, out, report, reports_errors
+from .common import ctrl_c_ends_in_one_line, err, json_option, out, report, reports_errors
 from .output import writes
 
 
@@ -20,6 +20,7 @@ def _continues(output: Path, args: dict) -> None:
     check_resumable(output, args["resume"])
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", kind="file", inputs=("verifier", "data"), continues=_continues, beside=(".provenance.json",))
 def regenerate(

@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from .common import checks_table, err, figures_table, json_option, out, parse_layers, print_serving, report, reports_errors
+from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, json_option, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
 
 train_app = typer.Typer(
@@ -263,7 +263,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     wrapped = reports_errors(writes("output", inputs=("verifier", "data", "init", "cache", "hidden_states", "prompts"), force="force",
                                     beside=(".train-state",))(command))
     wrapped.command = f"train {algo.name}"  # type: ignore[attr-defined]  (its --json object's name)
-    return wrapped
+    return ctrl_c_ends_in_one_line(wrapped)
 
 
 for _algo in trainable():
@@ -271,6 +271,7 @@ for _algo in trainable():
 
 
 @train_app.command()
+@ctrl_c_ends_in_one_line
 @reports_errors
 @writes("output", inputs=("src", "verifier", "data"), force="force")
 def fill(

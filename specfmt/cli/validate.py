@@ -10,9 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, diagnosis_tables, err, figures_table, json_option, out, report, reports_errors, verdict
+from .common import checks_table, ctrl_c_ends_in_one_line, diagnosis_tables, err, figures_table, json_option, out, report, reports_errors, verdict
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def validate(
     path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."),
@@ -83,6 +84,7 @@ def validate(
     raise typer.Exit(0 if rep.ok else 1)
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id)."), as_json: bool = json_option()) -> None:
     """Detect which format a checkpoint folder is in (from tensor names and config fields) and summarise it."""
@@ -105,6 +107,7 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
         out.print(f"next: {d.convert_hint}", markup=False)
 
 
+@ctrl_c_ends_in_one_line
 @reports_errors
 def serve_command(
     path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),

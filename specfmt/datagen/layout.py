@@ -313,8 +313,12 @@ def write_token_freq(samples: Iterable[Sample], path: str | Path) -> dict[int, i
     freq = token_frequencies(samples)
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    torch.save(freq, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(freq, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C included: no half-written file is left
+        tmp.unlink(missing_ok=True)
+        raise
     apply_umask(path)
     return freq
 
@@ -323,8 +327,12 @@ def write_manifest(root: str | Path, manifest: Manifest) -> Path:
     """Write ``root/specfmt_datagen.json`` atomically; returns its path."""
     path = Path(root) / MANIFEST
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(asdict(manifest), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # Ctrl-C included: no half-written file is left
+        tmp.unlink(missing_ok=True)
+        raise
     apply_umask(path)
     return path
 

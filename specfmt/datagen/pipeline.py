@@ -31,6 +31,7 @@ from pathlib import Path
 from ..algorithms.eagle3 import default_taps
 from ..checkpoint.files import sha256_file
 from ..checkpoint.output import Input, apply_umask, check_output
+from .. import interrupt
 from ..errors import DataInterrupted, InputError, SpecfmtError, VLLMRunError
 from ..sources.verifier import Verifier
 from .chat import read_samples
@@ -283,6 +284,8 @@ def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, l
         except (SpecfmtError, KeyboardInterrupt):
             raise
         except Exception as e:  # noqa: BLE001 - vLLM could not run this verifier: auto falls back, vllm reports it
+            if interrupt.interrupted():  # a Ctrl-C a library turned into another error: never a reason to go on
+                raise KeyboardInterrupt from None
             if engine.name == "transformers":
                 raise
             what = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -294,9 +297,6 @@ def _run_engine(req: DatagenRequest, verifier: Verifier, todo: list[tuple[int, l
             engine = _hf(verifier, req.tensor_parallel_size, req.dtype)
             res.engine = engine.name
             _extract(engine, todo, layers, folder, verifier.info.hidden_size, res, on_file)
-    except KeyboardInterrupt:
-        raise DataInterrupted(f"interrupted after {res.made} of {len(todo)} samples; every file in place is whole",
-                                 done=res.made, where=str(folder), hint="run the same command again to resume") from None
     finally:
         res.seconds = time.perf_counter() - start
         engine.close()
@@ -342,9 +342,29 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
         OutputExistsError: the output is a non-empty folder that no datagen run made, or a file.
         VLLMRunError: the vLLM engine failed (``--engine vllm``, or ``auto`` after it made files; ``auto`` before any
             falls back to transformers with a note).
-        DataInterrupted: Ctrl-C; the files in place are whole, the same command resumes.
+        DataInterrupted: Ctrl-C, at any point; the files in place are whole (each written beside and renamed into
+            place), the message says how many hidden-state files this run made, and the same command resumes.
     """
     check_request(req)
+    progress: dict = {}  # what a Ctrl-C keeps, as the run goes
+
+    def interrupted() -> DataInterrupted:
+        res, todo = progress.get("res"), progress.get("todo")
+        kept = f"after {res.made} of {len(todo)} samples" if res else "before any hidden states were made"
+        return DataInterrupted(f"interrupted {kept}; every file in place is whole", done=res.made if res else 0, where=req.output,
+                               hint="run the same command again to resume")
+
+    described = interrupt.describe(interrupted)  # the watchdog's line, if the except block below never runs
+    try:
+        return _run_datagen(req, on_file, on_start, progress)
+    except KeyboardInterrupt:
+        raise interrupted() from None
+    finally:
+        interrupt.forget(described)
+
+
+def _run_datagen(req: DatagenRequest, on_file: OnFile | None, on_start: Callable[[DatagenResult, int], None] | None,
+                 progress: dict) -> DatagenResult:
     root = Path(req.output)
     verifier = Verifier.load(req.verifier)
     check_output(root, inputs=[*Input.of("--verifier", verifier.ref, verifier.resolved), *(i for d in req.data for i in Input.of("--data", d))],
@@ -361,6 +381,7 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
     todo = [(i, list(samples[i].input_ids)) for i in shard if i not in done]
     res = DatagenResult(root, req.engine, layers, seq_len, len(samples), shard, resumed=len(shard) - len(todo),
                         unsupervised=unsupervised, skipped_turns=skipped_turns)
+    progress.update(res=res, todo=todo)
     if on_start:
         on_start(res, sum(len(ids) for _, ids in todo))
     if todo:

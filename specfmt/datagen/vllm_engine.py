@@ -23,6 +23,13 @@ What vLLM writes, checked against its source (vLLM 0.32):
   fed back through the model, so T is exactly the prompt's length and nothing needs fixing up
   (``specfmt datagen`` checks every placed file all the same: :func:`specfmt.datagen.layout.check_sample`).
 
+The engine core runs in specfmt's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as ``validate --run``'s host
+and ``benchmarks/datagen_throughput.py`` run it; on the CPU build no other process is started): the terminal's Ctrl-C
+then reaches specfmt alone, which stops (:mod:`specfmt.interrupt`). With vLLM's engine-core process, Ctrl-C also
+reaches that process, which prints a traceback while it imports, and vLLM 0.32's client swallows the
+``KeyboardInterrupt`` while it waits for the engine core to start (``zmq_socket_ctx`` in
+``vllm/utils/network_utils.py``), then waits ``VLLM_ENGINE_READY_TIMEOUT_S`` (600 s) for an engine that is gone.
+
 Each request's file path reaches the connector in ``SamplingParams.extra_args["kv_transfer_params"]
 ["hidden_states_path"]`` (honoured with ``allow_custom_save_path``), as speculators' client expects it
 back (``speculators/data_generation/vllm_client.py::extract_output``). The files are written into
@@ -41,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint.output import apply_umask
+from .. import interrupt
 from ..errors import InputError
 from .engine import check_layers, sample_path
 
@@ -130,6 +138,7 @@ class VllmEngine:
         self._llm: Any = None
         self._staging: Path | None = None
         self._stagings: list[Path] = []  #: every staging folder made, removed by close()
+        self._cleanup = interrupt.on_hard_exit(self._remove_stagings)  # when Ctrl-C ends the process before close()
 
     # ------------------------------------------------------------------ the engine
 
@@ -142,6 +151,7 @@ class VllmEngine:
                                 dtype=self.dtype, max_model_len=self.max_model_len,
                                 enforce_eager=cpu if self.enforce_eager is None else self.enforce_eager,
                                 gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs)
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process (module docstring)
         self._llm = LLM(**args)
         self.layers, self._staging = layers, staging
 
@@ -227,29 +237,35 @@ class VllmEngine:
             apply_umask(final)  # vLLM's connector writes with safetensors' save_file: 0600 whatever the umask
             yield index, final
 
-    def close(self) -> None:
-        """Shut vLLM's engine down, free its memory and remove the staging folders (empty unless an extraction
-        stopped midway: then what they hold was never placed)."""
-        if self._llm is None:
-            return
-        import gc
-
-        llm, self._llm = self._llm, None
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        except Exception:  # pragma: no cover - already down
-            pass
-        del llm
-        gc.collect()
-        try:
-            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
-
-            cleanup_dist_env_and_memory()
-        except ImportError:  # pragma: no cover - older vLLM
-            pass
+    def _remove_stagings(self) -> None:
         for staging in self._stagings:
             shutil.rmtree(staging, ignore_errors=True)
         self._staging, self._stagings = None, []
+
+    def close(self) -> None:
+        """Shut vLLM's engine down, free its memory and remove the staging folders (empty unless an extraction
+        stopped midway: then what they hold was never placed). After a Ctrl-C the engine is not shut down (the
+        process is ending: :func:`specfmt.interrupt.exit_now`); the staging folders are removed all the same."""
+        llm, self._llm = self._llm, None
+        try:
+            if llm is not None and not interrupt.interrupted():
+                import gc
+
+                try:
+                    llm.llm_engine.engine_core.shutdown()
+                except Exception:  # pragma: no cover - already down
+                    pass
+                del llm
+                gc.collect()
+                try:
+                    from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+                    cleanup_dist_env_and_memory()
+                except ImportError:  # pragma: no cover - older vLLM
+                    pass
+        finally:
+            self._remove_stagings()
+            interrupt.forget(self._cleanup)
 
 
 __all__ = ["STAGING", "VllmEngine", "engine_arguments"]

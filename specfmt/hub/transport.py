@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import HubAuthError, HubError, HubRepoNotFoundError, HubRevisionNotFoundError, SpecfmtError
+from ..errors import HubAuthError, HubError, HubRepoNotFoundError, HubRevisionNotFoundError, Interrupted, SpecfmtError
 from .failures import cause_of, hub_failure, is_transient, is_transport, status_of
 from .push import PushPlan
 
@@ -134,13 +134,21 @@ def push(plan: PushPlan, *, log: Callable[[str], None] = lambda s: None) -> Push
 
     api = HfApi(token=_token(plan.repo_id))
     result = PushResult(repo_url=f"{api.endpoint}/{plan.repo_id}")
-    _ensure_repo(api, plan, result, log)
     branch = plan.revision or "main"
-    head = _ensure_branch(api, plan, branch, result, log)
-    result.deleted = stale_files(plan, _call(plan, "listing the repo's files", api.list_repo_files, plan.repo_id, revision=branch))
-    for p in result.deleted:
-        log(f"deleting {p} (a weight file this folder does not have)")
-    commit = _commit(api, plan, result.deleted, branch, head, log)
+    sending = False
+    try:
+        _ensure_repo(api, plan, result, log)
+        head = _ensure_branch(api, plan, branch, result, log)
+        result.deleted = stale_files(plan, _call(plan, "listing the repo's files", api.list_repo_files, plan.repo_id, revision=branch))
+        for p in result.deleted:
+            log(f"deleting {p} (a weight file this folder does not have)")
+        sending = True
+        commit = _commit(api, plan, result.deleted, branch, head, log)
+    except KeyboardInterrupt:  # Ctrl-C: the one line says what the Hub holds now (specfmt.interrupt)
+        done = [what for what, made in ((f"created the repo {plan.repo_id}", result.created_repo), (f"created the branch {branch}", result.created_branch)) if made]
+        what = ("; ".join(done) or "changed nothing on the Hub") + ("; the commit was being sent: the Hub has it whole or not at all" if sending else "")
+        raise Interrupted(f"interrupted; the push {what}", where=plan.repo_id,
+                          hint="run the same command again (files the Hub holds are not sent again)") from None
     result.commit_url = commit.commit_url
     result.pr_url = commit.pr_url
     result.unchanged = commit.oid == head and not plan.create_pr

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import interrupt
 from ..algorithms import get
 from ..algorithms.base import AlgorithmOptions, LossFigures
 from ..errors import InputError, TrainInterrupted
@@ -378,7 +379,8 @@ def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", ca
             if opts.save_every and done % opts.save_every == 0 and done < opts.steps:
                 _save(run, done)
     except KeyboardInterrupt:
-        _save(run, done)
+        with interrupt.finishing():  # the watchdog waits for the state to be saved (specfmt.interrupt)
+            _save(run, done)
         raise TrainInterrupted(f"interrupted after step {done} of {opts.steps}",
                                hint=f"the state is saved in {run.state_path.parent}; continue with the same command and --resume" if run.state_path else None) from None
     _save(run, done)

@@ -9,6 +9,9 @@ reported, not inherited.
 The child is an :class:`EngineHost`: it runs engines one after another with vLLM's engine
 core inside it (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, the same engine without its extra
 process), so the interpreter and vLLM's imports are paid once per host, not once per engine.
+It runs in a session of its own, so the terminal's Ctrl-C reaches specfmt's process alone, which
+stops the host's process group (SIGTERM, then SIGKILL after :data:`specfmt.interrupt.KILL_GRACE_S`)
+and ends in one line (:mod:`specfmt.interrupt`); the host ends itself when its parent dies.
 Measured on the CPU build (2 cores): an engine for the example costs about 6 s in a warm host
 against 35-45 s as a process of its own. ``validate --run`` runs its two engines (the draft,
 the verifier alone) in one host; :func:`engines` shares one host over a longer stretch (the
@@ -35,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from .. import interrupt
 from ..errors import VLLMRunError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -124,8 +128,10 @@ class EngineHost:
                # the draft probe is a function sent to vLLM's worker; vLLM's msgpack IPC refuses it unless
                # pickling is allowed (no IPC leaves this child: the engine core runs inside it)
                "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+        # a session of its own: Ctrl-C reaches specfmt alone, which stops this process group (module docstring)
         self._proc = subprocess.Popen([sys.executable, "-m", "specfmt.validation.vllm_run", "--host"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env)
+                                      stdout=subprocess.PIPE, stderr=self._log, text=True, env=env, start_new_session=True)
+        interrupt.engine_group(self._proc.pid, "vLLM engine host")
         lines: queue.Queue = queue.Queue()
 
         def pump(stream) -> None:
@@ -162,11 +168,15 @@ class EngineHost:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                self.close()
+                self.close(kill=True)
                 raise VLLMRunError(f"vLLM did not finish within {timeout:.0f} s", where=spec["model"]) from None
+            except KeyboardInterrupt:  # Ctrl-C: the engine's work is never kept
+                self.close(kill=True)
+                raise
             if line is None:
-                code = self._proc.wait()
-                self._proc = None
+                proc, self._proc = self._proc, None
+                code = proc.wait()
+                interrupt.stop_group(proc.pid, leader=proc)  # whatever it left behind
                 raise VLLMRunError(f"vLLM exited with code {code} without a result: {self._tail()}", where=spec["model"])
             if line.startswith(MARK):
                 break
@@ -177,16 +187,23 @@ class EngineHost:
             raise VLLMRunError(f"vLLM failed: {data['error']} | {self._tail()}", where=spec["model"])
         return VLLMRun(**data)
 
-    def close(self) -> None:
-        """Stop the child (it exits at the end of its input); the next :meth:`run` starts a new one."""
+    def close(self, kill: bool = False) -> None:
+        """Stop the child; the next :meth:`run` starts a new one.
+
+        Args:
+            kill: stop its process group now (SIGTERM, SIGKILL after a grace: :func:`specfmt.interrupt.stop_group`),
+                as after a timeout or a Ctrl-C; otherwise it exits at the end of its input, within 30 s.
+        """
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
+        if proc is None:
+            return
+        if not kill and not interrupt.interrupted() and proc.poll() is None:
             try:
                 proc.stdin.close()
                 proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
+                pass
+        interrupt.stop_group(proc.pid, leader=proc)  # the host's own children too, whatever became of it
 
 
 _shared: EngineHost | None = None
@@ -382,7 +399,9 @@ def _engine(spec: dict) -> dict:
 
 
 def _serve() -> None:
-    """The host's loop: one JSON job per input line, one result line (``MARK`` + JSON) each."""
+    """The host's loop: one JSON job per input line, one result line (``MARK`` + JSON) each. It ends with its input,
+    or when its parent dies (a session of its own: nothing else would stop it)."""
+    interrupt.parent_watch()
     for line in sys.stdin:
         if not line.strip():
             continue
