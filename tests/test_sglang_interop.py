@@ -33,9 +33,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_drafts import VERIFIER, variant, verifier_embedding, world_eagle3
+from sglang_drafts import VERIFIER, eagle1_variant, variant, verifier_embedding, world_eagle1, world_eagle3
 from sglang_driver import DRIVER
 from sglang_env import STUB, sgl_env  # noqa: F401  (fixture)
+from specfmt.algorithms.eagle import SGLANG_BEFORE_NORM, SGLANG_FINAL_NORMED
 from specfmt.algorithms.sglang import TAP_RULES
 from specfmt.export import export
 from specfmt.serving import sglang_serve_command
@@ -53,6 +54,23 @@ VARIANTS = {
 TAP_PROBES = [[8, [1, 3, 4]], [8, [2, 4, 5]], [8, [0, 3, 7]], [8, [1, 4, 8]], [94, [1, 46, 90]], [94, [2, 47, 91]]]
 
 
+#: per kind of draft: SGLang's class, ``--speculative-algorithm``, the parameters SGLang's worker fills from the verifier
+#: (not from the file), and the ``SpeculativeAlgorithm`` test that must hold
+KINDS = {
+    "eagle3": ("LlamaForCausalLMEagle3", "EAGLE3", {"model.embed_tokens.weight"}, "is_eagle3"),
+    "eagle": ("LlamaForCausalLMEagle", "EAGLE", {"model.embed_tokens.weight", "lm_head.weight"}, "is_eagle"),
+}
+
+
+def _case(name: str, kind: str, draft: Path, root: Path) -> dict:
+    exported = export(str(draft), root / f"{name}-sglang").out
+    cfg = json.loads((exported / "config.json").read_text())
+    argv = list(sglang_serve_command(cfg, str(exported)).argv)
+    taps = json.loads((draft / "config.json").read_text()).get("eagle_aux_hidden_state_layer_ids")
+    return {"name": name, "kind": kind, "draft": str(draft), "export": str(exported), "argv": argv[3:], "line": argv, "taps": taps,
+            "k": cfg["specfmt_export"]["speculative_tokens"], "verifier_arch": "LlamaForCausalLM", "verifier_layers": 8}
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("sglang")
@@ -60,14 +78,13 @@ def cases(tmp_path_factory) -> dict[str, dict]:
     drafts = {"world": world, **{n: variant(world, root / n, **kw) for n, kw in VARIANTS.items()}}
     drafts["own_embedding"] = variant(world, root / "own_embedding", dtype="float32", tlc={"dtype": "float32"},
                                       tensors={"embed_tokens.weight": verifier_embedding()}, seed=5)
-    out = {}
-    for name, draft in drafts.items():
-        exported = export(str(draft), root / f"{name}-sglang").out
-        cfg = json.loads((exported / "config.json").read_text())
-        argv = list(sglang_serve_command(cfg, str(exported)).argv)
-        out[name] = {"name": name, "draft": str(draft), "export": str(exported), "argv": argv[3:], "line": argv,
-                     "taps": json.loads((draft / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"],
-                     "k": cfg["specfmt_export"]["speculative_tokens"], "verifier_arch": "LlamaForCausalLM", "verifier_layers": 8}
+    out = {name: _case(name, "eagle3", draft, root) for name, draft in drafts.items()}
+    eagle1 = world_eagle1(root / "eagle1")
+    eagle1_drafts = {"eagle1": eagle1, "eagle1-hass": world_eagle1(root / "eagle1-hass", fc_bias=True),
+                     "eagle1-two_layers": eagle1_variant(eagle1, root / "eagle1-two", num_hidden_layers=2, seed=1),
+                     "eagle1-own_embedding": eagle1_variant(eagle1, root / "eagle1-own", dtype="float32", seed=2,
+                                                            tensors={"embed_tokens.weight": verifier_embedding()})}
+    out.update({name: _case(name, "eagle", draft, root) for name, draft in eagle1_drafts.items()})
     return out
 
 
@@ -81,23 +98,33 @@ def report(sgl_env, cases, tmp_path_factory) -> dict:  # noqa: F811
     return json.loads((tmp / "report.json").read_text())
 
 
-CASES = ["world", *VARIANTS, "own_embedding"]
+EAGLE3_CASES = ["world", *VARIANTS, "own_embedding"]
+EAGLE1_CASES = ["eagle1", "eagle1-hass", "eagle1-two_layers", "eagle1-own_embedding"]
+CASES = [*EAGLE3_CASES, *EAGLE1_CASES]
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_sglangs_registry_builds_llama_eagle3_and_load_weights_fills_every_parameter(report, name):
-    r = report["cases"][name]
-    assert r["class"] == "LlamaForCausalLMEagle3"
+def test_sglangs_registry_builds_the_class_and_load_weights_fills_every_parameter(report, cases, name):
+    r, (cls, _, from_verifier, _) = report["cases"][name], KINDS[cases[name]["kind"]]
+    assert r["class"] == cls
     assert r["unfilled"] == []
     from_file = {p for p, srcs in r["loaded_from"].items() if srcs}
-    assert set(r["parameters"]) - from_file <= {"model.embed_tokens.weight"}  # from the verifier (set_embed) unless the file has one
+    assert set(r["parameters"]) - from_file <= from_verifier  # the verifier's (the EAGLE worker's set_embed / set_embed_and_head)
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_no_exported_tensor_is_skipped(report, name):
+def test_no_exported_tensor_is_skipped(report, cases, name):
     r = report["cases"][name]
     assert r["yielded"] and r["skipped"] == []
-    assert r["hot_token_id"] is (None if name == "full_vocab" else True)
+    assert r["hot_token_id"] is (None if name == "full_vocab" or cases[name]["kind"] != "eagle3" else True)
+
+
+def test_the_hass_draft_is_served_with_its_folded_biases_and_a_zero_fc_bias(report):
+    """A HASS draft's fc.bias, folded into layer 0's q/k/v/o biases by convert, loads into SGLang's biased Llama layers; the
+    export's zero fc.bias fills SGLang's fc bias (compared above with zeros, element by element)."""
+    loaded = report["cases"]["eagle1-hass"]["loaded_from"]
+    assert loaded["model.fc.bias"] == ["fc.bias"] and loaded["model.layers.0.self_attn.o_proj.bias"] == ["layers.0.self_attn.o_proj.bias"]
+    assert sorted(loaded["model.layers.0.self_attn.qkv_proj.bias"]) == [f"layers.0.self_attn.{p}_proj.bias" for p in "kqv"]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -114,20 +141,38 @@ def test_sglangs_forward_equals_the_reference_in_float64(report, name):
     assert min(f["misread"]) > 1e-3, f  # the comparison sees a misreading
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", EAGLE3_CASES)
 def test_the_verifier_class_captures_the_drafts_taps_from_the_ids_written(report, cases, name):
     assert report["cases"][name]["captured"] == cases[name]["taps"]
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_sglangs_parser_reads_the_serve_line_as_eagle3_with_the_export_and_its_steps(report, cases, name):
+@pytest.mark.parametrize("name", [*EAGLE3_CASES, *EAGLE1_CASES])
+def test_sglangs_parser_reads_the_serve_line_with_the_algorithm_the_export_and_its_steps(report, cases, name):
     r, c = report["cases"][name], cases[name]
-    assert (r["algorithm"], r["is_eagle3"]) == ("EAGLE3", True)
+    _, algorithm, _, test = KINDS[c["kind"]]
+    assert (r["algorithm"], r["enum"], r[test], r["is_eagle3"]) == (algorithm, algorithm, True, algorithm == "EAGLE3")
     assert Path(r["draft_path"]) == Path(c["export"]) and Path(r["model_path"]) == VERIFIER.resolve()
     assert r["steps"] == [c["k"], 1, c["k"] + 1]
     raw = r["raw"]  # the line exactly as printed, through SGLang's argparse parser
-    assert (raw["speculative_algorithm"], raw["speculative_draft_model_path"], raw["speculative_num_steps"]) == ("EAGLE3", c["export"], c["k"])
+    assert (raw["speculative_algorithm"], raw["speculative_draft_model_path"], raw["speculative_num_steps"]) == (algorithm, c["export"], c["k"])
     assert shlex.join(c["line"]).startswith("python3 -m sglang.launch_server ")
+
+
+def test_sglangs_eagle_worker_feeds_an_eagle1_draft_the_verifiers_final_normed_state(report):
+    """SGLang's LlamaForCausalLM (the world verifier, its own load_weights and forward on CPU) hands its logits processor the
+    last hidden state after the final norm, which the processor stores for the EAGLE worker, and no
+    hidden_states_before_norm (which it would prefer): the state specfmt's EAGLE-1 reference reads. Both run in float64 but
+    for the rotary tables (transformers computes them in float32), hence 1e-5, against 1.8 for the state before the norm."""
+    world = report["verifier_state"]["world"]
+    assert world["after_norm"] < 1e-5 and world["before_norm"] > 1e-1 and "hidden_states_before_norm" not in world["kwargs"], world
+
+
+def test_the_verifier_classes_read_for_eagle1_are_sglangs_and_pass_the_state_they_are_said_to(report):
+    """Each architecture of SGLANG_FINAL_NORMED resolves in SGLang's registry to a class in the file named, whose module never
+    passes hidden_states_before_norm; each of SGLANG_BEFORE_NORM does pass it (the export refuses those)."""
+    state = report["verifier_state"]
+    assert state["class_file"] == {a: f for a, f in {**SGLANG_FINAL_NORMED, **SGLANG_BEFORE_NORM}.items()}
+    assert state["source"] == {**{a: False for a in SGLANG_FINAL_NORMED}, **{a: True for a in SGLANG_BEFORE_NORM}}
 
 
 def test_eagle_is_not_eagle3_in_sglang(report):
