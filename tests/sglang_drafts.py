@@ -89,3 +89,39 @@ def eagle1_variant(base: Path, out: Path, *, seed: int = 0, tensors: dict | None
     drawn.update(tensors or {})
     save_draft(out, Draft(cfg, drawn), train={"note": "a test variant with random weights"})
     return out
+
+
+WORLD_QWEN3 = REPO / "examples" / "world-qwen3"
+QWEN3_VERIFIER = WORLD_QWEN3 / "verifier"
+
+
+def world_dflash(out: Path) -> Path:
+    """The Qwen3 world's DFlash draft (speculators' own layout, ``examples/world-qwen3/dflash-speculators``) converted to specfmt."""
+    convert("auto", str(WORLD_QWEN3 / "dflash-speculators"), out, str(QWEN3_VERIFIER))
+    return out
+
+
+def dflash_variant(base: Path, out: Path, algorithm: str = "dflash", *, seed: int = 0, k: int | None = None, tensors: dict | None = None,
+                   tlc: dict | None = None, **fields) -> Path:
+    """A specfmt draft of ``algorithm`` (``dflash``, ``dflash2`` or ``dspark``) shaped like the DFlash draft ``base`` with its
+    own ``fields`` (top level) and ``tlc`` (decoder) set, k = ``k`` (default: base's), every tensor drawn at random (norms
+    around 1), then ``tensors`` set."""
+    from specfmt.converters.dflash import as_variant
+
+    src = read_draft(base)
+    cfg = json.loads(json.dumps(src.config))
+    cfg.pop("specfmt")
+    cfg["transformer_layer_config"].update(tlc or {})
+    if k is not None:
+        cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = k
+    if algorithm != "dflash":
+        cfg = as_variant(cfg, fields, get(algorithm).config)
+    else:
+        cfg.update(fields)
+    gen = torch.Generator().manual_seed(seed)
+    made = get(algorithm).module(cfg).state_dict()
+    drawn = {n: (1 + 0.1 * torch.randn(t.shape, generator=gen) if n.endswith("norm.weight") else 0.1 * torch.randn(t.shape, generator=gen))
+             if t.is_floating_point() else t.clone() for n, t in made.items() if "rotary" not in n}
+    drawn.update(tensors or {})
+    save_draft(out, Draft(cfg, drawn), train={"note": "a test variant with random weights"})
+    return out
