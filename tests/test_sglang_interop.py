@@ -33,9 +33,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sglang_drafts import VERIFIER, eagle1_variant, variant, verifier_embedding, world_eagle1, world_eagle3
+from sglang_drafts import QWEN3_VERIFIER, VERIFIER, dflash_variant, eagle1_variant, variant, verifier_embedding, world_dflash, world_eagle1, world_eagle3
 from sglang_driver import DRIVER
 from sglang_env import STUB, sgl_env  # noqa: F401  (fixture)
+from specfmt.algorithms.dflash import SGLANG_DFLASH_CAPTURE
 from specfmt.algorithms.eagle import SGLANG_BEFORE_NORM, SGLANG_FINAL_NORMED
 from specfmt.algorithms.sglang import TAP_RULES
 from specfmt.export import export
@@ -59,16 +60,37 @@ TAP_PROBES = [[8, [1, 3, 4]], [8, [2, 4, 5]], [8, [0, 3, 7]], [8, [1, 4, 8]], [9
 KINDS = {
     "eagle3": ("LlamaForCausalLMEagle3", "EAGLE3", {"model.embed_tokens.weight"}, "is_eagle3"),
     "eagle": ("LlamaForCausalLMEagle", "EAGLE", {"model.embed_tokens.weight", "lm_head.weight"}, "is_eagle"),
+    "dflash": ("DFlashDraftModel", "DFLASH", set(), "is_dflash"),
+    "dflash2": ("DFlash2DraftModel", "DFLASH", set(), "is_dflash"),
+    "dspark": ("DSparkDraftModel", "DSPARK", set(), "is_dspark"),
 }
+#: the DFLASH family's kinds
+BLOCK = ("dflash", "dflash2", "dspark")
 
 
-def _case(name: str, kind: str, draft: Path, root: Path) -> dict:
-    exported = export(str(draft), root / f"{name}-sglang").out
+def _case(name: str, kind: str, draft: Path, root: Path, **more) -> dict:
+    exported = root / f"{name}-sglang"
+    if not exported.exists():
+        export(str(draft), exported)
     cfg = json.loads((exported / "config.json").read_text())
     argv = list(sglang_serve_command(cfg, str(exported)).argv)
-    taps = json.loads((draft / "config.json").read_text()).get("eagle_aux_hidden_state_layer_ids")
+    mine = json.loads((draft / "config.json").read_text())
+    taps = mine.get("eagle_aux_hidden_state_layer_ids", mine.get("aux_hidden_state_layer_ids"))
+    block = kind in BLOCK
     return {"name": name, "kind": kind, "draft": str(draft), "export": str(exported), "argv": argv[3:], "line": argv, "taps": taps,
-            "k": cfg["specfmt_export"]["speculative_tokens"], "verifier_arch": "LlamaForCausalLM", "verifier_layers": 8}
+            "k": cfg["specfmt_export"]["speculative_tokens"], "verifier_arch": "Qwen3ForCausalLM" if block else "LlamaForCausalLM",
+            "verifier_layers": 8, "verifier": str(QWEN3_VERIFIER if block else VERIFIER), **more}
+
+
+#: the DFLASH family's drafts for the Qwen3 world (``sglang_drafts.dflash_variant`` keywords, the world's DFlash draft as base)
+BLOCK_VARIANTS = {
+    "dflash-two_layers": ("dflash", {"tlc": {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}, "seed": 1}),
+    "dflash2": ("dflash2", {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 16, "selector_top_k": 8, "seed": 2}),
+    "dspark": ("dspark", {"k": 4, "sample_from_anchor": True, "markov_rank": 16, "markov_head_type": "vanilla", "enable_confidence_head": True,
+                          "confidence_head_with_markov": True, "seed": 3}),
+    "dspark-bonus": ("dspark", {"sample_from_anchor": False, "markov_rank": 16, "markov_head_type": "vanilla", "enable_confidence_head": False,
+                                "confidence_head_with_markov": False, "seed": 4}),
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +107,13 @@ def cases(tmp_path_factory) -> dict[str, dict]:
                      "eagle1-own_embedding": eagle1_variant(eagle1, root / "eagle1-own", dtype="float32", seed=2,
                                                             tensors={"embed_tokens.weight": verifier_embedding()})}
     out.update({name: _case(name, "eagle", draft, root) for name, draft in eagle1_drafts.items()})
+    dflash = world_dflash(root / "dflash")
+    out["dflash"] = _case("dflash", "dflash", dflash, root)
+    for name, (kind, kw) in BLOCK_VARIANTS.items():
+        out[name] = _case(name, kind, dflash_variant(dflash, root / name, kind, **kw), root,
+                          ragged_verify_mode="cap-accept" if kw.get("enable_confidence_head") else "static")
+    # the same DSpark export in SGLang's default ragged-verify mode (static), which builds no confidence head
+    out["dspark-static"] = {**_case("dspark", "dspark", root / "dspark", root), "name": "dspark-static", "ragged_verify_mode": "static"}
     return out
 
 
@@ -100,7 +129,10 @@ def report(sgl_env, cases, tmp_path_factory) -> dict:  # noqa: F811
 
 EAGLE3_CASES = ["world", *VARIANTS, "own_embedding"]
 EAGLE1_CASES = ["eagle1", "eagle1-hass", "eagle1-two_layers", "eagle1-own_embedding"]
-CASES = [*EAGLE3_CASES, *EAGLE1_CASES]
+BLOCK_CASES = ["dflash", *BLOCK_VARIANTS, "dspark-static"]
+CASES = [*EAGLE3_CASES, *EAGLE1_CASES, *BLOCK_CASES]
+#: what SGLang's default ragged-verify mode (static) does not build, so skips: DSpark's confidence head, which never changes a token
+NOT_BUILT = {"dspark-static": ["confidence_head.proj.bias", "confidence_head.proj.weight"]}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -115,8 +147,16 @@ def test_sglangs_registry_builds_the_class_and_load_weights_fills_every_paramete
 @pytest.mark.parametrize("name", CASES)
 def test_no_exported_tensor_is_skipped(report, cases, name):
     r = report["cases"][name]
-    assert r["yielded"] and r["skipped"] == []
+    assert r["yielded"] and r["skipped"] == NOT_BUILT.get(name, [])
     assert r["hot_token_id"] is (None if name == "full_vocab" or cases[name]["kind"] != "eagle3" else True)
+
+
+def test_sglangs_default_mode_builds_no_confidence_head_and_the_cap_accept_mode_loads_it(report):
+    """DSpark's confidence head (acceptance estimates for SGLang's ragged verify; it never changes a drafted token) is built
+    only outside the default SGLANG_RAGGED_VERIFY_MODE, static; in cap-accept its every parameter is filled from the export."""
+    assert not any(p.startswith("confidence_head.") for p in report["cases"]["dspark-static"]["parameters"])
+    loaded = report["cases"]["dspark"]["loaded_from"]
+    assert loaded["confidence_head.proj.weight"] == ["confidence_head.proj.weight"] and loaded["confidence_head.proj.bias"] == ["confidence_head.proj.bias"]
 
 
 def test_the_hass_draft_is_served_with_its_folded_biases_and_a_zero_fc_bias(report):
@@ -141,9 +181,48 @@ def test_sglangs_forward_equals_the_reference_in_float64(report, name):
     assert min(f["misread"]) > 1e-3, f  # the comparison sees a misreading
 
 
-@pytest.mark.parametrize("name", EAGLE3_CASES)
+@pytest.mark.parametrize("name", [*EAGLE3_CASES, *BLOCK_CASES])
 def test_the_verifier_class_captures_the_drafts_taps_from_the_ids_written(report, cases, name):
+    """EAGLE-3: set_eagle3_layers_to_capture on eagle_config's ids; the DFLASH family: set_dflash_layers_to_capture on
+    dflash_config.target_layer_ids, each of the verifier class SGLang's registry builds."""
     assert report["cases"][name]["captured"] == cases[name]["taps"]
+
+
+@pytest.mark.parametrize("name", [n for n in BLOCK_CASES if n != "dspark-static"])
+def test_the_block_drafts_forward_proposals_and_heads_equal_the_reference(report, cases, name):
+    """DFlash2's selector walk and DSpark's sequential Markov draft, through SGLang's own modules on SGLang's block hidden
+    states, propose the reference's tokens; DSpark's base logits, Markov bias and confidence logits equal the reference's."""
+    f, kind = report["cases"][name]["forward"], cases[name]["kind"]
+    if kind == "dflash2":
+        assert f["selector"]["sglang"] == f["selector"]["ours"] and len(f["selector"]["ours"]) == cases[name]["k"], f["selector"]
+    if kind == "dspark":
+        m = f["markov"]
+        assert m["sglang"] == m["ours"] and len(m["ours"]) == cases[name]["k"], m
+        assert max(m["base"], m["bias"], m.get("confidence", 0.0)) < 1e-9, m
+        assert ("confidence" in m) is (name == "dspark")
+
+
+@pytest.mark.parametrize("name", [n for n in BLOCK_CASES if n != "dspark-static"])
+def test_sglangs_parser_and_resolution_read_the_block_serve_line(report, cases, name):
+    """The line as printed through SGLang's argparse parser and prepare_server_args; then SGLang's own resolution of the
+    algorithm (_handle_dflash / _handle_dspark), which for DSpark reads the export's gamma and stops unless the line's
+    --speculative-num-draft-tokens is gamma + 1: the line passes, and one draft token fewer is refused."""
+    r, c = report["cases"][name], cases[name]
+    _, algorithm, _, test = KINDS[c["kind"]]
+    assert (r["algorithm"], r["enum"], r[test]) == (algorithm, algorithm, True) and Path(r["draft_path"]) == Path(c["export"])
+    assert r["raw"]["speculative_num_draft_tokens"] == c["k"] + 1 and Path(r["model_path"]) == QWEN3_VERIFIER.resolve()
+    assert r["hook"] == "ok", r["hook"]
+    if c["kind"] == "dspark":
+        assert "gamma + 1" in r["hook_one_fewer"], r["hook_one_fewer"]
+
+
+def test_each_dflash_tap_rule_is_what_the_verifier_class_sglang_builds_does(report):
+    """Every class of SGLANG_DFLASH_CAPTURE captures id + 1 whatever the ids (the probes include PR #25454's first-id-1 case);
+    Qwen2ForCausalLM has no set_dflash_layers_to_capture (the export refuses it, reason verifier)."""
+    rows = report["dflash_capture"]
+    assert set(rows) == {*SGLANG_DFLASH_CAPTURE, "Qwen2ForCausalLM"} and rows["Qwen2ForCausalLM"] is False
+    for arch in SGLANG_DFLASH_CAPTURE:
+        assert len(rows[arch]) == len(TAP_PROBES) and all(got == [i + 1 for i in ids] for _, ids, got in rows[arch]), (arch, rows[arch])
 
 
 @pytest.mark.parametrize("name", [*EAGLE3_CASES, *EAGLE1_CASES])
