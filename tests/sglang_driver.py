@@ -157,7 +157,7 @@ def load_case(case, first):
         same = tuple(want.shape) == tuple(p.shape) and torch.equal(p.detach(), want.to(p.dtype)) and torch.equal(p.detach().to(want.dtype), want)
         held[n] = 0.0 if same else (float((p.detach().double() - want.double()).abs().max()) if want.shape == p.shape else "shape")
     d2t = ours.get("d2t")
-    forward = FORWARDS[case["kind"]](model, cfg, case["draft"], embed, head)
+    forward = None if case.get("load_only") else FORWARDS[case["kind"]](model, cfg, case["draft"], embed, head)
     return {"forward": forward, "class": cls.__name__, "arch": arch, "parameters": {n: list(p.shape) for n, p in params.items()},
             "unfilled": [n for n, p in params.items() if not torch.isfinite(p).all()], "loaded_from": by_loader,
             "yielded": yielded, "skipped": sorted(set(yielded) - consumed),

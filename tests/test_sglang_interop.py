@@ -113,7 +113,8 @@ def cases(tmp_path_factory) -> dict[str, dict]:
         out[name] = _case(name, kind, dflash_variant(dflash, root / name, kind, **kw), root,
                           ragged_verify_mode="cap-accept" if kw.get("enable_confidence_head") else "static")
     # the same DSpark export in SGLang's default ragged-verify mode (static), which builds no confidence head
-    out["dspark-static"] = {**_case("dspark", "dspark", root / "dspark", root), "name": "dspark-static", "ragged_verify_mode": "static"}
+    out["dspark-static"] = {**_case("dspark", "dspark", root / "dspark", root), "name": "dspark-static", "ragged_verify_mode": "static",
+                            "load_only": True}
     return out
 
 
@@ -173,7 +174,7 @@ def test_every_tensor_sglang_holds_equals_the_specfmt_drafts(report, name):
     assert held and all(v == 0.0 for v in held.values()), {k: v for k, v in held.items() if v != 0.0}
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [n for n in CASES if n != "dspark-static"])  # the same draft as dspark, loaded only
 def test_sglangs_forward_equals_the_reference_in_float64(report, name):
     f = report["cases"][name]["forward"]
     assert max(f["float64"]) < 1e-9, f
