@@ -34,10 +34,10 @@ def _tensors(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(str(folder / "model.safetensors"))
 
 
-def _round_trip(draft: Path, tmp: Path, verifier: Path = VERIFIER) -> tuple[dict, dict]:
-    """Export ``draft``, convert the export back with ``--from auto``; both configs (provenance dropped) after
-    asserting the tensors are the draft's, name for name, dtype for dtype, value for value."""
-    exported = export(str(draft), tmp / "sglang").out
+def _round_trip(draft: Path, tmp: Path, verifier: Path = VERIFIER, exported: Path | None = None) -> tuple[dict, dict]:
+    """Export ``draft`` (unless ``exported`` is its export), convert the export back with ``--from auto``; both configs
+    (provenance dropped) after asserting the tensors are the draft's, name for name, dtype for dtype, value for value."""
+    exported = exported or export(str(draft), tmp / "sglang").out
     back = tmp / "back"
     convert("auto", str(exported), back, str(verifier))
     ours, theirs = _tensors(draft), _tensors(back)
@@ -204,6 +204,12 @@ def eagle1(tmp_path_factory) -> Path:
     return world_eagle1(tmp_path_factory.mktemp("eagle1") / "eagle1")
 
 
+@pytest.fixture(scope="module")
+def hass(tmp_path_factory) -> Path:
+    """The world's EAGLE-1 draft converted from a HASS source: its fc.bias folded into layer 0's q/k/v/o biases."""
+    return world_eagle1(tmp_path_factory.mktemp("hass") / "hass", fc_bias=True)
+
+
 def test_an_eagle1_draft_is_written_as_sglangs_llama_eagle_reads_it_with_a_zero_fc_bias(eagle1, tmp_path):
     out = export(str(eagle1), tmp_path / "sglang").out
     cfg, written, ours = json.loads((out / "config.json").read_text()), _tensors(out), _tensors(eagle1)
@@ -215,9 +221,9 @@ def test_an_eagle1_draft_is_written_as_sglangs_llama_eagle_reads_it_with_a_zero_
 
 
 @pytest.mark.parametrize("case", ["world", "hass", "two_layers", "own_embedding"])
-def test_every_eagle1_draft_sglang_runs_comes_back_tensor_for_tensor(eagle1, tmp_path, case):
+def test_every_eagle1_draft_sglang_runs_comes_back_tensor_for_tensor(eagle1, hass, tmp_path, case):
     """The zero fc.bias is dropped on the way back (it adds nothing); a HASS draft's folded q/k/v/o biases are kept as they are."""
-    draft = {"world": lambda: eagle1, "hass": lambda: world_eagle1(tmp_path / "hass", fc_bias=True),
+    draft = {"world": lambda: eagle1, "hass": lambda: hass,
              "two_layers": lambda: eagle1_variant(eagle1, tmp_path / "two", num_hidden_layers=2, seed=1),
              "own_embedding": lambda: eagle1_variant(eagle1, tmp_path / "own", dtype="float32", seed=2,
                                                      tensors={"embed_tokens.weight": verifier_embedding()})}[case]()
@@ -225,11 +231,11 @@ def test_every_eagle1_draft_sglang_runs_comes_back_tensor_for_tensor(eagle1, tmp
     assert a == b
 
 
-def test_the_eagle1_export_reads_back_without_asking_eagle_or_hass(eagle1, tmp_path):
+def test_the_eagle1_export_reads_back_without_asking_eagle_or_hass(hass, tmp_path):
     """Its zero fc.bias would otherwise make --from auto ask (HASS always saves fc.bias)."""
     from specfmt.detect import detect
 
-    out = export(str(world_eagle1(tmp_path / "hass", fc_bias=True)), tmp_path / "sglang").out
+    out = export(str(hass), tmp_path / "sglang").out
     found = detect(out)
     assert (found.format, found.layout, found.candidates) == ("eagle", "sglang-export", ["eagle"])
 
@@ -297,13 +303,17 @@ DFLASH2 = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 16, "s
 DSPARK = {"markov_rank": 16, "markov_head_type": "vanilla", "enable_confidence_head": True, "confidence_head_with_markov": True}
 
 
-def _block_draft(dflash: Path, tmp: Path, case: str) -> Path:
-    return {"dflash": lambda: dflash,
-            "two_layers": lambda: dflash_variant(dflash, tmp / "two", tlc={"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}),
-            "dflash2": lambda: dflash_variant(dflash, tmp / "d2", "dflash2", **DFLASH2),
-            "dspark": lambda: dflash_variant(dflash, tmp / "ds", "dspark", k=4, sample_from_anchor=True, **DSPARK),
-            "dspark-bonus": lambda: dflash_variant(dflash, tmp / "dsb", "dspark", sample_from_anchor=False,
-                                                   **{**DSPARK, "enable_confidence_head": False, "confidence_head_with_markov": False})}[case]()
+@pytest.fixture(scope="module")
+def blocks(dflash, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Each DFLASH-family draft the tests export, and its export: ``{case: (draft, export)}``."""
+    tmp = tmp_path_factory.mktemp("blocks")
+    drafts = {"dflash": dflash,
+              "two_layers": dflash_variant(dflash, tmp / "two", tlc={"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}),
+              "dflash2": dflash_variant(dflash, tmp / "d2", "dflash2", **DFLASH2),
+              "dspark": dflash_variant(dflash, tmp / "ds", "dspark", k=4, sample_from_anchor=True, **DSPARK),
+              "dspark-bonus": dflash_variant(dflash, tmp / "dsb", "dspark", sample_from_anchor=False,
+                                             **{**DSPARK, "enable_confidence_head": False, "confidence_head_with_markov": False})}
+    return {case: (draft, export(str(draft), tmp / f"{case}-sglang").out) for case, draft in drafts.items()}
 
 
 def test_the_world_dflash_draft_is_written_as_sglangs_dflash_class_reads_it(dflash, tmp_path):
@@ -315,29 +325,28 @@ def test_the_world_dflash_draft_is_written_as_sglangs_dflash_class_reads_it(dfla
 
 
 @pytest.mark.parametrize("case", ["dflash", "two_layers", "dflash2", "dspark", "dspark-bonus"])
-def test_every_block_draft_sglang_runs_comes_back_tensor_for_tensor(dflash, tmp_path, case):
-    draft = _block_draft(dflash, tmp_path, case)
-    a, b = _round_trip(draft, tmp_path, QWEN3_VERIFIER)
+def test_every_block_draft_sglang_runs_comes_back_tensor_for_tensor(blocks, tmp_path, case):
+    draft, exported = blocks[case]
+    a, b = _round_trip(draft, tmp_path, QWEN3_VERIFIER, exported)
     assert a == b
 
 
 @pytest.mark.parametrize("case,fields,top", [("dflash2", DFLASH2, {}),
                                              ("dspark", {"block_size": 4}, {**DSPARK, "sample_from_anchor": True}),
                                              ("dspark-bonus", {"block_size": 3}, {"sample_from_anchor": False, "markov_rank": 16})])
-def test_each_variants_fields_are_written_where_sglang_reads_them(dflash, tmp_path, case, fields, top):
+def test_each_variants_fields_are_written_where_sglang_reads_them(blocks, case, fields, top):
     """DFlash2's four fields inside dflash_config (parse_dflash_draft_config reads them nowhere else); DSpark's heads' fields and
     sample_from_anchor at the top level (build_markov_head, get_dspark_sample_from_anchor), and its block_size as SGLang's
     gamma: the tokens a block proposes (4 from the anchor's block of 4; 3 from a block of 4 without)."""
-    out = export(str(_block_draft(dflash, tmp_path, case)), tmp_path / "sglang").out
-    cfg = json.loads((out / "config.json").read_text())
+    cfg = json.loads((blocks[case][1] / "config.json").read_text())
     assert fields.items() <= cfg["dflash_config"].items() and top.items() <= cfg.items()
 
 
 @pytest.mark.parametrize("case,k,line", [("dflash", 3, ("DFLASH", "4")), ("dflash2", 3, ("DFLASH", "4")), ("dspark", 4, ("DSPARK", "5")),
                                          ("dspark-bonus", 3, ("DSPARK", "4"))])
-def test_the_block_serve_line_names_the_algorithm_and_the_verify_window(dflash, tmp_path, case, k, line):
+def test_the_block_serve_line_names_the_algorithm_and_the_verify_window(blocks, case, k, line):
     """DFLASH: --speculative-num-draft-tokens is the block (k + 1); DSPARK: gamma + 1 = k + 1, which its hook requires."""
-    out = export(str(_block_draft(dflash, tmp_path, case)), tmp_path / "sglang").out
+    out = blocks[case][1]
     cfg = json.loads((out / "config.json").read_text())
     argv = list(sglang_serve_command(cfg, str(out)).argv)
     flag = lambda f: argv[argv.index(f) + 1]  # noqa: E731
@@ -379,11 +388,10 @@ def test_a_qwen2_verifier_is_refused_for_a_block_draft(dflash):
     assert e.value.reason == "verifier"
 
 
-def test_the_dspark_export_reads_back_as_dspark_and_dflash2_as_dflash2(dflash, tmp_path):
+def test_the_dspark_export_reads_back_as_dspark_and_dflash2_as_dflash2(blocks):
     """Both are DFlash's (z-lab's) layout too; the more specific converter's sglang-export layout wins."""
     from specfmt.detect import detect
 
     for case, fmt in (("dflash2", "dflash2"), ("dspark", "dspark"), ("dflash", "dflash")):
-        out = export(str(_block_draft(dflash, tmp_path, case)), tmp_path / f"{case}-sglang").out
-        found = detect(out)
+        found = detect(blocks[case][1])
         assert (found.format, found.layout) == (fmt, "sglang-export"), case
