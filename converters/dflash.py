@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from specfmt.algorithms.dflash import CAUSAL_TRAP, DFlashConfig
 from specfmt.algorithms.layers import decoder_config
+from specfmt.algorithms.sglang import EXPORT_KEY, exported_by_specfmt
 from specfmt.checkpoint.dtypes import DTYPE_NAMES
 from specfmt.errors import ConversionError
 from specfmt.format.config import SpeculatorConfig
@@ -66,6 +67,11 @@ def _dc(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def _zlab(seen: Seen) -> bool:
     return isinstance(seen.config.get("dflash_config"), dict) and seen.has(r"hidden_norm\.weight")
+
+
+def sglang_export(seen: Seen, algorithm: str) -> bool:
+    """``specfmt export --to sglang`` wrote it for a draft of ``algorithm`` (SGLang's DFlash-family layout: z-lab's)."""
+    return _zlab(seen) and exported_by_specfmt(seen.config, algorithm) is not None
 
 
 #: refusals that are conditions on the source config, checked first, in order
@@ -121,6 +127,12 @@ class DFlashConverter(Converter):
               "auto_map": OBJECT, "target_layer_ids": INDEXES, "projector_type": STRING, "pure_draft_prefix_len": NON_NEGATIVE_INT, "shift_label": BOOL}
     nested_fields = ("dflash_config",)
     layouts = (
+        Layout("sglang-export", lambda s: sglang_export(s, DFlashConfig.name), f"config has a {EXPORT_KEY} block of a DFlash draft "
+               "(written by `specfmt export --to sglang`)",
+               details="SGLang's `DFlashDraftModel` layout as specfmt writes it: z-lab's (a flat Qwen3 config, `num_target_layers`, "
+                       "`dflash_config: {block_size, mask_token_id, target_layer_ids}`), the format's tensor names, no embedding or head",
+               outcome="converted as z-lab's layout is (taps `target_layer_ids` + 1, k = block_size − 1, Vd = V): the draft it was "
+                       "made from, tensor for tensor"),
         Layout("specforge", _zlab, "config has dflash_config (target_layer_ids, mask_token_id) next to hidden_norm.weight: a DFlash block draft",
                details="z-lab's published drafts and SpecForge's `DFlashDraftModel` (`specforge/modeling/draft/dflash.py`): a Qwen3 config "
                        "with `block_size`, `num_target_layers`, `dflash_config: {mask_token_id, target_layer_ids}`; tensors `layers.{i}.*`, "
@@ -233,9 +245,10 @@ class DFlashConverter(Converter):
         """speculators' DFlash config is read as it is (:meth:`decide` reads the format's own fields)."""
         return replace(src, config=cfg)
 
-    def _research(self, src: Source, opts: Options, plan: Plan) -> None:
+    def _research(self, src: Source, opts: Options, plan: Plan, from_anchor: bool | None = None) -> None:
         """The dflash config (:class:`~specfmt.algorithms.dflash.DFlashConfig`) from a z-lab / SpecForge config; the
-        tensors are kept as they are.
+        tensors are kept as they are. ``from_anchor``: the block's reading (default :attr:`research_from_anchor`; an SGLang
+        export of a DSpark draft records its own).
 
         Raises:
             ConversionError: the rows of :data:`_CONFIG_REFUSALS` and :data:`_LAGUNA_REFUSALS`; a vocabulary or hidden size
@@ -251,7 +264,8 @@ class DFlashConverter(Converter):
             raise ConversionError(f"draft hidden_size {H} differs from the verifier's {verifier.hidden_size}; the draft embeds with the verifier's "
                                   "embedding and reads with its lm_head", hint="is --verifier the model this draft was trained for?")
         n_layers = decoder_layer_count({int(m.dst.split(".")[1]) for m in plan.moves if m.dst and m.dst.startswith("layers.")}, cfg)
-        B = _block_size(cfg, opts, self.research_from_anchor)
+        from_anchor = self.research_from_anchor if from_anchor is None else from_anchor
+        B = _block_size(cfg, opts, from_anchor)
         taps = _research_taps(cfg, opts, verifier.num_hidden_layers, n_layers, plan.notes)
         fc = out.get("fc.weight")
         if fc is None or tuple(fc.shape) != (H, len(taps) * H):
@@ -260,7 +274,7 @@ class DFlashConverter(Converter):
         tlc = decoder_config(cfg, H, nH, V, verifier, out_code, n_layers)
         check_rotary_caches(src, tlc)
         plan.config = DFlashConfig.build(verifier, tlc, draft_vocab_size=V, block_size=B, taps=taps, mask_token_id=_mask_token(cfg, opts, V),
-                                         sliding_window_non_causal=True, sample_from_anchor=self.research_from_anchor, dtype=DTYPE_NAMES[out_code]).dump()
+                                         sliding_window_non_causal=True, sample_from_anchor=from_anchor, dtype=DTYPE_NAMES[out_code]).dump()
         plan.notes.append("sliding_window_non_causal written true: every layer of this draft attends within its block without a causal mask, "
                           "and vLLM builds all layers causal when it is false")
 
@@ -349,4 +363,4 @@ def _research_taps(cfg: dict[str, Any], opts: Options, N: int, n_layers: int, no
     return read_output_taps("dflash_config.target_layer_ids", list(ids), opts, N, notes, "z-lab's extract_context_feature: hidden_states[id + 1]")
 
 
-__all__ = ["DFlashConverter", "as_variant", "build_target_layer_ids"]
+__all__ = ["DFlashConverter", "as_variant", "build_target_layer_ids", "sglang_export"]

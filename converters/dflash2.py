@@ -18,8 +18,10 @@ from specfmt.errors import ConversionError
 from specfmt.format.config import SpeculatorConfig
 from specfmt.format.model import field_kinds
 
+from specfmt.algorithms.sglang import EXPORT_KEY
+
 from .base import KEEP, Case, Layout, Options, Plan, Rule, Seen, Source, register
-from .dflash import DFlashConverter, as_variant
+from .dflash import DFlashConverter, _dc, as_variant, sglang_export
 
 #: speculators 0.9's ``DFlash2SpeculatorConfig`` defaults, written when a field is absent
 DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 256, "selector_top_k": 16, "sliding_window_non_causal": True}
@@ -42,7 +44,13 @@ class DFlash2Converter(DFlashConverter):
     rules = (Rule(r"layers\.\d+\.(attention|mlp)_conv\.(base_kernel|kernel_projection\.weight)", KEEP),
              Rule(r"candidate_selector\.(predecessor_codebook|successor_codebook|hidden_projection\.weight)", KEEP), *DFlashConverter.rules)
     fields = field_kinds(DFlash2Config, beyond=SpeculatorConfig)
-    layouts = (Layout("speculators", _speculators_dflash2, "speculators_model_type dflash2, hidden_norm.weight and candidate_selector.*",
+    layouts = (Layout("sglang-export", lambda s: sglang_export(s, DFlash2Config.name), f"config has a {EXPORT_KEY} block of a DFlash2 draft "
+                      "(written by `specfmt export --to sglang`)",
+                      details="SGLang's `DFlash2DraftModel` layout as specfmt writes it: DFlash's (z-lab's) with `conv_kernel_size`, "
+                              "`conv_group_size`, `selector_rank` and `selector_top_k` inside `dflash_config`, the format's tensor names",
+                      outcome="converted: DFlash's reading of the rest, the four fields from `dflash_config`; the draft it was made from, "
+                              "tensor for tensor"),
+               Layout("speculators", _speculators_dflash2, "speculators_model_type dflash2, hidden_norm.weight and candidate_selector.*",
                       details="speculators 0.9's `DFlash2DraftModel` names: DFlash's, `layers.{i}.attention_conv.*` / `mlp_conv.*` "
                               "(`base_kernel` [2, K, H], `kernel_projection.weight` [2·K·H/g, H]), `candidate_selector.*` ([V, r], [r, H])",
                       outcome="converted (`specfmt upgrade`); parts not of the config's shapes **refused**"),)
@@ -54,7 +62,7 @@ class DFlash2Converter(DFlashConverter):
     )
 
     def claims(self, seen: Seen) -> bool:
-        return seen.config.get("speculators_model_type") == "dflash2"
+        return seen.config.get("speculators_model_type") == "dflash2" or sglang_export(seen, DFlash2Config.name)
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:
         """DFlash's decisions (:meth:`DFlashConverter.decide`), then the four fields and the parts' shapes.
@@ -62,10 +70,30 @@ class DFlash2Converter(DFlashConverter):
         Raises:
             ConversionError: DFlash's refusals; a convolution or selector tensor missing or not of the config's shape.
         """
+        if isinstance(src.config.get("dflash_config"), dict):
+            return self._sglang_export(src, opts, plan)
         cfg = {**DEFAULTS, **{k: v for k, v in src.config.items() if v is not None}}
         plan.notes.extend(f"{k} absent: written {v!r}, speculators' default" for k, v in DEFAULTS.items() if src.config.get(k) is None)
         super().decide(replace(src, config=cfg), opts, plan)
         plan.config = as_variant(plan.config, {k: cfg[k] for k in DEFAULTS if k != "sliding_window_non_causal"}, DFlash2Config)
+        self._check_parts(plan)
+
+    def _sglang_export(self, src: Source, opts: Options, plan: Plan) -> None:
+        """SGLang's layout as ``specfmt export`` writes it: the four fields from ``dflash_config`` (where SGLang reads them), the
+        rest by DFlash's reading of z-lab's layout (:meth:`DFlashConverter._research`).
+
+        Raises:
+            ConversionError: a field missing from ``dflash_config``; DFlash's research refusals; a part of another shape.
+        """
+        dc = _dc(src.config)
+        missing = [k for k in DEFAULTS if k != "sliding_window_non_causal" and type(dc.get(k)) is not int]
+        if missing:
+            raise ConversionError(f"dflash_config has no {', '.join(missing)}: SGLang builds no convolution or selector without them",
+                                  where="config.json", hint=f"the {EXPORT_KEY} block says specfmt wrote this folder; was it edited?")
+        fields = {k: dc[k] for k in DEFAULTS if k != "sliding_window_non_causal"}
+        rest = {k: v for k, v in dc.items() if k not in fields}
+        self._research(replace(src, config={**src.config, "dflash_config": rest}), opts, plan)
+        plan.config = as_variant(plan.config, fields, DFlash2Config)
         self._check_parts(plan)
 
     def _check_parts(self, plan: Plan) -> None:

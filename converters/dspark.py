@@ -43,7 +43,9 @@ from specfmt.format.config import SpeculatorConfig
 from specfmt.format.model import field_kinds
 
 from .base import KEEP, STRING, Case, Example, Layout, Options, Plan, Refusal, Rule, Seen, Source, refuse, register
-from .dflash import DFlashConverter, as_variant, _dc
+from specfmt.algorithms.sglang import EXPORT_KEY, exported_by_specfmt
+
+from .dflash import DFlashConverter, _dc, as_variant, sglang_export
 
 #: speculators 0.9's ``DSparkSpeculatorConfig`` defaults, written when a field is absent
 DEFAULTS = {"sample_from_anchor": True, "markov_rank": 256, "markov_head_type": "vanilla", "enable_confidence_head": True,
@@ -108,7 +110,14 @@ class DSparkConverter(DFlashConverter):
     rules = (Rule(r"markov_head\.markov_w[12]\.weight", KEEP), Rule(r"confidence_head\.proj\.(weight|bias)", KEEP), *DFlashConverter.rules)
     fields = {**DFlashConverter.fields, **field_kinds(DSparkConfig, beyond=SpeculatorConfig), "attention_mode": STRING}
     research_from_anchor = True
-    layouts = (Layout("specforge", _specforge_dspark,
+    layouts = (Layout("sglang-export", lambda s: sglang_export(s, DSparkConfig.name), f"config has a {EXPORT_KEY} block of a DSpark draft "
+                      "(written by `specfmt export --to sglang`)",
+                      details="SGLang's `DSparkDraftModel` layout as specfmt writes it: DFlash's (z-lab's) with `dflash_config.block_size` "
+                              "SGLang's gamma (the tokens a block proposes), and `markov_rank`, `markov_head_type`, `enable_confidence_head`, "
+                              "`confidence_head_with_markov`, `sample_from_anchor` at the top level, where SGLang's heads read them",
+                      outcome="converted: B = gamma (+ 1 without `sample_from_anchor`), the heads' fields as written, DFlash's reading of "
+                              "the rest; the draft it was made from, tensor for tensor"),
+               Layout("specforge", _specforge_dspark,
                       "config has dflash_config next to hidden_norm.weight, with markov_head.* / confidence_head.* tensors (or "
                       "projector_type dspark, markov_rank): SpecForge's DSpark draft",
                       details="SpecForge's `DSparkDraftModel` (`specforge/modeling/draft/dspark.py`): its DFlash layout (a Qwen3 config with "
@@ -152,7 +161,7 @@ class DSparkConverter(DFlashConverter):
     )
 
     def claims(self, seen: Seen) -> bool:
-        return seen.config.get("speculators_model_type") == "dspark" or _specforge_dspark(seen)
+        return seen.config.get("speculators_model_type") == "dspark" or _specforge_dspark(seen) or sglang_export(seen, DSparkConfig.name)
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:
         """DFlash's decisions (:meth:`DFlashConverter.decide`), then the heads' fields and tensors.
@@ -161,6 +170,8 @@ class DSparkConverter(DFlashConverter):
             ConversionError: DFlash's refusals; a head type other than vanilla; ``markov_rank`` not a positive int;
                 ``markov_head.*`` or ``confidence_head.*`` missing or not of the config's shapes.
         """
+        if exported_by_specfmt(src.config, DSparkConfig.name) is not None:
+            return self._sglang_export(src, opts, plan)
         if isinstance(src.config.get("dflash_config"), dict):
             return self._specforge(src, opts, plan)
         cfg = {**DEFAULTS, **{k: v for k, v in src.config.items() if v is not None}}
@@ -198,6 +209,31 @@ class DSparkConverter(DFlashConverter):
         plan.notes[:] = [_NATIVE_CAUSAL if n.startswith("sliding_window_non_causal written true") else n for n in plan.notes]
         plan.notes.append("sample_from_anchor written true: SpecForge trains slot j of the block on the token at anchor + j + 1 "
                           "(OnlineDSparkModel), so every slot proposes and k = block_size")
+        self._check_heads(plan)
+
+    def _sglang_export(self, src: Source, opts: Options, plan: Plan) -> None:
+        """SGLang's layout as ``specfmt export`` writes it: the heads' fields and ``sample_from_anchor`` from the top level,
+        ``dflash_config.block_size`` read as the provenance records it (SGLang's gamma: B = gamma, + 1 without
+        ``sample_from_anchor``), the rest by DFlash's reading of z-lab's layout (:meth:`DFlashConverter._research`).
+
+        Raises:
+            ConversionError: a field missing or of the wrong type, a block not recorded as gamma; DFlash's research refusals;
+                the heads' tensors missing or not of the config's shapes.
+        """
+        cfg, recorded = src.config, exported_by_specfmt(src.config, DSparkConfig.name)
+        types = {"markov_rank": int, "markov_head_type": str, "enable_confidence_head": bool, "confidence_head_with_markov": bool,
+                 "sample_from_anchor": bool}
+        bad = [k for k, t in types.items() if type(cfg.get(k)) is not t]
+        gamma = _dc(cfg).get("block_size")
+        if bad or recorded.get("block_size") != "gamma" or type(gamma) is not int:
+            raise ConversionError(f"not as specfmt export writes a DSpark draft: {', '.join(bad) or 'dflash_config.block_size'} missing or "
+                                  "of the wrong type, or the block not recorded as gamma", where="config.json",
+                                  hint=f"the {EXPORT_KEY} block says specfmt wrote this folder; was it edited?")
+        from_anchor = cfg["sample_from_anchor"]
+        fields = {k: cfg[k] for k in types if k != "sample_from_anchor"}
+        block = {**_dc(cfg), "block_size": gamma + (not from_anchor)}
+        self._research(replace(src, config={**cfg, "dflash_config": block}), opts, plan, from_anchor=from_anchor)
+        plan.config = as_variant(plan.config, fields, DSparkConfig)
         self._check_heads(plan)
 
     def _check_heads(self, plan: Plan) -> None:

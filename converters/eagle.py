@@ -36,8 +36,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from specfmt.algorithms.eagle import build_config
+from specfmt.algorithms.eagle import EagleConfig, build_config
 from specfmt.algorithms.layers import decoder_config
+from specfmt.algorithms.sglang import EXPORT_KEY, exported_by_specfmt
 from specfmt.errors import ConversionError
 from specfmt.format.config import DecoderConfig
 
@@ -82,6 +83,11 @@ def _eagle1(seen: Seen) -> bool:
 
 def _accelerate(seen: Seen) -> bool:
     return _eagle1(seen) and any(f in seen.files for f in _FROZEN_FILES)
+
+
+def _exported(cfg: dict[str, Any]) -> bool:
+    """``specfmt export --to sglang`` wrote it (an EAGLE-1 draft in SGLang's ``LlamaForCausalLMEagle`` layout)."""
+    return exported_by_specfmt(cfg, EagleConfig.name) is not None
 
 
 #: refusals that are conditions on tensor names (:meth:`Plan.names`), checked first
@@ -147,11 +153,14 @@ _TYPE_REFUSALS = (
 
 
 def _attention_biases(cfg: dict[str, Any], names: set[str], n_layers: int) -> set[str]:
-    """The source's own attention biases: all of layers' q/k/v or none, no o_proj, no config switch.
+    """The source's own attention biases: all of layers' q/k/v or none, no o_proj, no config switch; in an SGLang
+    export (:func:`_export_biases`), all of q/k/v/o or none, as ``attention_bias`` says.
 
     Raises:
         ConversionError: an o_proj bias, q/k/v biases on some projections only, or ``attention_bias``/``mlp_bias`` set.
     """
+    if _exported(cfg):
+        return _export_biases(cfg, names, n_layers)
     qkv_bias = {n for n in names if n.endswith("_proj.bias") and ".self_attn." in n}
     if any(n.endswith("o_proj.bias") for n in qkv_bias):
         raise ConversionError("the draft has an o_proj bias, which no EAGLE-1 reference layer has", hint="check --from")
@@ -160,6 +169,23 @@ def _attention_biases(cfg: dict[str, Any], names: set[str], n_layers: int) -> se
     if cfg.get("attention_bias") or cfg.get("mlp_bias"):
         raise ConversionError("attention_bias/mlp_bias in an EAGLE-1 config: the reference builds its layers without them (qkv_bias is its only bias switch)", where="config.json")
     return qkv_bias
+
+
+def _export_biases(cfg: dict[str, Any], names: set[str], n_layers: int) -> set[str]:
+    """An SGLang export's attention biases: its layers are the format's (SGLang's Llama layers build q/k/v and o_proj
+    biases from ``attention_bias``, as vLLM's do), so every q/k/v/o bias of every layer is there exactly when
+    ``attention_bias`` is true, and each is kept as it is.
+
+    Raises:
+        ConversionError: the biases and ``attention_bias`` disagree, or ``mlp_bias`` is set.
+    """
+    biases = {n for n in names if n.endswith("_proj.bias") and ".self_attn." in n}
+    every = {f"layers.{i}.self_attn.{p}_proj.bias" for i in range(n_layers) for p in "qkvo"}
+    if biases != (every if cfg.get("attention_bias") else set()) or cfg.get("mlp_bias"):
+        raise ConversionError(f"attention_bias is {cfg.get('attention_bias')!r} but the export holds {len(biases)} of the {len(every)} q/k/v/o "
+                              "biases (or mlp_bias is set): not as specfmt export writes it", where="config.json",
+                              hint=f"the {EXPORT_KEY} block says specfmt wrote this folder; was it edited?")
+    return biases
 
 
 def _fc_bias(src: Source, plan: Plan, names: set[str]) -> bool:
@@ -176,6 +202,10 @@ def _fc_bias(src: Source, plan: Plan, names: set[str]) -> bool:
     if not bool(src.get(b_move.src).count_nonzero()):  # torch: the fold that follows needs it anyway
         b_move.drop("all zeros: adds nothing")
         return False
+    if _exported(cfg):
+        raise ConversionError("fc.bias is not all zeros, but specfmt export writes an EAGLE-1 draft's fc.bias as zeros (the format has "
+                              "none; its research bias is already folded into the attention biases)", where="model.safetensors",
+                              hint=f"the {EXPORT_KEY} block says specfmt wrote this folder; was it edited?")
     b_move.drop("folded exactly: layers.0.self_attn.{q,k,v}_proj.bias = W_{q,k,v}·fc.bias, layers.0.self_attn.o_proj.bias = fc.bias "
                 "(layer 0 has no input norm)", "fold")
     return True
@@ -201,6 +231,13 @@ class EagleConverter(Converter):
     nested_fields = ("model",)
     ignore_files = _FROZEN_FILES
     layouts = (
+        Layout("sglang-export", lambda s: _eagle1(s) and _exported(s.config),
+               f"config has a {EXPORT_KEY} block of an EAGLE-1 draft (written by `specfmt export --to sglang`)",
+               details="SGLang's `LlamaForCausalLMEagle` layout as specfmt writes it: the format's names, a flat Llama config, and an "
+                       "all-zero `fc.bias` (SGLang's `fc` has a bias, the format's none); attention biases, when the draft has them, on "
+                       "q/k/v and o_proj of every layer (`attention_bias: true`), as SGLang's and vLLM's Llama layers build them",
+               outcome="converted: the all-zero `fc.bias` dropped (it adds nothing), every other tensor kept as it is, `attention_bias` "
+                       "as written; `--from auto` reads it without asking `--from eagle` or `--from hass`"),
         Layout("vllm-v0", lambda s: _v0_wrapper(s.config) and _eagle1(Seen(s.config, {n: s.shapes[o] for n, o in _v0_names(s.names).items()}, s.format, s.files)),
                "config model_type 'eagle' with the draft's config nested under 'model' (vLLM V0's EAGLE wrapper)",
                details="written by the conversion script of vLLM PR #6830: `eagle_fc_bias` beside or inside `model` (sometimes contradicted "
@@ -224,6 +261,9 @@ class EagleConverter(Converter):
                                  "`\"bias\": false`, no `fc.bias`, float16"),)),
     )
     cases = (
+        Case("an all-zero `fc.bias` (the vLLM V0 wrapper's `eagle_fc_bias`, SGLang's `fc`, which always has a bias)",
+             "dropped: `x = W·[e; h] + 0` is exactly `W·[e; h]` in every dtype (adding zero rounds nothing), so the draft "
+             "computes the same without it and nothing is folded"),
         Case("`fc.bias` (SafeAILab v1 without `\"bias\": false`; HASS always)",
              "converted: a non-zero `fc.bias` is folded exactly into layer 0 (`q/k/v_proj.bias = W·b`, `o_proj.bias = b`, "
              "`attention_bias: true`; computed in float64), a zero one dropped. A fold that does not fit the output dtype is refused "
@@ -401,8 +441,9 @@ class HassConverter(EagleConverter):
 
     def claims(self, seen: Seen) -> bool:
         """Only with ``fc.bias``: HASS always trains and saves it, so a draft without one is EAGLE-1/2;
-        never a vLLM V0 wrapper, which vLLM's EAGLE conversion wrote."""
-        return "fc.bias" in seen.shapes and not _v0_wrapper(seen.config)
+        never a vLLM V0 wrapper, which vLLM's EAGLE conversion wrote, nor an SGLang export of an EAGLE-1 draft
+        (its ``fc.bias`` is the zeros specfmt writes for SGLang's ``fc``)."""
+        return "fc.bias" in seen.shapes and not _v0_wrapper(seen.config) and not _exported(seen.config)
     fallback_layout = "hass"
 
     def decide(self, src: Source, opts: Options, plan: Plan) -> None:

@@ -261,11 +261,12 @@ def render_sglang(page: str, args: list[str], state: dict) -> str:
     for name, algo in REGISTRY.items():
         part = algo.sglang
         if part is not None:
-            rows.append([f"{algo.title} (`{name}`)", f"`{part.sglang_architecture}` (`{part.sglang_source}`), `--speculative-algorithm {part.sglang_algorithm}`",
+            flags = " ".join(["--speculative-algorithm", part.sglang_algorithm, *part.sglang_flags({}, 3)])
+            rows.append([f"{algo.title} (`{name}`)", f"`{part.sglang_architecture}` (`{part.sglang_source}`)", f"`{flags}`",
                          "written by `specfmt export --to sglang`"])
         else:
-            rows.append([f"{algo.title} (`{name}`)", cell(algo.sglang_unserved), "refused (`unserved`)"])
-    return table(["algorithm", "SGLang 0.5.23", "export"], rows)
+            rows.append([f"{algo.title} (`{name}`)", cell(algo.sglang_unserved), "", "refused (`unserved`)"])
+    return table(["algorithm", "SGLang 0.5.23 draft class", "speculative flags (k = 3)", "export"], rows)
 
 
 def render_recognised(page: str, args: list[str], state: dict) -> str:

@@ -122,6 +122,7 @@ class _Bug(Refusals):
 def _stream(draft: "Draft", layout: SGLangLayout) -> TensorStream:
     """The written tensors, renamed, in safetensors' ``save_file`` order."""
     tensors = {layout.names[n]: t.contiguous() for n, t in draft.tensors.items() if n in layout.names}
+    tensors.update({name: make().contiguous() for name, (_, make) in layout.derived.items()})
     order = save_file_order([(n, torch_dtype_code(t), tuple(t.shape)) for n, t in tensors.items()])
     return TensorStream([OutTensor(n, code, shape, (lambda t=tensors[n]: t), label=n) for n, code, shape in order], _Bug())
 
@@ -134,7 +135,8 @@ def provenance(draft: "Draft", folder: Path, ref: str, verifier: "Verifier", lay
             "speculative_tokens": speculative_tokens(draft.config), "verifier": verifier.name_or_path,
             "source": {"name_or_path": ref, "files": {f: sha256_file(folder / f) for f in (CONFIG_FILE, WEIGHTS_FILE)}},
             "tensors": {"renamed": {a: b for a, b in sorted(layout.names.items()) if a != b},
-                        "kept": sorted(a for a, b in layout.names.items() if a == b), "dropped": dict(sorted(layout.dropped.items()))},
+                        "kept": sorted(a for a, b in layout.names.items() if a == b), "dropped": dict(sorted(layout.dropped.items())),
+                        **({"derived": {n: why for n, (why, _) in sorted(layout.derived.items())}} if layout.derived else {})},
             **layout.recorded}
 
 

@@ -294,8 +294,9 @@ def test_datagen_ctrl_c_at_each_point_keeps_whole_files_and_says_what(tmp_path, 
         _ctrl_c_when(layout.os, "replace", monkeypatch, lambda src, dst: Path(dst).name == "token_freq.pt")
     elif point == "engine shutdown":
         _ctrl_c_when(TransformersEngine, "close", monkeypatch)
-    else:
-        _ctrl_c_when(layout.os, "replace", monkeypatch, lambda src, dst: Path(dst).name == layout.MANIFEST)
+    else:  # the manifest is written first (what the run is made from) and again at the end, with the figures: the end
+        _ctrl_c_when(layout.os, "replace", monkeypatch,
+                     lambda src, dst: Path(dst).name == layout.MANIFEST and any((Path(dst).parent / "hidden_states").glob("hs_*.safetensors")))
     out = tmp_path / "out"
     req = dg.DatagenRequest(verifier=str(VERIFIER), data=[str(data_file(tmp_path / "d.jsonl", 3))], output=str(out), seq_len=64,
                             engine="transformers")

@@ -306,8 +306,8 @@ def test_data_reads_text_jsonl_and_chat_messages(tmp_path, verifier, tokenizer):
     bad.write_text(json.dumps({"text": "ok"}) + "\n{not json\n")
     with pytest.raises(InputError, match=r"bad.jsonl:2"):
         read_documents([str(bad)], tokenizer)
-    (tmp_path / "c.jsonl").write_text(json.dumps({"prompt": "x"}) + "\n")
-    with pytest.raises(InputError, match=r"\"text\" string or a \"messages\" list.*c.jsonl:1"):
+    (tmp_path / "c.jsonl").write_text(json.dumps({"input": "x"}) + "\n")
+    with pytest.raises(InputError, match=r"each line needs \{\"text\": \.\.\.\}.*this one has 'input'.*c.jsonl:1"):
         read_documents([str(tmp_path / "c.jsonl")], tokenizer)
     with pytest.raises(InputError, match="not found"):
         read_documents([str(tmp_path / "missing.txt")], tokenizer)

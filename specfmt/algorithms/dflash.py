@@ -25,7 +25,7 @@ from ``target_hidden``); vLLM 0.32 ``transformers_utils/configs/speculators/algo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
@@ -37,6 +37,7 @@ from . import layers
 from .base import Algorithm, Card, Proposer, Reference, Variant, register
 from .eagle3 import proposable_ids, vocab_map_check, vocab_map_problems
 from .reference import ChainDrafter, VerifierStates
+from .sglang import SGLANG_VERSION, SGLang, SGLangLayout, refuse
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -192,16 +193,125 @@ class _DFlashBlocks(ChainDrafter):
             return [[int(self.targets[int(x)]) for x in self.block_logits(tokens, states, k).argmax(-1)] for tokens, states in requests]
 
 
+#: verifier ``architectures[0]`` -> the SGLang file of its class, for the classes whose ``set_dflash_layers_to_capture(ids)``
+#: captures ``[id + 1 for id in ids]`` ("SGLang captures 'before layer i'": the output of layer id, HF ``hidden_states[id + 1]``),
+#: the DFlash family's only tap rule in SGLang 0.5.23; a class without the method (``Qwen2ForCausalLM``) cannot serve DFLASH
+SGLANG_DFLASH_CAPTURE: dict[str, str] = {
+    "LlamaForCausalLM": "srt/models/llama.py",
+    "MistralForCausalLM": "srt/models/mistral.py",
+    "Qwen3ForCausalLM": "srt/models/qwen3.py",
+    "Qwen3MoeForCausalLM": "srt/models/qwen3_moe.py",
+    "DeepseekV2ForCausalLM": "srt/models/deepseek_v2.py",
+    "DeepseekV3ForCausalLM": "srt/models/deepseek_v2.py",
+    "Glm4MoeLiteForCausalLM": "srt/models/glm4_moe_lite.py",
+    "GptOssForCausalLM": "srt/models/gpt_oss.py",
+}
+
+
+class DFlashSGLang(SGLang):
+    """The DFlash family in SGLang 0.5.23: ``DFlashDraftModel`` (``python/sglang/srt/models/dflash.py``), run by the DFLASH
+    worker (``srt/speculative/dflash_worker_v2.py``). DFlash2 and DSpark are this part with their own class, fields and block
+    (:meth:`sglang_fields`, :meth:`sglang_block`).
+
+    What SGLang's code does, and so what the export writes or refuses:
+
+    * **Config.** A flat Qwen3 config (``DFlashAttention`` builds q/k norms, ``qkv_proj`` and ``o_proj`` with
+      ``attention_bias``, rotary from the config) and ``dflash_config`` (``dflash_utils.py`` ``parse_dflash_draft_config``):
+      ``block_size``, ``mask_token_id`` and ``target_layer_ids``, HF layer-output ids that the verifier class captures
+      ``+ 1`` (:data:`SGLANG_DFLASH_CAPTURE`): the format's taps - 1, as vLLM reads them. ``num_target_layers`` is the
+      verifier's N (SGLang warns when it differs).
+    * **Tensors.** ``load_weights`` takes the format's names (q/k/v and gate/up fused) and **ignores every name it does not
+      know** ("Ignore unexpected weights"). The draft has no embedding and no head: the worker embeds the block with the
+      verifier's embedding and projects with the verifier's ``lm_head``, over the full vocabulary. So a draft vocabulary
+      (``d2t``), a draft's own ``lm_head`` or ``embed_tokens`` would be skipped: refused. ``fc`` is ``nn.Linear(n·H, H)``:
+      taps as wide as the draft (H_t = H) only.
+    * **The block.** The worker's block is ``--speculative-num-draft-tokens`` positions (B: the verified anchor and B - 1
+      mask tokens); each layer attends to the context's keys and values (``fc`` → ``hidden_norm`` → ``kv_proj_only``,
+      ``k_norm``, rotary: ``_append_target_hidden_sequential``) and to the whole block, full-attention layers
+      ``ENCODER_ONLY`` (non-causal); slots 1 .. B - 1 propose. A draft sampling from the anchor has no reading there, nor
+      do sliding-window layers (causal there, with SGLang's window): refused.
+    * **The mask token.** ``mask_token_id`` is read as written; when the verifier's tokenizer has SGLang's default
+      ``mask_token`` ``<|MASK|>`` under another id, SGLang stops at start (a loud error, not a misreading).
+    """
+
+    sglang_algorithm = "DFLASH"
+    sglang_architecture = "DFlashDraftModel"
+    sglang_source = "python/sglang/srt/models/dflash.py"
+
+    def sglang_layout(self, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]], verifier: "VerifierInfo",
+                      tensor: Callable[[str], Any], embedding: Callable[[], Any]) -> SGLangLayout:
+        c = self.config.of(cfg)
+        self._sglang_refusals(c, shapes, verifier)
+        nested, top = self.sglang_fields(c)
+        tlc = {k: v for k, v in c.transformer_layer_config.dump().items() if k != "architectures"}
+        ids = [t - 1 for t in c.taps]
+        config = {"architectures": [self.sglang_architecture], **tlc, "num_target_layers": verifier.num_hidden_layers,
+                  "dflash_config": {"block_size": self.sglang_block(c), "mask_token_id": c.mask_token_id, "target_layer_ids": ids, **nested},
+                  **top, "tie_word_embeddings": False}
+        arch = verifier.architectures[0]
+        notes = [f"target_layer_ids written {ids} (layer outputs): SGLang's {arch} captures {c.taps} ({SGLANG_DFLASH_CAPTURE[arch]}, "
+                 "set_dflash_layers_to_capture: id + 1)"]
+        return SGLangLayout(config, {n: n for n in shapes}, notes=notes, recorded=self.sglang_recorded(c))
+
+    def sglang_fields(self, c: "DFlashConfig") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The algorithm's own fields: (inside ``dflash_config``, at the top level). DFlash has none."""
+        return {}, {}
+
+    def sglang_block(self, c: "DFlashConfig") -> int:
+        """``dflash_config.block_size`` as SGLang reads it: DFlash's block B (the worker's ``--speculative-num-draft-tokens``)."""
+        return c.block_size
+
+    def sglang_recorded(self, c: "DFlashConfig") -> dict[str, Any]:
+        """What the provenance records for ``convert --from auto`` beyond the config SGLang reads (DFlash: nothing)."""
+        return {}
+
+    def _sglang_refusals(self, c: "DFlashConfig", shapes: dict[str, tuple[int, ...]], verifier: "VerifierInfo") -> None:
+        """The DFlash-family drafts SGLang does not run as specfmt's reference and vLLM do, each with its reason key."""
+        arch = verifier.architectures[0] if verifier.architectures else "?"
+        tlc = c.transformer_layer_config
+        if arch not in SGLANG_DFLASH_CAPTURE:
+            raise refuse("verifier", f"SGLang {SGLANG_VERSION}'s {arch}: its set_dflash_layers_to_capture was not read by this specfmt "
+                         f"(known: {', '.join(SGLANG_DFLASH_CAPTURE)}; Qwen2ForCausalLM has none)", hint="serve this draft with vLLM")
+        if c.verifier_hidden_size != c.hidden_size:
+            raise refuse("target_hidden_size", f"target_hidden_size {c.verifier_hidden_size} differs from hidden_size {c.hidden_size}: SGLang's "
+                         f"{self.sglang_architecture} builds fc as nn.Linear(n_aux·hidden_size, hidden_size) (srt/models/dflash.py)",
+                         hint="serve this draft with vLLM")
+        if c.draft_vocab_size != c.vocab_size:
+            raise refuse("draft_vocab", f"draft_vocab_size {c.draft_vocab_size} < {c.vocab_size}: SGLang's DFLASH worker projects every slot with "
+                         "the verifier's lm_head over the full vocabulary and has no d2t; the draft's lm_head and d2t would be skipped",
+                         hint="serve this draft with vLLM")
+        for name, what in (("lm_head.weight", "own_lm_head"), ("embed_tokens.weight", "own_embedding")):
+            if name in shapes:
+                raise refuse(what, f"the draft has its own {name}, but SGLang's {self.sglang_architecture} has none: the DFLASH worker uses the "
+                             "verifier's embedding and lm_head, and load_weights ignores the draft's silently", hint="serve this draft with vLLM")
+        if c.sample_from_anchor and not self.sglang_anchor_sampling:
+            raise refuse("sample_from_anchor", "sample_from_anchor is true, but SGLang's DFLASH worker proposes from the block's mask slots only "
+                         "(dflash_worker_v2.py: hidden_states[:, 1:])", hint="serve this draft with vLLM")
+        if tlc.layer_types and "sliding_attention" in tlc.layer_types:
+            raise refuse("sliding_window", "sliding-window draft layers: SGLang builds them causal within its window (dflash.py "
+                         "_get_dflash_layer_attention_params), which specfmt has not checked against its reference", hint="serve this draft with vLLM")
+        if tlc.attention_bias or tlc.mlp_bias:
+            raise refuse("bias", "attention_bias/mlp_bias: SGLang's DFlashMLP has no biases, and its attention biases are not checked by specfmt",
+                         hint="serve this draft with vLLM")
+        if (tlc.hidden_act or "silu") != "silu":
+            raise refuse("activation", f"hidden_act {tlc.hidden_act!r}: SGLang's DFlashMLP runs silu or swigluoai only", hint="serve this draft with vLLM")
+
+    #: the worker has a reading of ``sample_from_anchor`` (DSpark's: ``get_dspark_sample_from_anchor``)
+    sglang_anchor_sampling: ClassVar[bool] = False
+
+    def sglang_flags(self, cfg: dict[str, Any], k: int) -> list[str]:
+        """The worker's verify window, ``--speculative-num-draft-tokens``: the block B = k + 1 (the anchor and k mask slots)."""
+        return ["--speculative-num-draft-tokens", str(k + 1)]
+
+
 @register
-class DFlash(Algorithm, Reference, Card):
+class DFlash(Algorithm, Reference, Card, DFlashSGLang):
     """DFlash: format, checks, reference run (a block per pass) and card. ``specfmt train`` does not train it."""
 
     config = DFlashConfig
     name = DFlashConfig.name
     title = "DFlash"
     vllm_method = "dflash"  # vLLM speculators/base.py: speculators_model_type dflash -> method dflash
-    sglang_unserved = ("SGLang 0.5.23 serves DFlash drafts (DFlashDraftModel in srt/models/dflash.py, --speculative-algorithm DFLASH), "
-                       "but this specfmt does not write that layout yet")
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlashDraftModel`)."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
@@ -338,4 +448,4 @@ class DFlash(Algorithm, Reference, Card):
                 ("draft vocabulary", f"{vd:,} of the verifier's {v:,} ids" + (" (`d2t`/`t2d` map)" if vd != v else ""))] + super().card_rows(cfg)
 
 
-__all__ = ["CAUSAL_TRAP", "CAUSES", "DFlash", "DFlashConfig", "DFlashLayerConfig"]
+__all__ = ["CAUSAL_TRAP", "CAUSES", "SGLANG_DFLASH_CAPTURE", "DFlash", "DFlashConfig", "DFlashLayerConfig", "DFlashSGLang"]

@@ -107,8 +107,9 @@ class DFlash2(DFlash):
     name = DFlash2Config.name
     title = "DFlash2"
     vllm_method = "dflash"  # vLLM speculators/base.py: dflash2 -> method dflash, architecture DFlash2DraftModel
-    sglang_unserved = ("SGLang 0.5.23 serves DFlash2 drafts (DFlash2DraftModel in srt/models/dflash.py, --speculative-algorithm DFLASH), "
-                       "but this specfmt does not write that layout yet")
+    #: SGLang 0.5.23's ``DFlash2DraftModel`` (``srt/models/dflash.py``: DFlash's class, the convolutions ``DFlashGroupedConv``
+    #: around every sublayer and the ``CandidateSelector``), run by the DFLASH worker
+    sglang_architecture = "DFlash2DraftModel"
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlash2DraftModel`)."
     causes = CAUSES
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"DFlash candidate-head drafts\" "
@@ -146,6 +147,12 @@ class DFlash2(DFlash):
         greedy walk over each slot's top ``selector_top_k`` (:meth:`~specfmt.algorithms.dflash2_nn.CandidateSelector.walk`;
         vLLM ``v1/worker/gpu/spec_decode/dflash2/speculator.py``)."""
         return _DFlash2Blocks(super().proposer(reading, tensors, embed, lm_head), selector=reading.extra.get("selector", True))
+
+    def sglang_fields(self, c: "DFlashConfig") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The four fields inside ``dflash_config``, the only place SGLang reads them (``parse_dflash_draft_config``: absent,
+        SGLang builds no convolution and ``DFlash2DraftModel`` refuses to start without a selector)."""
+        d = DFlash2Config.of(c.dump())
+        return {k: getattr(d, k) for k in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")}, {}
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         """DFlash's rows, then the convolutions and the selector."""

@@ -133,8 +133,12 @@ class DSpark(DFlash):
     name = DSparkConfig.name
     title = "DSpark"
     vllm_method = "dspark"  # vLLM speculators/base.py: speculators_model_type is the method
-    sglang_unserved = ("SGLang 0.5.23 serves DSpark drafts (DSparkDraftModel in srt/models/dspark.py, --speculative-algorithm DSPARK), "
-                       "but this specfmt does not write that layout yet")
+    #: SGLang 0.5.23's ``DSparkDraftModel`` (``srt/models/dspark.py``: DFlash's class with ``VanillaMarkov`` and
+    #: ``DSparkConfidenceHead``), run by ``--speculative-algorithm DSPARK`` (``dspark_components/dspark_worker_v2.py``)
+    sglang_algorithm = "DSPARK"
+    sglang_architecture = "DSparkDraftModel"
+    sglang_source = "python/sglang/srt/models/dspark.py"
+    sglang_anchor_sampling = True
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DSparkDraftModel`)."
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"dspark speculative decoding\" "
                          "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features)")
@@ -180,6 +184,28 @@ class DSpark(DFlash):
         ``markov_w2(markov_w1[prev])``, ``prev`` the anchor for the first slot and the token just drafted (a verifier id, through
         ``d2t``) for each later one (:func:`~specfmt.algorithms.dspark_nn.draft_block`)."""
         return _DSparkBlocks(super().proposer(reading, tensors, embed, lm_head), markov=reading.extra.get("markov", True))
+
+    def sglang_fields(self, c: "DFlashConfig") -> tuple[dict[str, Any], dict[str, Any]]:
+        """The heads' fields and ``sample_from_anchor`` at the top level: ``build_markov_head`` and ``build_confidence_head`` read
+        ``config.markov_rank``, ``markov_head_type``, ``confidence_head_with_markov`` there (``dflash_config`` is read by
+        ``parse_dspark_draft_config`` alone), and ``get_dspark_sample_from_anchor`` reads ``sample_from_anchor`` there, default
+        **true**: always written. ``enable_confidence_head`` is written for ``convert``; SGLang builds the confidence head by
+        ``SGLANG_RAGGED_VERIFY_MODE`` alone (none in its default, static)."""
+        d = DSparkConfig.of(c.dump())
+        return {}, {k: getattr(d, k) for k in ("markov_rank", "markov_head_type", "enable_confidence_head", "confidence_head_with_markov",
+                                              "sample_from_anchor")}
+
+    def sglang_block(self, c: "DFlashConfig") -> int:
+        """``dflash_config.block_size`` as SGLang's DSpark reads it: gamma, the tokens one block proposes (k), not the block's
+        positions (``parse_dspark_draft_config``: ``gamma = block_size``; ``_handle_dspark`` stops unless
+        ``--speculative-num-draft-tokens`` is gamma + 1; the query is gamma positions with ``sample_from_anchor``, gamma + 1
+        without: the format's B either way)."""
+        return c.proposals
+
+    def sglang_recorded(self, c: "DFlashConfig") -> dict[str, Any]:
+        """``block_size`` is recorded as SGLang's gamma, so that ``convert --from auto`` reads B = gamma (+ 1 without
+        ``sample_from_anchor``)."""
+        return {"block_size": "gamma"}
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
         """DFlash's rows, then the heads and where vLLM serves it."""

@@ -33,6 +33,7 @@ from ..format.tensors import TensorSpec
 from . import layers
 from .base import Algorithm, AlgorithmOptions, Card, Proposer, Reference, Training, Variant, option, register
 from .reference import DecoderChain
+from .sglang import SGLANG_VERSION, SGLang, SGLangLayout, refuse, same_tensor
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -270,14 +271,107 @@ class EagleOptions(AlgorithmOptions):
     layers: int = option(1, "--layers", "New draft: decoder layers.", new_only=True)
 
 
+#: verifier ``architectures[0]`` -> the SGLang file of its class, for the classes that hand their logits processor the
+#: last hidden state *after* the final norm (``LogitsProcessor._get_hidden_states_to_store`` stores it for the EAGLE
+#: worker, or ``hidden_states_before_norm`` instead whenever a class passes one): what SGLang feeds an EAGLE-1 draft
+SGLANG_FINAL_NORMED: dict[str, str] = {
+    "LlamaForCausalLM": "srt/models/llama.py",
+    "MistralForCausalLM": "srt/models/mistral.py",
+    "Qwen2ForCausalLM": "srt/models/qwen2.py",
+    "Qwen3ForCausalLM": "srt/models/qwen3.py",
+    "Qwen3MoeForCausalLM": "srt/models/qwen3_moe.py",
+}
+#: verifier classes that pass ``hidden_states_before_norm``, so that SGLang's EAGLE worker feeds the draft the state
+#: *before* the final norm, which no EAGLE-1 draft was trained on (its reference reads the final-normed state)
+SGLANG_BEFORE_NORM: dict[str, str] = {
+    "MiMoV2FlashForCausalLM": "srt/models/mimo_v2.py",
+    "Step3p5ForCausalLM": "srt/models/step3p5.py",
+}
+
+
+class EagleSGLang(SGLang):
+    """EAGLE-1/2 (and HASS) in SGLang 0.5.23: ``LlamaForCausalLMEagle`` (``python/sglang/srt/models/llama_eagle.py``),
+    ``--speculative-algorithm EAGLE``.
+
+    What its code does, and so what the export writes or refuses:
+
+    * ``LlamaModel`` there is ``fc = nn.Linear(2H, H)`` **with a bias**, then Llama layers, layer 0 without
+      ``input_layernorm`` (deleted), no final norm: the reference's forward. The format has no ``fc.bias`` (a research
+      bias is folded into layer 0's attention biases, exactly), so the export writes ``fc.bias`` as zeros: SGLang's
+      ``fc`` then computes exactly the format's, and ``convert --from auto`` drops an all-zero ``fc.bias`` (it adds nothing).
+    * ``load_weights`` prefixes ``model.`` to every name but ``lm_head`` and hands it to ``LlamaForCausalLM.load_weights``
+      (q/k/v and gate/up fused); the names written are the format's own. Its Llama layers build q/k/v **and** o_proj
+      biases from ``attention_bias`` (``LlamaAttention``: ``bias=attention_bias`` for both), so a folded draft is
+      written as it is; their MLP has no bias (``mlp_bias`` refused).
+    * The EAGLE worker (``EAGLEWorkerV2.init_lm_head``, not EAGLE-3) calls ``set_embed_and_head`` with the verifier's
+      embedding and head: the draft proposes with the verifier's ``lm_head`` (as the reference) and embeds with the
+      verifier's embedding, so a draft's own ``embed_tokens`` survives only when it is the verifier's.
+    * The verifier state the worker feeds the draft is what the verifier class hands its logits processor
+      (``LogitsProcessor._get_hidden_states_to_store``; ``hidden_states_before_norm`` when the class passes one): the
+      final-normed last hidden state for the classes of :data:`SGLANG_FINAL_NORMED`, as the reference reads; the
+      state before the norm for those of :data:`SGLANG_BEFORE_NORM` (refused), and any other class is refused unread.
+    """
+
+    sglang_algorithm = "EAGLE"
+    sglang_architecture = "LlamaForCausalLMEagle"
+    sglang_source = "python/sglang/srt/models/llama_eagle.py"
+
+    def sglang_layout(self, cfg: dict[str, Any], shapes: dict[str, tuple[int, ...]], verifier: "VerifierInfo",
+                      tensor: Callable[[str], Any], embedding: Callable[[], Any]) -> SGLangLayout:
+        c = EagleConfig.of(cfg)
+        self._sglang_refusals(c, verifier)
+        notes = [f"the verifier's {verifier.architectures[0]} ({SGLANG_FINAL_NORMED[verifier.architectures[0]]}) feeds the draft its "
+                 "final-normed last hidden state, as the reference reads it"]
+        if "embed_tokens.weight" in shapes:
+            own, theirs = tensor("embed_tokens.weight"), embedding()
+            if not same_tensor(own, theirs):
+                how = (f" (by up to {float((own.double() - theirs.double()).abs().max()):.3g}: e.g. a copy rounded to {str(own.dtype)[6:]})"
+                       if own.shape == theirs.shape else f" ({list(own.shape)} against {list(theirs.shape)})")
+                raise refuse("own_embedding", f"the draft has its own embed_tokens.weight, which differs from the verifier's{how}, and SGLang's "
+                             "EAGLE worker gives an EAGLE-1 draft the verifier's embedding and head (EAGLEWorkerV2.init_lm_head: "
+                             "set_embed_and_head)", hint="serve this draft with vLLM, which keeps its own embedding; a draft without "
+                             "embed_tokens.weight reads the verifier's in specfmt, vLLM and SGLang alike")
+            notes.append("embed_tokens.weight equals the verifier's embedding: written, and SGLang's set_embed_and_head replaces it with the same values")
+        tlc = {k: v for k, v in c.transformer_layer_config.dump().items() if k != "architectures"}
+        config = {"architectures": [self.sglang_architecture], **tlc, "tie_word_embeddings": False}
+        derived = {"fc.bias": ("zeros: SGLang's fc (nn.Linear(2H, H)) has a bias and the format has none; convert --from auto drops an all-zero "
+                               "fc.bias", lambda: _zero_fc_bias(tensor("fc.weight")))}
+        return SGLangLayout(config, {n: n for n in shapes}, notes=notes, derived=derived)
+
+    def _sglang_refusals(self, c: "EagleConfig", verifier: "VerifierInfo") -> None:
+        """The EAGLE-1 drafts and verifiers SGLang does not run as the reference does, each with its reason key."""
+        arch = verifier.architectures[0] if verifier.architectures else "?"
+        if arch in SGLANG_BEFORE_NORM:
+            raise refuse("verifier_state", f"SGLang {SGLANG_VERSION}'s {arch} ({SGLANG_BEFORE_NORM[arch]}) passes hidden_states_before_norm to its "
+                         "logits processor, so SGLang's EAGLE worker would feed the draft the verifier's last hidden state before the final "
+                         "norm, and an EAGLE-1 draft reads it after the norm", hint="serve this draft with vLLM")
+        if arch not in SGLANG_FINAL_NORMED:
+            raise refuse("verifier", f"which hidden state SGLang {SGLANG_VERSION}'s {arch} feeds an EAGLE-1 draft was not read by this specfmt "
+                         f"(known: {', '.join(SGLANG_FINAL_NORMED)})", hint="each SGLang verifier class hands its logits processor its own state")
+        if c.transformer_layer_config.mlp_bias:
+            raise refuse("bias", "mlp_bias: SGLang's Llama layers build gate/up/down without biases (LlamaMLP)", hint="serve this draft with vLLM")
+        if c.transformer_layer_config.layer_types and "sliding_attention" in c.transformer_layer_config.layer_types:
+            raise refuse("sliding_window", "sliding-window draft layers: SGLang sets a draft window only from --speculative-draft-window-size, "
+                         "for every layer", hint="serve this draft with vLLM")
+
+    def sglang_flags(self, cfg: dict[str, Any], k: int) -> list[str]:
+        """Chain drafting of k tokens: k steps, top-1, k + 1 draft tokens (SGLang's EAGLE tree of one branch)."""
+        return ["--speculative-num-steps", str(k), "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(k + 1)]
+
+
+def _zero_fc_bias(fc_weight: "torch.Tensor") -> "torch.Tensor":
+    """The ``fc.bias`` SGLang's ``nn.Linear(2H, H)`` needs and the format does not have: zeros [H] in ``fc``'s dtype."""
+    import torch
+
+    return torch.zeros(fc_weight.shape[0], dtype=fc_weight.dtype)
+
+
 @register
-class Eagle(Algorithm, Reference, Training, Card):
+class Eagle(Algorithm, Reference, Training, Card, EagleSGLang):
     config = EagleConfig
     name = EagleConfig.name
     title = "EAGLE-1/2"
     vllm_method = "eagle"
-    sglang_unserved = ("SGLang 0.5.23 serves EAGLE-1 drafts (LlamaForCausalLMEagle in srt/models/llama_eagle.py, --speculative-algorithm EAGLE), "
-                       "but this specfmt does not write that layout yet")
     train_summary = "Train an EAGLE-1/2 draft (feature regression + 0.1 x token loss) against the frozen verifier."
     train_options = EagleOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no EAGLE-1/2 class (its `eagle` model and converter were removed in speculators #332 and #672)."

@@ -107,6 +107,8 @@ class SGLangLayout:
         recorded: what the export's provenance records so that ``convert --from auto`` reads it back exactly
             (the tap-id convention, the meaning of a field SGLang reads differently from SpecForge).
         notes: what the user should know.
+        derived: written name -> (why, make): tensors SGLang's class needs that the draft does not hold, made
+            exactly from it (EAGLE-1's all-zero ``fc.bias``); ``convert --from auto`` reads each back as nothing.
     """
 
     config: dict[str, Any]
@@ -114,6 +116,7 @@ class SGLangLayout:
     dropped: dict[str, str] = field(default_factory=dict)
     recorded: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    derived: dict[str, tuple[str, Callable[[], Any]]] = field(default_factory=dict)
 
 
 class SGLang:
@@ -151,9 +154,24 @@ class SGLang:
         return []
 
 
+def exported_by_specfmt(cfg: dict[str, Any], algorithm: str) -> dict[str, Any] | None:
+    """The provenance block (:data:`EXPORT_KEY`) of a config.json ``specfmt export --to sglang`` wrote for a draft of
+    ``algorithm``, or None for any other config (what the converters' ``sglang-export`` layouts recognise)."""
+    block = cfg.get(EXPORT_KEY)
+    return block if isinstance(block, dict) and block.get("engine") == "sglang" and block.get("algorithm") == algorithm else None
+
+
+def same_tensor(own: Any, theirs: Any) -> bool:
+    """``own`` holds exactly ``theirs``' values: same shape, and equal both ways across the two dtypes (so that neither
+    rounding hides a difference). Used for a draft's copy of the verifier's embedding, which SGLang replaces."""
+    import torch
+
+    return own.shape == theirs.shape and torch.equal(own.to(theirs.dtype), theirs) and torch.equal(own, theirs.to(own.dtype))
+
+
 def refuse(reason: str, message: str, hint: str | None = None) -> ExportRefusal:
     """An :class:`~specfmt.errors.ExportRefusal` of the SGLang export (``reason``: the rule's key)."""
     return ExportRefusal(message, engine="sglang", reason=reason, hint=hint)
 
 
-__all__ = ["CONVENTIONS", "EXPORT_KEY", "RULES", "SGLANG_VERSION", "SGLang", "SGLangLayout", "TAP_RULES", "refuse", "sglang_tap_ids"]
+__all__ = ["CONVENTIONS", "EXPORT_KEY", "RULES", "SGLANG_VERSION", "SGLang", "SGLangLayout", "TAP_RULES", "exported_by_specfmt", "refuse", "same_tensor", "sglang_tap_ids"]

@@ -131,6 +131,17 @@ def _interrupted_line() -> None:
         print_error(interrupt.interruption() or Interrupted(f"interrupted; {NOTHING_WRITTEN}"))
 
 
+def name_command(fn: Any, name: str) -> Any:
+    """Name a command for its ``--json`` object (``train fill``, where the callback is ``fill``): the name is set on
+    every wrapper of the callback (the ``__wrapped__`` chain), so :func:`reports_errors` finds it whichever decorators
+    are outside it."""
+    layer = fn
+    while layer is not None:
+        layer.command = name
+        layer = getattr(layer, "__wrapped__", None)
+    return fn
+
+
 def ctrl_c_ends_in_one_line(fn: F) -> F:
     """Wrap a command: Ctrl-C (SIGINT) at any point ends it in one line on stderr and exit 130, within a bound, with no
     half-written file and no engine process left (:mod:`specfmt.interrupt`: the handler, the watchdog, the engine

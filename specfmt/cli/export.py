@@ -40,11 +40,14 @@ def export(
             out.print(f"{ours} -> {theirs}", markup=False, highlight=False)
         for name, why in sorted(layout.dropped.items()):
             out.print(f"{name} -> (not written: {why})", markup=False, highlight=False, soft_wrap=True)
+        for name, (why, _) in sorted(layout.derived.items()):
+            out.print(f"(made) -> {name}: {why}", markup=False, highlight=False, soft_wrap=True)
         out.print_json(json.dumps(result.config))
         out.print("dry run: nothing written")
         return
+    made = f", {len(layout.derived)} made for SGLang's class" if layout.derived else ""
     out.print(f"exported {result.draft} -> {result.out} for SGLang: {len(layout.names)} tensors "
-              f"({sum(a != b for a, b in layout.names.items())} renamed, {len(layout.dropped)} not written)", markup=False, highlight=False, soft_wrap=True)
+              f"({sum(a != b for a, b in layout.names.items())} renamed, {len(layout.dropped)} not written{made})", markup=False, highlight=False, soft_wrap=True)
     line = sglang_serve_command(result.config, str(result.out))
     report(serve_line=line.line)
     out.print(f"serve it with {line.releases}: {line.line}", markup=False, highlight=False, soft_wrap=True)

@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, json_option, out, parse_layers, print_serving, report, reports_errors
+from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, json_option, name_command, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
 
 train_app = typer.Typer(
@@ -262,8 +262,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
     #: OUT.train-state, the saved training state (specfmt.training.pipeline.state_dir), is written beside OUT
     wrapped = reports_errors(writes("output", inputs=("verifier", "data", "init", "cache", "hidden_states", "prompts"), force="force",
                                     beside=(".train-state",))(command))
-    wrapped.command = f"train {algo.name}"  # type: ignore[attr-defined]  (its --json object's name)
-    return ctrl_c_ends_in_one_line(wrapped)
+    return name_command(ctrl_c_ends_in_one_line(wrapped), f"train {algo.name}")
 
 
 for _algo in trainable():
@@ -300,4 +299,4 @@ def fill(
     _run(req, TrainOptions(steps=0))
 
 
-fill.command = "train fill"  # type: ignore[attr-defined]  (its --json object's name)
+name_command(fill, "train fill")  # its --json object's name
