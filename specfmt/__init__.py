@@ -20,7 +20,8 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
 4. ``specfmt.algorithms``, ``specfmt.serving``: each algorithm's rules, tensors and reference
    proposer, the checks built on them, and how vLLM serves a draft;
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``: producing a draft;
-6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
+6. ``specfmt.validation``, ``specfmt.methods``: checking a draft, and running it (``validate --run``); the proposal
+   methods behind one interface (a speculators draft, a draft LM), found by one registry;
 7. ``specfmt.training``, ``specfmt.datagen``: training a draft, and its training data made by the verifier
    (hidden states, loss masks: ``specfmt datagen``; the verifier's own responses: ``specfmt regenerate``);
 8. ``specfmt.hub``: publishing to the Hugging Face Hub;

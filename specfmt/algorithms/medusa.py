@@ -278,6 +278,7 @@ class Medusa(Algorithm, Reference, Training, Card):
     name = MedusaConfig.name
     title = "Medusa"
     vllm_method = "medusa"
+    parallel_drafting = True  # every head reads the same verifier state: one pass
     train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
     train_options = MedusaOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no Medusa class."

@@ -107,6 +107,7 @@ class PEagle(Eagle3):
     name = PEagleConfig.name
     title = "P-EAGLE"
     vllm_method = "eagle3"  # speculators/base.py: peagle -> method eagle3, parallel_drafting true
+    parallel_drafting = True
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `PEagleDraftModel`)."
     causes = CAUSES
     key_causes = {**Eagle3.key_causes, "mask_token_id": "mask token id"}

@@ -10,13 +10,19 @@ position), written out plainly so its figures can be compared with vLLM's counte
    equals the verifier's greedy token at its position; the verifier's token after the
    last accepted one is the next ``x`` (the bonus token).
 
-Per verification step ``a`` in ``[0, k]`` tokens are accepted. The figures:
+Per verification step ``a`` in ``[0, k]`` tokens are accepted. A proposal method may propose fewer than
+``k`` tokens at a step, or none (n-gram finds no match, suffix decoding no continuation): a step without a
+proposal is a verifier forward pass all the same, which yields the verifier's own token. The figures:
 
 * ``accepted_per_position[i]``: steps in which draft position ``i`` was accepted
   (vLLM's ``spec_decode_num_accepted_tokens_per_pos``);
-* acceptance rate per position: that count over the number of steps (drafts);
-* mean acceptance length: ``1 + accepted / drafts``, tokens per verification step
-  counting the verifier's own token (vLLM's definition; EAGLE papers' tau).
+* acceptance rate per position: that count over the number of steps with a proposal (drafts);
+* mean acceptance length: ``1 + accepted / drafts``, tokens per verification step with a proposal,
+  counting the verifier's own token (vLLM's definition; EAGLE papers' tau);
+* ``steps``: every verifier forward pass after the first token, those without a proposal included, and
+  ``tokens_per_step`` = ``1 + accepted / steps``: what a method that drafts at some steps only must be
+  compared by (vLLM's ``num_drafts`` counts the drafted steps alone). For a method that proposes at
+  every step it equals the mean acceptance length.
 
 The output tokens equal greedy decoding by the verifier alone, whatever the draft proposes.
 
@@ -57,11 +63,12 @@ class ChainResult:
         prompts: number of prompts.
         tokens: generated tokens (all prompts).
         num_drafts: verification steps with a proposal.
-        num_draft_tokens: ``k * num_drafts``.
+        num_draft_tokens: draft tokens proposed (``k * num_drafts`` for a method that always proposes k).
+        steps: verifier forward passes after the first token, steps without a proposal included.
         num_accepted_tokens: accepted draft tokens.
         accepted_per_position: [k] counts.
         token_ids: generated ids per prompt (equal to the verifier alone).
-        drafts_per_prompt: [prompts] verification steps of each prompt, in prompt order (they sum to ``num_drafts``).
+        drafts_per_prompt: [prompts] verification steps with a proposal of each prompt, in prompt order (they sum to ``num_drafts``).
         accepted_per_prompt: [prompts] accepted draft tokens of each prompt (they sum to ``num_accepted_tokens``).
         verifier_seconds: wall time of the verifier's passes (:func:`greedy_path`, all prompts).
         draft_seconds: wall time of simulating this proposer against them.
@@ -74,6 +81,7 @@ class ChainResult:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    steps: int = 0
     token_ids: list[list[int]] = field(default_factory=list)
     drafts_per_prompt: list[int] = field(default_factory=list)
     accepted_per_prompt: list[int] = field(default_factory=list)
@@ -88,6 +96,11 @@ class ChainResult:
     def mean_acceptance_length(self) -> float:
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
 
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens per verifier forward pass, over every step (with a proposal or not): ``1 + accepted / steps``."""
+        return 1.0 + self.num_accepted_tokens / self.steps if self.steps else 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "k": self.k, "prompts": self.prompts, "tokens": self.tokens, "num_drafts": self.num_drafts,
@@ -95,6 +108,7 @@ class ChainResult:
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_rate_per_position": [round(r, 4) for r in self.acceptance_rate_per_position],
             "mean_acceptance_length": round(self.mean_acceptance_length, 4),
+            "steps": self.steps, "tokens_per_step": round(self.tokens_per_step, 4),
         }
 
 
@@ -215,7 +229,7 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
         One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's greedy tokens.
 
     Raises:
-        ValueError: a proposer returned other than ``k`` ids.
+        ValueError: a proposer returned more than ``k`` ids.
     """
     import time
 
@@ -240,16 +254,18 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                 proposals = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
                 for i, draft in zip(active, proposals):
                     draft = [int(t) for t in draft]
-                    if len(draft) != k:
-                        raise ValueError(f"the proposer returned {len(draft)} tokens, expected {k}")
+                    if len(draft) > k:
+                        raise ValueError(f"the proposer returned {len(draft)} tokens, at most {k} expected")
                     path, g = walks[i][0], generated[i]
                     a = 0
-                    while a < k and draft[a] == path[g + a]:
+                    while a < len(draft) and draft[a] == path[g + a]:
                         a += 1
-                    res.num_drafts += 1
-                    res.num_draft_tokens += k
+                    res.steps += 1  # a verifier forward pass, with a proposal or not
+                    if draft:
+                        res.num_drafts += 1
+                        res.num_draft_tokens += len(draft)
+                        drafts[i] += 1
                     res.num_accepted_tokens += a
-                    drafts[i] += 1
                     accepted[i] += a
                     for j in range(a):
                         res.accepted_per_position[j] += 1
@@ -270,7 +286,7 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     """:func:`run_chains` for one draft.
 
     Raises:
-        ValueError: the proposer returned other than ``k`` ids.
+        ValueError: the proposer returned more than ``k`` ids.
     """
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
