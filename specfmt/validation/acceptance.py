@@ -199,8 +199,22 @@ def group_size(model: Any, longest: int, budget: int = STATES_BUDGET) -> int:
     return max(1, min(GROUP, budget // max(1, per_prompt)))
 
 
+#: ``walk(model, prompt, n, index) -> (path, states)``: the verifier's n tokens after a prompt (``index``: its place in
+#: the prompts given) and its states over prompt + path; :func:`greedy_path` by default, sampled ones at a temperature
+#: (:func:`specfmt.validation.sampling.sampled_walk`)
+Walk = Callable[[Any, list[int], int, int], "tuple[list[int], VerifierStates]"]
+#: ``observe(proposer, prompt, tokens, states, draft, accepted)``: told of every verification step (the proposer's and
+#: the prompt's index, the sequence the draft saw -- a list the loop extends afterwards: copy what is kept --, the
+#: verifier's states over the path, the proposal, the tokens accepted)
+Observe = Callable[[int, int, list[int], VerifierStates, list[int], int], None]
+
+
+def _greedy_walk(model: Any, prompt: list[int], n: int, index: int) -> "tuple[list[int], VerifierStates]":
+    return greedy_path(model, prompt, n)
+
+
 def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], k: int, max_tokens: int,
-               group: int | None = None) -> list[ChainResult]:
+               group: int | None = None, *, walk: Walk = _greedy_walk, observe: Observe | None = None) -> list[ChainResult]:
     """Greedy chain speculative decoding of ``max_tokens`` per prompt, for several drafts at once.
 
     The verifier runs once per prompt (:func:`greedy_path`, ``max_tokens + k`` tokens); each
@@ -224,9 +238,13 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
         max_tokens: tokens generated per prompt (as vLLM's ``max_tokens`` with ``ignore_eos``).
         group: prompts whose verifier states are held at once (default :func:`group_size`: as many
             as fit :data:`STATES_BUDGET`, at most :data:`GROUP`).
+        walk: the verifier's path after each prompt (:data:`Walk`; default the greedy path). A path sampled from
+            the verifier is the output of speculative sampling whatever a greedy draft proposes, and a drafted
+            token is accepted exactly when it equals the path's token (:mod:`specfmt.validation.sampling`).
+        observe: told of every step (:data:`Observe`), e.g. to compute its expected acceptance.
 
     Returns:
-        One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's greedy tokens.
+        One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's tokens (greedy by default).
 
     Raises:
         ValueError: a proposer returned more than ``k`` ids.
@@ -238,9 +256,9 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     for first in range(0, len(prompts), group):
         batch = prompts[first:first + group]
         t0 = time.perf_counter()
-        walks = [greedy_path(model, prompt, max_tokens + k) for prompt in batch]
+        walks = [walk(model, prompt, max_tokens + k, first + j) for j, prompt in enumerate(batch)]
         spent = time.perf_counter() - t0
-        for res, propose in zip(results, proposers):
+        for which, (res, propose) in enumerate(zip(results, proposers)):
             res.verifier_seconds += spent
             many = _asker(propose)
             t0 = time.perf_counter()
@@ -260,6 +278,8 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                     a = 0
                     while a < len(draft) and draft[a] == path[g + a]:
                         a += 1
+                    if observe is not None:
+                        observe(which, first + i, seqs[i], walks[i][1], draft, a)
                     res.steps += 1  # a verifier forward pass, with a proposal or not
                     if draft:
                         res.num_drafts += 1
@@ -291,4 +311,4 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainResult", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainResult", "Observe", "Walk", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]
