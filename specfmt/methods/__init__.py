@@ -27,7 +27,7 @@ from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformer
 #: the registered kinds, in the order they are asked to claim a folder (a ``fallback`` kind after the others)
 REGISTRY: list[type[ProposalMethod]] = []
 
-#: the files a method read from a Hub id needs: configs, tokenizer files, weights
+#: the files a method read from a Hub id needs to run: configs, tokenizer files, weights (:func:`specfmt.sources.resolve.fetch`)
 PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
 
 
@@ -63,7 +63,7 @@ def resolve(named: str, *, revision: str | None = None) -> ProposalMethod:
     for cls in REGISTRY:
         if named in cls.builtin_names:
             return cls.builtin(named)
-    resolved = resolve_path(named, allow_patterns=PATTERNS, revision=revision, what="draft")
+    resolved = resolve_path(named, allow_patterns=["*.json"], revision=revision, what="draft")  # a kind fetches the rest when it needs it
     config: dict[str, Any] | None = None
     if (resolved.folder / CONFIG_FILE).is_file():
         try:
