@@ -42,8 +42,8 @@ PAD_ROWS = 64            # rows past the tokenizer's length in the padded draft
 BPE_VOCAB = 1024
 BPE_SPECIALS = ["<s>", "</s>", "<pad>", "<unk>"]  # another family's names and order
 HIDDEN, INTER, LAYERS, HEADS, KV_HEADS, HEAD_DIM = 64, 192, 2, 2, 1, 32
-STEPS = {PADDED: 600, BPE: 600}
-SEQ, BATCH, LR = 128, 16, 3e-3
+STEPS = {PADDED: 500, BPE: 500}
+SEQ, BATCH, LR = 128, 8, 3e-3
 MANIFEST = "pairs.json"
 README_BEGIN, README_END = "<!-- pairs: begin (examples/make_pairs.py) -->", "<!-- pairs: end -->"
 
