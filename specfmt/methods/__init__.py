@@ -22,27 +22,7 @@ from typing import Any
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..errors import InputError, SpecfmtError
 from ..sources.resolve import resolve as resolve_path
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers
-
-#: the registered kinds, in the order they are asked to claim a folder (a ``fallback`` kind after the others)
-REGISTRY: list[type[ProposalMethod]] = []
-
-#: the files a method read from a Hub id needs to run: configs, tokenizer files, weights (:func:`specfmt.sources.resolve.fetch`)
-PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
-
-
-def register(cls: type[ProposalMethod]) -> type[ProposalMethod]:
-    """Class decorator: make a kind of proposal method findable by :func:`resolve`.
-
-    Raises:
-        ValueError: the kind has no name, or its name or a built-in name is taken.
-    """
-    taken = {c.name for c in REGISTRY} | {n for c in REGISTRY for n in c.builtin_names}
-    if not cls.name or cls.name in taken or set(cls.builtin_names) & taken:
-        raise ValueError(f"proposal method {cls.name!r} missing or taken")
-    REGISTRY.append(cls)
-    return cls
-
+from .base import PATTERNS, REGISTRY, Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, register
 
 def builtin_names() -> list[str]:
     """Every built-in name a user may give instead of a folder (``ngram``, ``suffix`` once registered)."""
@@ -79,4 +59,4 @@ def resolve(named: str, *, revision: str | None = None) -> ProposalMethod:
 
 from . import draft_lm, speculators  # noqa: E402, F401, I001  (each registers itself)
 
-__all__ = ["Cost", "EngineRun", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "builtin_names", "register", "resolve"]
+__all__ = ["Cost", "EngineRun", "PATTERNS", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "builtin_names", "register", "resolve"]

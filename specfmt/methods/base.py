@@ -308,4 +308,25 @@ class ProposalMethod:
         return []
 
 
-__all__ = ["Cost", "EngineRun", "ProposalMethod", "ReferenceContext", "Transformers", "Variant"]
+#: the registered kinds, in the order they are asked to claim a folder (a ``fallback`` kind after the others)
+REGISTRY: list[type[ProposalMethod]] = []
+
+#: the files a method read from a Hub id needs to run: configs, tokenizer files, weights (:func:`specfmt.sources.resolve.fetch`)
+PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
+
+
+def register(cls: type[ProposalMethod]) -> type[ProposalMethod]:
+    """Class decorator: make a kind of proposal method findable by :func:`resolve`.
+
+    Raises:
+        ValueError: the kind has no name, or its name or a built-in name is taken.
+    """
+    taken = {c.name for c in REGISTRY} | {n for c in REGISTRY for n in c.builtin_names}
+    if not cls.name or cls.name in taken or set(cls.builtin_names) & taken:
+        raise ValueError(f"proposal method {cls.name!r} missing or taken")
+    REGISTRY.append(cls)
+    return cls
+
+
+
+__all__ = ["Cost", "EngineRun", "PATTERNS", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "Variant", "register"]

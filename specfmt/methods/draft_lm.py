@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, SpecfmtError
 from ..serving import CHECKED_RELEASES, ServeCommand, _launcher, _releases
-from . import register
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, Variant
+from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, Variant, register
 from .vocab import Comparison, Intersection, compare, intersection
 from .weights import parameters_read
 
@@ -120,7 +119,7 @@ class DraftLM(ProposalMethod, Transformers):
             return None
         from ..detect import detect
         from ..sources.resolve import fetch
-        from . import PATTERNS
+        from .base import PATTERNS
 
         try:
             found = detect(fetch(resolved, PATTERNS))  # a Hub id's weights and tokenizer come now (a local folder: nothing to do)

@@ -18,8 +18,7 @@ from ..algorithms import find, schema_violations
 from ..algorithms.base import Algorithm, Variant
 from ..errors import InputError
 from ..format.config import speculative_tokens, verifier_ref
-from . import register
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext
+from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, register
 from .weights import parameters_read
 
 if TYPE_CHECKING:  # pragma: no cover
