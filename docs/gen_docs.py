@@ -503,10 +503,21 @@ def bench_vocab_coverage(data: dict) -> str:
     return head + "\n\n" + table(["draft vocabulary", "verifier top-1 covered (training positions)", "held-out AL", "per position"], rows, "lrrl")
 
 
+def bench_pairs(data: dict) -> str:
+    """``pairs_bench``: each pair in each engine, acceptance per position, and whether the tokens equal the verifier alone."""
+    rows = [[r["pair"], r["engine"], r["how"], " / ".join(f"{a:.3f}" for a in r["acceptance_rate_per_position"]), f"{r['mean_acceptance_length']:.3f}",
+             r["num_drafts"], {True: "yes", False: "**no**", None: "-"}[r["exact"]]] for r in data["rows"]]
+    head = (f"{data['prompts']} prompts x {data['max_tokens']} tokens, k = {data['k']}; transformers {data['transformers']}, vLLM {data['vllm']}; "
+            f"the unfixed `draft-lm-padded` in vLLM: {data['padded_in_vllm']}")
+    return head + "\n\n" + table(["pair", "engine", "how", "acceptance rate per position", "mean acceptance length", "drafts", "tokens = verifier alone"],
+                                 rows, "lllrrrl")
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
-                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage}
+                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,
+                                             "pairs_bench": bench_pairs}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

@@ -39,7 +39,7 @@ def test_the_registry_reads_what_the_user_named():
     assert [c.fallback for c in REGISTRY].count(True) == 1
 
 
-def test_a_kind_registered_later_is_found_by_its_builtin_name(monkeypatch):
+def test_a_kind_registered_later_is_found_by_its_builtin_name():
     """What issue 37 does for n-gram and suffix decoding: register a kind with a built-in name; nothing else changes."""
     from specfmt import methods
     from specfmt.methods.base import ProposalMethod
@@ -51,12 +51,15 @@ def test_a_kind_registered_later_is_found_by_its_builtin_name(monkeypatch):
         def builtin(cls, name):
             return cls(name)
 
-    monkeypatch.setattr(methods, "REGISTRY", list(methods.REGISTRY))
-    methods.register(Lookup)
-    found = methods.resolve("lookup-test")
-    assert isinstance(found, Lookup) and found.ref == "lookup-test" and found.folder is None and "lookup-test" in methods.builtin_names()
-    with pytest.raises(ValueError, match="taken"):
+    saved = list(methods.REGISTRY)
+    try:
         methods.register(Lookup)
+        found = methods.resolve("lookup-test")
+        assert isinstance(found, Lookup) and found.ref == "lookup-test" and found.folder is None and "lookup-test" in methods.builtin_names()
+        with pytest.raises(ValueError, match="taken"):
+            methods.register(Lookup)
+    finally:
+        methods.REGISTRY[:] = saved
 
 
 def test_a_step_without_a_proposal_is_a_verifier_pass():

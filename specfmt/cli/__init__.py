@@ -1,7 +1,8 @@
 """The ``specfmt`` command line: a thin layer over the package, one module per command group.
 
 * :mod:`~specfmt.cli.convert`: ``convert``, ``upgrade``;
-* :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``;
+* :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``, ``serve-command``;
+* :mod:`~specfmt.cli.pad_vocab`: ``pad-vocab`` (a draft model's vocabulary rows made the verifier's);
 * :mod:`~specfmt.cli.push`: ``push``;
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
 * :mod:`~specfmt.cli.datagen`: ``datagen``;
@@ -21,7 +22,7 @@ import typer
 
 from .. import __version__
 from ..errors import SpecfmtError
-from . import convert, datagen, push, regenerate, train, validate
+from . import convert, datagen, pad_vocab, push, regenerate, train, validate
 from .common import err, out, print_error, reported
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ app.command(name="upgrade")(convert.upgrade)
 app.command(name="validate")(validate.validate)
 app.command(name="inspect")(validate.inspect)
 app.command(name="serve-command")(validate.serve_command)
+app.command(name="pad-vocab")(pad_vocab.pad_vocab)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")
 app.command(name="datagen")(datagen.datagen)

@@ -26,6 +26,7 @@ def validate(
     min_acceptance_length: Optional[float] = typer.Option(None, "--min-acceptance-length", help="Fail below this mean acceptance length (tokens per step, counting the verifier's own)."),
     tolerance: float = typer.Option(0.1, "--tolerance", help="Largest allowed gap between vLLM's and the reference's acceptance rate at any position."),
     no_vllm: bool = typer.Option(False, "--no-vllm", help="With --run: the reference run only."),
+    no_transformers: bool = typer.Option(False, "--no-transformers", help="With --run on a draft model: leave out transformers' assisted generation."),
     timeout: float = typer.Option(900, "--timeout", help="Seconds allowed for each vLLM engine."),
     device: Optional[str] = typer.Option(None, "--device", help="With --run: where the reference runs the verifier and the drafts: cpu, cuda or cuda:N (default: cuda when available)."),
     verifier_dtype: Optional[str] = typer.Option(None, "--verifier-dtype", help="With --run: the verifier's run dtype in the reference, float32, bfloat16 or float16 (default: bfloat16 on a GPU, float32 on the CPU)."),
@@ -37,13 +38,13 @@ def validate(
     """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from ..validation.static import validate_static
+    from ..methods import resolve
 
     if not run:
         if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length, device, verifier_dtype, device_map, max_memory,
-                                       gpu_memory_utilization)) or no_vllm or tensor_parallel_size != 1:
-            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm and the device options need --run")
-        rep = validate_static(path, verifier)
+                                       gpu_memory_utilization)) or no_vllm or no_transformers or tensor_parallel_size != 1:
+            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm, --no-transformers and the device options need --run")
+        rep = resolve(path).static_checks(verifier)  # a speculators draft's checks, or a draft model's pair checks
         if as_json:
             out.print_json(json.dumps(rep.to_json()))
         else:
@@ -51,7 +52,8 @@ def validate(
             out.print(verdict(rep))
         raise typer.Exit(0 if rep.ok else 1)
     from ..sources.placement import resolve_placement
-    from ..validation.run import CAUSES, validate_run
+    from ..validation.method_run import validate as validate_run
+    from ..validation.run import CAUSES
 
     placement = resolve_placement(device, verifier_dtype, device_map, max_memory)  # a bad option fails before anything is read
     # one bar per phase (verifier load, greedy paths, readings, vLLM) on stderr, at a terminal only
@@ -68,7 +70,8 @@ def validate(
         res = validate_run(path, verifier=verifier, prompts=str(prompts) if prompts else None, max_tokens=max_tokens,
                            num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
                            tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
-                           tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell)
+                           tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell,
+                           use_transformers=not no_transformers)
     rep = res.report
     if as_json:
         out.print_json(json.dumps({**res.to_json(), "written": res.written, "notes": res.notes}))
@@ -114,31 +117,42 @@ def inspect(path: str = typer.Argument(..., help="Checkpoint folder (or Hub id).
 
 @reports_errors
 def serve_command(
-    path: str = typer.Argument(..., help="The draft: a specfmt folder (or Hub id)."),
+    path: str = typer.Argument(..., help="The draft: a specfmt folder, a draft model's folder (or a Hub id)."),
     vllm_version: Optional[str] = typer.Option(None, "--vllm-version", help="The vLLM release to serve it with (default: the installed vLLM, else the newest specfmt knows)."),
+    verifier: Optional[str] = typer.Option(None, "--verifier", help="The verifier, for a draft model (a speculators draft names its own)."),
+    engine: str = typer.Option("vllm", "--engine", help="vllm: the serve line; transformers: the Python of generate(assistant_model=...) (a draft model)."),
 ) -> None:
     """Print the one `vllm serve ...` line that serves this draft on a vLLM release (for scripts).
 
     stdout is that one line; a release specfmt has not checked gets the line of the nearest
-    checked one (:func:`specfmt.serving.checked_release`), with a note on stderr saying so.
+    checked one (specfmt.serving.checked_release), with a note on stderr saying so.
+    With --engine transformers, stdout is the Python that runs the pair with transformers.
     """
-    from ..checkpoint.files import CONFIG_FILE, read_json
-    from ..errors import InputError
     from ..algorithms import validate_config
-    from ..sources.resolve import resolve
-    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm, serve_command as command
+    from ..checkpoint.files import CONFIG_FILE
+    from ..errors import InputError
+    from ..methods import resolve
+    from ..serving import CHECKED_RELEASES, NEWEST_VLLM, checked_release, installed_vllm
 
+    if engine not in ("vllm", "transformers"):
+        raise InputError(f"--engine {engine!r}: vllm or transformers")
     version = vllm_version if vllm_version is not None else installed_vllm() or NEWEST_VLLM
     release, exact = checked_release(version)  # an unparsable --vllm-version fails before anything is read
-    res = resolve(path, allow_patterns=[CONFIG_FILE], what="draft")
-    cfg = read_json(res.folder / CONFIG_FILE)
-    validate_config(cfg, where=str(res.folder / CONFIG_FILE))
-    line = command(cfg, res.name_or_path, release)
+    method = resolve(path)
+    cfg = method.speculators_config()
+    if cfg is not None:  # a speculators draft: its config must be valid (one line from the schema otherwise)
+        validate_config(cfg, where=str(method.folder / CONFIG_FILE))
+    if engine == "transformers":
+        part = method.transformers
+        if part is None:
+            raise InputError(f"transformers does not run a {method.title}", hint="--engine vllm prints its serve line")
+        out.print(part.generate_call(verifier or method.verifier_ref(), method.default_k()), markup=False, highlight=False, soft_wrap=True)
+        return
+    line = method.serve_command(str(release), verifier=verifier)
     which = "" if exact else f" (the nearest checked release to {version})"
     if line is None:
-        from ..algorithms import get
-
-        raise InputError(f"vLLM {release}{which} cannot serve this {cfg['speculators_model_type']} draft", hint=get(cfg["speculators_model_type"]).serving_note())
+        what = f"this {cfg['speculators_model_type']} draft" if cfg is not None else f"this {method.title} pair"
+        raise InputError(f"vLLM {release}{which} cannot serve {what}", hint=method.serving_note(verifier) or None)
     if not exact:
         err.print(f"note: vLLM {version} is not a release specfmt has checked ({', '.join(CHECKED_RELEASES)}); "
                   f"this is the line for the nearest checked release, {release}", markup=False, highlight=False, soft_wrap=True)

@@ -144,8 +144,8 @@ def _serving_section(cfg: dict[str, Any], repo_id: str, algorithm: Any, k: int) 
     return out
 
 
-#: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``)
-FIGURE_SECTIONS = {"reference": "reference", "vllm": "vLLM"}
+#: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``; transformers: a draft model's)
+FIGURE_SECTIONS = {"reference": "reference", "vllm": "vLLM", "transformers": "transformers"}
 
 
 def _measured(figures: dict[str, Any], section: str) -> dict[str, Any]:

@@ -7,7 +7,9 @@
   so that its checks say what the folder is;
 * :mod:`~specfmt.methods.draft_lm`: a small causal LM as the draft (vLLM's ``draft_model``, transformers'
   ``assistant_model``), with :mod:`~specfmt.methods.pair` (the pair checks), :mod:`~specfmt.methods.vocab`
-  (tokenizer identity, the token-level intersection) and :mod:`~specfmt.methods.padding` (the padding fix).
+  (tokenizer identity, the token-level intersection) and :mod:`~specfmt.methods.padding` (the padding fix);
+* :mod:`~specfmt.methods.ngram` and :mod:`~specfmt.methods.suffix`: the methods without weights (vLLM's ``ngram`` and
+  ``suffix``), named by their built-in names, on :mod:`~specfmt.methods.weightless`.
 
 **The one place a method's name is read** is :func:`resolve` here: what the user named -- a folder, a Hub
 id or a built-in name (issue 37 adds ``ngram`` and ``suffix``) -- becomes a method. The code that uses a
@@ -22,27 +24,7 @@ from typing import Any
 from ..checkpoint.files import CONFIG_FILE, read_json
 from ..errors import InputError, SpecfmtError
 from ..sources.resolve import resolve as resolve_path
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers
-
-#: the registered kinds, in the order they are asked to claim a folder (a ``fallback`` kind after the others)
-REGISTRY: list[type[ProposalMethod]] = []
-
-#: the files a method read from a Hub id needs: configs, tokenizer files, weights
-PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
-
-
-def register(cls: type[ProposalMethod]) -> type[ProposalMethod]:
-    """Class decorator: make a kind of proposal method findable by :func:`resolve`.
-
-    Raises:
-        ValueError: the kind has no name, or its name or a built-in name is taken.
-    """
-    taken = {c.name for c in REGISTRY} | {n for c in REGISTRY for n in c.builtin_names}
-    if not cls.name or cls.name in taken or set(cls.builtin_names) & taken:
-        raise ValueError(f"proposal method {cls.name!r} missing or taken")
-    REGISTRY.append(cls)
-    return cls
-
+from .base import PATTERNS, REGISTRY, Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, register
 
 def builtin_names() -> list[str]:
     """Every built-in name a user may give instead of a folder (``ngram``, ``suffix`` once registered)."""
@@ -63,7 +45,7 @@ def resolve(named: str, *, revision: str | None = None) -> ProposalMethod:
     for cls in REGISTRY:
         if named in cls.builtin_names:
             return cls.builtin(named)
-    resolved = resolve_path(named, allow_patterns=PATTERNS, revision=revision, what="draft")
+    resolved = resolve_path(named, allow_patterns=["*.json"], revision=revision, what="draft")  # a kind fetches the rest when it needs it
     config: dict[str, Any] | None = None
     if (resolved.folder / CONFIG_FILE).is_file():
         try:
@@ -77,6 +59,6 @@ def resolve(named: str, *, revision: str | None = None) -> ProposalMethod:
     raise InputError(f"no proposal method reads {named}", hint="give a speculators-format draft folder or a causal LM folder")
 
 
-from . import draft_lm, speculators  # noqa: E402, F401, I001  (each registers itself)
+from . import draft_lm, ngram, speculators, suffix  # noqa: E402, F401, I001  (each registers itself)
 
-__all__ = ["Cost", "EngineRun", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "builtin_names", "register", "resolve"]
+__all__ = ["Cost", "EngineRun", "PATTERNS", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "builtin_names", "register", "resolve"]

@@ -139,6 +139,14 @@ class Transformers:
         """The Python that runs the pair with transformers, for a person to paste (``serve-command --engine transformers``)."""
         raise NotImplementedError
 
+    def mapping(self, verifier: "Verifier") -> str:
+        """How transformers maps tokens between the verifier and the method, in words (``validation.json``)."""
+        return "the verifier's ids"
+
+    def agreement_note(self, verifier: "Verifier") -> str:
+        """Why transformers' acceptance may legitimately differ from the reference's for this verifier (empty: it may not)."""
+        return ""
+
 
 class ProposalMethod:
     """Base class of a proposal method (see the module's table for the parts).
@@ -196,6 +204,15 @@ class ProposalMethod:
         """The verifier the method names itself (a speculators config names one), or None: ``--verifier`` must."""
         return None
 
+    def speculators_config(self) -> dict[str, Any] | None:
+        """The config.json of a speculators-format draft, whose run adds the format's own checks
+        (:func:`specfmt.validation.run.validate_run`); None for any other method."""
+        return None
+
+    def describe(self, verifier: "Verifier") -> dict[str, Any]:
+        """What ``validation.json`` records of the method against ``verifier`` beyond its cost (a draft LM: the pair)."""
+        return {}
+
     @property
     def transformers(self) -> Transformers | None:
         """The transformers part, or None when transformers cannot run this method."""
@@ -247,6 +264,11 @@ class ProposalMethod:
         """The one-line explanation of a misreading cause of :meth:`readings`."""
         return cause
 
+    def reference_notes(self, ctx: ReferenceContext, result: Any) -> dict[str, Any]:
+        """Figures of the reference run (a :class:`~specfmt.validation.acceptance.ChainResult`) the method adds to
+        ``validation.json`` (a draft LM with its own tokenizer: the verifier's greedy tokens inside the intersection)."""
+        return {}
+
     # -- vLLM ----------------------------------------------------------------------------------------
 
     def vllm_engine(self, verifier: str, version: str | None, k: int) -> EngineRun:
@@ -266,8 +288,9 @@ class ProposalMethod:
         """
         raise NotImplementedError
 
-    def serving_note(self) -> str:
-        """What to tell a user whose vLLM cannot serve the method (empty when every checked release can)."""
+    def serving_note(self, verifier: "str | Verifier | None" = None) -> str:
+        """What to tell a user whose vLLM cannot serve the method (beside ``verifier``, for a method that names none);
+        empty when every checked release can."""
         return ""
 
     def cpu_build_refusal(self) -> str:
@@ -285,4 +308,25 @@ class ProposalMethod:
         return []
 
 
-__all__ = ["Cost", "EngineRun", "ProposalMethod", "ReferenceContext", "Transformers", "Variant"]
+#: the registered kinds, in the order they are asked to claim a folder (a ``fallback`` kind after the others)
+REGISTRY: list[type[ProposalMethod]] = []
+
+#: the files a method read from a Hub id needs to run: configs, tokenizer files, weights (:func:`specfmt.sources.resolve.fetch`)
+PATTERNS = ["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"]
+
+
+def register(cls: type[ProposalMethod]) -> type[ProposalMethod]:
+    """Class decorator: make a kind of proposal method findable by :func:`resolve`.
+
+    Raises:
+        ValueError: the kind has no name, or its name or a built-in name is taken.
+    """
+    taken = {c.name for c in REGISTRY} | {n for c in REGISTRY for n in c.builtin_names}
+    if not cls.name or cls.name in taken or set(cls.builtin_names) & taken:
+        raise ValueError(f"proposal method {cls.name!r} missing or taken")
+    REGISTRY.append(cls)
+    return cls
+
+
+
+__all__ = ["Cost", "EngineRun", "PATTERNS", "ProposalMethod", "REGISTRY", "ReferenceContext", "Transformers", "Variant", "register"]

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, SpecfmtError
 from ..serving import CHECKED_RELEASES, ServeCommand, _launcher, _releases
-from . import register
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, Variant
+from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, Transformers, Variant, register
 from .vocab import Comparison, Intersection, compare, intersection
 from .weights import parameters_read
 
@@ -119,9 +118,11 @@ class DraftLM(ProposalMethod, Transformers):
         if not isinstance(config, dict) or "speculators_config" in config or "vocab_size" not in (config.get("text_config") or config):
             return None
         from ..detect import detect
+        from ..sources.resolve import fetch
+        from .base import PATTERNS
 
         try:
-            found = detect(resolved.folder)
+            found = detect(fetch(resolved, PATTERNS))  # a Hub id's weights and tokenizer come now (a local folder: nothing to do)
         except SpecfmtError:
             return None
         return cls(resolved.name_or_path, resolved, config) if found.format == "causal-lm" else None
@@ -181,6 +182,18 @@ class DraftLM(ProposalMethod, Transformers):
 
         return pair_checks(self, verifier)
 
+    def describe(self, verifier: "Verifier") -> dict[str, Any]:
+        return {"pair": self.pair(verifier).to_json()}
+
+    def reference_notes(self, ctx: ReferenceContext, result: Any) -> dict[str, Any]:
+        """For two tokenizers: the share of the verifier's greedy tokens inside the intersection (the others reach the
+        draft as its unk/eos token in vLLM and in the reference)."""
+        inter = self.pair(ctx.verifier).intersection
+        if inter is None:
+            return {}
+        ids = [t for path in result.token_ids for t in path]
+        return {"greedy_tokens_inside_intersection": round(inter.share_inside(ids), 4)}
+
     def runnable(self, report: "Report") -> str | None:
         failed = [c.name for c in report.checks if c.status == "fail"]
         return f"the pair fails its static checks ({', '.join(failed)})" if failed else None
@@ -231,6 +244,9 @@ class DraftLM(ProposalMethod, Transformers):
         argv = (*_launcher(distribution), ver.name_or_path, "--speculative-config", json.dumps(spec))
         return ServeCommand(argv, "explicit", _releases(list(CHECKED_RELEASES)), spec)
 
+    def serving_note(self, verifier: "str | Verifier | None" = None) -> str:
+        return (self.refusal(self._verifier(verifier)) or "") if verifier is not None else ""
+
     def refusal(self, verifier: "Verifier") -> str | None:
         """Why vLLM 0.30-0.33 do not serve the pair, with what fixes it; None when they do."""
         pair = self.pair(verifier)
@@ -270,6 +286,21 @@ class DraftLM(ProposalMethod, Transformers):
                     "(generation/utils.py) and would feed the draft the verifier's ids")
         return None
 
+    def mapping(self, verifier: "Verifier") -> str:
+        pair = self.pair(verifier)
+        if pair.draft_rows == pair.verifier_rows:
+            return "one tokenizer: the draft reads the verifier's ids"
+        return "assistant_tokenizer: the verifier's tokens decoded to text and re-encoded for the draft, and back"
+
+    def agreement_note(self, verifier: "Verifier") -> str:
+        pair = self.pair(verifier)
+        if pair.draft_rows == pair.verifier_rows:
+            return ""
+        return ("transformers maps the two vocabularies through text (decode, re-encode: a draft token may become several verifier "
+                "tokens or part of one, and a verifier token outside the draft's vocabulary still reaches it as its own text), vLLM and the "
+                "reference through the token-level intersection (a verifier token outside it reaches the draft as its unk/eos token); "
+                "the two are different drafts of the same model")
+
     def generate_call(self, verifier: str, k: int) -> str:
         ver = self._verifier(verifier)
         two = self.pair(ver).draft_rows != self.pair(ver).verifier_rows
@@ -308,6 +339,13 @@ def fixed_k(generation_config: Any, k: int) -> None:
     generation_config.num_assistant_tokens = k
     generation_config.num_assistant_tokens_schedule = "constant"
     generation_config.assistant_confidence_threshold = 0.0
+
+
+def _keep(cache: Any, n: int) -> None:
+    """Keep the first ``n`` positions of a transformers cache (``crop`` with the negative count to drop)."""
+    drop = cache.get_seq_length() - n
+    if drop > 0:
+        cache.crop(-drop)
 
 
 class DraftChain:
@@ -350,7 +388,7 @@ class DraftChain:
         if past is None or common == 0:
             past, common = None, 0
         else:
-            past.crop(common)
+            _keep(past, common)
         out: list[int] = []
         with torch.no_grad():
             step = self.model(input_ids=torch.tensor([ids[common:]], device=dev), past_key_values=past, use_cache=True)
@@ -363,7 +401,7 @@ class DraftChain:
                     break
                 step = self.model(input_ids=torch.tensor([[out[-1]]], device=dev), past_key_values=step.past_key_values, use_cache=True)
         cache = step.past_key_values
-        cache.crop(len(ids))  # the verified positions only
+        _keep(cache, len(ids))  # the verified positions only
         self._caches[states.source] = (list(ids), cache)
         while len(self._caches) > self.KEPT:
             self._caches.pop(next(iter(self._caches)))

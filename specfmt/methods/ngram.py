@@ -20,8 +20,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import register
-from .base import ReferenceContext, Variant
+from .base import ReferenceContext, Variant, register
 from .weightless import WeightlessMethod
 
 if TYPE_CHECKING:  # pragma: no cover

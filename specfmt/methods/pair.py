@@ -38,7 +38,9 @@ from .weights import parameter_count
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..sources.verifier import Verifier
-    from .draft_lm import DraftLM, Pair
+
+#: the draft model and its pair (:class:`specfmt.methods.draft_lm.DraftLM`, ``Pair``: not imported, which imports this module)
+DraftLM = Pair = Any
 
 #: the checks of :func:`pair_checks`, in order
 CHECKS = ("draft", "verifier", "tokenizer", "special_tokens", "encoding", "chat_template", "vocab_size", "intersection", "context", "rope",
@@ -47,7 +49,7 @@ CHECKS = ("draft", "verifier", "tokenizer", "special_tokens", "encoding", "chat_
 SMALL_INTERSECTION = 100
 
 
-def pair_checks(draft: "DraftLM", verifier: "str | Verifier | None", texts: list[str] | None = None) -> Report:
+def pair_checks(draft: DraftLM, verifier: "str | Verifier | None", texts: list[str] | None = None) -> Report:
     """The pair checks of ``draft`` against ``verifier`` (see the module's table).
 
     Args:
@@ -83,7 +85,7 @@ def _skip_from(rep: Report, first: str, why: str) -> Report:
     return rep
 
 
-def _draft_check(rep: Report, draft: "DraftLM") -> bool:
+def _draft_check(rep: Report, draft: DraftLM) -> bool:
     c = draft.config
     try:
         params = parameter_count(draft.folder)
@@ -96,7 +98,7 @@ def _draft_check(rep: Report, draft: "DraftLM") -> bool:
     return True
 
 
-def _verifier_check(rep: Report, draft: "DraftLM", verifier: "str | Verifier | None") -> "Verifier | None":
+def _verifier_check(rep: Report, draft: DraftLM, verifier: "str | Verifier | None") -> "Verifier | None":
     from ..sources.verifier import Verifier
 
     if verifier is None:
@@ -116,7 +118,7 @@ def _verifier_check(rep: Report, draft: "DraftLM", verifier: "str | Verifier | N
     return ver
 
 
-def _tokenizer_checks(rep: Report, draft: "DraftLM", ver: "Verifier", pair: "Pair") -> None:
+def _tokenizer_checks(rep: Report, draft: DraftLM, ver: "Verifier", pair: Pair) -> None:
     """``tokenizer``, ``special_tokens``, ``encoding``, ``chat_template``."""
     t = pair.tokens
     examples = [f"id {i}: verifier {a!r}, draft {b!r}" for i, a, b in t.differing]
@@ -153,7 +155,7 @@ def _tokenizer_checks(rep: Report, draft: "DraftLM", ver: "Verifier", pair: "Pai
         "draft only": "only the draft has a chat template (the engines render prompts with the verifier's tokenizer, which has none)"}[t.chat_template])
 
 
-def _vocab_checks(rep: Report, draft: "DraftLM", ver: "Verifier", pair: "Pair", texts: list[str] | None) -> None:
+def _vocab_checks(rep: Report, draft: DraftLM, ver: "Verifier", pair: Pair, texts: list[str] | None) -> None:
     """``vocab_size`` and ``intersection``."""
     d, v, n = pair.draft_rows, pair.verifier_rows, pair.tokens.verifier_len
     if pair.relation == "same":
@@ -196,7 +198,7 @@ def _rope(cfg: dict[str, Any]) -> dict[str, Any]:
     return {} if r.get("rope_type", r.get("type", "default")) == "default" else r
 
 
-def _shape_checks(rep: Report, draft: "DraftLM", ver: "Verifier") -> None:
+def _shape_checks(rep: Report, draft: DraftLM, ver: "Verifier") -> None:
     """``context``, ``rope``, ``sliding_window`` and ``cost``."""
     dc, vc = draft.config, ver.text_config
     dlen, vlen = dc.get("max_position_embeddings"), vc.get("max_position_embeddings")
@@ -227,7 +229,7 @@ def _shape_checks(rep: Report, draft: "DraftLM", ver: "Verifier") -> None:
         rep.add("cost", PASS, line)
 
 
-def _engines_check(rep: Report, draft: "DraftLM", ver: "Verifier", pair: "Pair") -> None:
+def _engines_check(rep: Report, draft: DraftLM, ver: "Verifier", pair: Pair) -> None:
     """``engines``: vLLM 0.30-0.33 (``draft_model``) and the transformers installed."""
     import transformers
 

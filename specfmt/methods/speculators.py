@@ -18,8 +18,7 @@ from ..algorithms import find, schema_violations
 from ..algorithms.base import Algorithm, Variant
 from ..errors import InputError
 from ..format.config import speculative_tokens, verifier_ref
-from . import register
-from .base import Cost, EngineRun, ProposalMethod, ReferenceContext
+from .base import Cost, EngineRun, ProposalMethod, ReferenceContext, register
 from .weights import parameters_read
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,6 +73,9 @@ class SpeculatorsMethod(ProposalMethod):
     def verifier_ref(self) -> str | None:
         return verifier_ref(self.config or {})
 
+    def speculators_config(self) -> dict[str, Any]:
+        return self.config if self.config is not None else {}
+
     # -- static checks -----------------------------------------------------------------------------
 
     def static_checks(self, verifier: "str | Verifier | None") -> "Report":
@@ -100,13 +102,19 @@ class SpeculatorsMethod(ProposalMethod):
 
     # -- the reference -------------------------------------------------------------------------------
 
+    def weights_folder(self):  # noqa: ANN201
+        """The folder with the weights too (a Hub id's safetensors fetched now; a local folder as it is)."""
+        from ..sources.resolve import fetch
+
+        return fetch(self.resolved, ["*.json", "*.safetensors"])  # type: ignore[arg-type]
+
     def tensors(self) -> dict[str, "torch.Tensor"]:
         """The draft's tensors, read once (every safetensors file of the folder)."""
         if self._tensors is None:
             from safetensors.torch import load_file
 
             self._tensors = {}
-            for f in sorted(self.folder.glob("*.safetensors")):  # type: ignore[union-attr]
+            for f in sorted(self.weights_folder().glob("*.safetensors")):
                 self._tensors.update(load_file(str(f)))
         return self._tensors
 
@@ -140,7 +148,7 @@ class SpeculatorsMethod(ProposalMethod):
         self._algo()
         return serve_command(self.config, self.ref, version, distribution=distribution)  # type: ignore[arg-type]
 
-    def serving_note(self) -> str:
+    def serving_note(self, verifier: "str | Verifier | None" = None) -> str:
         return self._algo().serving_note()
 
     def cpu_build_refusal(self) -> str:
@@ -150,7 +158,7 @@ class SpeculatorsMethod(ProposalMethod):
 
     def cost(self, verifier: "Verifier") -> Cost:
         algo = self._algo()
-        return Cost(parameters_read(self.folder), parameters_read(verifier.model_folder(), tied=verifier.info.tie_word_embeddings),
+        return Cost(parameters_read(self.weights_folder()), parameters_read(verifier.model_folder(), tied=verifier.info.tie_word_embeddings),
                     algo.parallel_drafting)
 
     def card_rows(self) -> list[tuple[str, str]]:

@@ -36,8 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from . import register
-from .base import ReferenceContext, Variant
+from .base import ReferenceContext, Variant, register
 from .weightless import WeightlessMethod
 
 if TYPE_CHECKING:  # pragma: no cover

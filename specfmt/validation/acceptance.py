@@ -199,6 +199,28 @@ def group_size(model: Any, longest: int, budget: int = STATES_BUDGET) -> int:
     return max(1, min(GROUP, budget // max(1, per_prompt)))
 
 
+def _verify(res: ChainResult, draft: list[int], path: list[int], g: int, k: int) -> int:
+    """One verification step of ``res``: ``draft`` (at most k ids; none: no proposal) against the greedy ``path`` at
+    generated position ``g``; returns the accepted count and adds the step's figures.
+
+    Raises:
+        ValueError: more than k ids.
+    """
+    if len(draft) > k:
+        raise ValueError(f"the proposer returned {len(draft)} tokens, at most {k} expected")
+    a = 0
+    while a < len(draft) and draft[a] == path[g + a]:
+        a += 1
+    res.steps += 1  # a verifier forward pass, with a proposal or not
+    if draft:
+        res.num_drafts += 1
+        res.num_draft_tokens += len(draft)
+    res.num_accepted_tokens += a
+    for j in range(a):
+        res.accepted_per_position[j] += 1
+    return a
+
+
 #: ``walk(model, prompt, n, index) -> (path, states)``: the verifier's n tokens after a prompt (``index``: its place in
 #: the prompts given) and its states over prompt + path; :func:`greedy_path` by default, sampled ones at a temperature
 #: (:func:`specfmt.validation.sampling.sampled_walk`)
@@ -271,24 +293,13 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                     break
                 proposals = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
                 for i, draft in zip(active, proposals):
-                    draft = [int(t) for t in draft]
-                    if len(draft) > k:
-                        raise ValueError(f"the proposer returned {len(draft)} tokens, at most {k} expected")
                     path, g = walks[i][0], generated[i]
-                    a = 0
-                    while a < len(draft) and draft[a] == path[g + a]:
-                        a += 1
+                    draft = [int(t) for t in draft]
+                    a = _verify(res, draft, path, g, k)
                     if observe is not None:
                         observe(which, first + i, seqs[i], walks[i][1], draft, a)
-                    res.steps += 1  # a verifier forward pass, with a proposal or not
-                    if draft:
-                        res.num_drafts += 1
-                        res.num_draft_tokens += len(draft)
-                        drafts[i] += 1
-                    res.num_accepted_tokens += a
+                    drafts[i] += 1 if len(draft) else 0
                     accepted[i] += a
-                    for j in range(a):
-                        res.accepted_per_position[j] += 1
                     seqs[i].extend(path[g: g + a + 1])  # the accepted tokens and the verifier's own
                     generated[i] = g + a + 1
             res.drafts_per_prompt += drafts

@@ -137,6 +137,11 @@ class RunResult:
     #: why the draft accepts what it does, reported, never failed on (:func:`specfmt.validation.diagnosis.diagnose`;
     #: None without a reference run)
     diagnosis: dict[str, Any] | None = None
+    #: the proposal method run, when it is not a speculators draft (:mod:`specfmt.validation.method_run`: a draft LM
+    #: and what it is against the verifier); None for a speculators draft
+    method: dict[str, Any] | None = None
+    #: transformers' assisted generation of a method that transformers runs (:mod:`specfmt.validation.hf_assisted`)
+    transformers: dict[str, Any] | None = None
     causes: list[str] = field(default_factory=list)
     written: str | None = None
     #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
@@ -164,6 +169,7 @@ class RunResult:
             "vllm": self.vllm,
             "variants": self.variants,
             "diagnosis": self.diagnosis,
+            **({"method": self.method, "transformers": self.transformers} if self.method is not None else {}),
             "likely_causes": self.causes,
             "kept": self.kept,
             "checks": self.report.to_json()["checks"],
