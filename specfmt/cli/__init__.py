@@ -22,7 +22,7 @@ import typer
 
 from .. import __version__
 from ..errors import SpecfmtError
-from . import convert, datagen, pad_vocab, push, regenerate, train, validate
+from . import compare, convert, datagen, pad_vocab, push, regenerate, train, validate
 from .common import err, out, print_error, reported
 
 app = typer.Typer(
@@ -51,6 +51,7 @@ app.command(name="upgrade")(convert.upgrade)
 app.command(name="validate")(validate.validate)
 app.command(name="inspect")(validate.inspect)
 app.command(name="serve-command")(validate.serve_command)
+app.command(name="compare")(compare.compare)
 app.command(name="pad-vocab")(pad_vocab.pad_vocab)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")

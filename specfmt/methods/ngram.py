@@ -127,7 +127,7 @@ class Ngram(WeightlessMethod):
     def title(self) -> str:
         return "n-gram"
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         return f"n-gram (prompt lookup), n from {self.prompt_lookup_min} to {self.prompt_lookup_max}"
 
     def method_config(self) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class Suffix(WeightlessMethod):
     def title(self) -> str:
         return "suffix decoding"
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         s = self.settings
         return (f"suffix decoding (arctic-inference), tree depth {s['suffix_decoding_max_tree_depth']}, "
                 f"min token probability {s['suffix_decoding_min_token_prob']}")

@@ -56,7 +56,7 @@ class WeightlessMethod(ProposalMethod):
         """The keys of vLLM's speculative config beyond ``method`` and ``num_speculative_tokens``."""
         return {}
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         """One line: what the method is, with its settings."""
         return self.title
 
@@ -68,7 +68,7 @@ class WeightlessMethod(ProposalMethod):
 
         rep = Report(self.named)
         why = self.unavailable()
-        rep.add("method", FAIL if why else PASS, why or f"{self.describe()}: no weights to check")
+        rep.add("method", FAIL if why else PASS, why or f"{self.summary()}: no weights to check")
         return rep
 
     def runnable(self, report: "Report") -> str | None:
@@ -111,8 +111,11 @@ class WeightlessMethod(ProposalMethod):
 
         return Cost(0, parameters_read(verifier.model_folder(), tied=verifier.info.tie_word_embeddings), True)
 
+    def describe(self, verifier: "Verifier") -> dict[str, Any]:
+        return {"method": self.vllm_method, "summary": self.summary(), "speculative_config": self.method_config()}
+
     def card_rows(self) -> list[tuple[str, str]]:
-        return [("proposal method", self.describe())]
+        return [("proposal method", self.summary())]
 
 
 __all__ = ["DEFAULT_K", "WeightlessMethod"]
