@@ -117,6 +117,25 @@ def figures_table(res) -> Table:
     return table
 
 
+def beside_table(res) -> Table:
+    """The draft and the free methods on the same prompts, per verifier forward pass over every step (``res.beside``)."""
+    b = res.beside
+    table = Table(title=f"beside the draft: the same prompts, per verifier pass over every step (reference, k={res.k})",
+                  caption=escape(f"estimated speedup: {b['cost_model']}"))
+    for col in ("method", "acceptance rate per position", "tokens per pass", "drafted steps", "est. speedup"):
+        table.add_column(col)
+    d = b["draft"]
+    table.add_row("the draft", " ".join(f"{r:.3f}" for r in d["rate_per_step"]), f"{d['tokens_per_step']:.3f}", "-",
+                  "-" if d["estimated_speedup"] is None else f"{d['estimated_speedup']:.2f}x")
+    for m in b["methods"]:
+        if "not_measured" in m:
+            table.add_row(escape(m["title"]), "not measured on this machine (below)", "", "", "")
+        else:
+            table.add_row(escape(m["title"]), " ".join(f"{r:.3f}" for r in m["rate_per_step"]), f"{m['tokens_per_step']:.3f}",
+                          f"{m['drafted_steps']} of {m['steps']}", "-" if m["estimated_speedup"] is None else f"{m['estimated_speedup']:.2f}x")
+    return table
+
+
 #: the prompts of lowest mean acceptance length ``validate --run`` lists (validation.json holds every prompt's)
 WORST_PROMPTS = 3
 

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import InputError
-from .common import checks_table, diagnosis_tables, err, figures_table, out, reports_errors, verdict
+from .common import beside_table, checks_table, diagnosis_tables, err, figures_table, out, reports_errors, verdict
 
 
 @reports_errors
@@ -34,6 +34,9 @@ def validate(
     max_memory: Optional[str] = typer.Option(None, "--max-memory", help="With --device-map: per-device caps, e.g. 0=70GiB,1=70GiB."),
     tensor_parallel_size: int = typer.Option(1, "--tensor-parallel-size", help="With --run: GPUs vLLM spreads the verifier over (GPU build of vLLM)."),
     gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="With --run: vLLM's share of each GPU (default: vLLM's; the CPU build always uses 0.2 of CPU memory)."),
+    free_methods: bool = typer.Option(True, "--free-methods/--no-free-methods", help="With --run: n-gram and suffix decoding beside the draft on the same prompts, and whether one beats it."),
+    temperature: float = typer.Option(0.0, "--temperature", help="With --run: sample at this temperature (each prompt once per --seed); the reference's expected acceptance against vLLM's measured one. 0: greedy."),
+    seeds: list[int] = typer.Option(None, "--seed", help="With --run --temperature: the sampling seeds (repeatable; default 0 1 2 3)."),
 ) -> None:
     """Check a specfmt checkpoint: schema, tensors, dtypes, NaN/Inf, vocabulary map, verifier; with --run, run the draft. Exit 0 only if all pass."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -42,8 +45,9 @@ def validate(
 
     if not run:
         if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length, device, verifier_dtype, device_map, max_memory,
-                                       gpu_memory_utilization)) or no_vllm or no_transformers or tensor_parallel_size != 1:
-            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm, --no-transformers and the device options need --run")
+                                       gpu_memory_utilization)) or no_vllm or no_transformers or tensor_parallel_size != 1 or temperature or seeds:
+            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm, --no-transformers, --temperature, --seed "
+                             "and the device options need --run")
         rep = resolve(path).static_checks(verifier)  # a speculators draft's checks, or a draft model's pair checks
         if as_json:
             out.print_json(json.dumps(rep.to_json()))
@@ -71,7 +75,8 @@ def validate(
                            num_speculative_tokens=num_speculative_tokens, min_acceptance_length=min_acceptance_length,
                            tolerance=tolerance, use_vllm=not no_vllm, timeout=timeout, placement=placement,
                            tensor_parallel_size=tensor_parallel_size, gpu_memory_utilization=gpu_memory_utilization, progress=tell,
-                           use_transformers=not no_transformers)
+                           use_transformers=not no_transformers, free_methods=free_methods,
+                           **({"temperature": temperature, "seeds": seeds or [0, 1, 2, 3]} if temperature else {}))
     rep = res.report
     if as_json:
         out.print_json(json.dumps({**res.to_json(), "written": res.written, "notes": res.notes}))
@@ -81,6 +86,10 @@ def validate(
             out.print(figures_table(res))
         for shown in diagnosis_tables(res) if res.diagnosis else []:
             out.print(shown)
+        if res.beside:
+            out.print(beside_table(res))
+            for line in res.beside["verdict"]:
+                out.print(line, markup=False, highlight=False, soft_wrap=True)
         if res.causes:
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
         for note in res.notes:  # what became of an earlier validation.json's figures

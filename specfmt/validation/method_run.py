@@ -74,6 +74,7 @@ def run_method(
     num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1, use_vllm: bool = True,
     use_transformers: bool = True, timeout: float = 900, write: bool = True, placement: Placement | None = None,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: "ProgressFn | None" = None,
+    free_methods: bool = True,
 ) -> RunResult:
     """The method's static checks, then its reference run, vLLM and transformers on the same prompts, compared.
 
@@ -81,6 +82,7 @@ def run_method(
         method: the method (:func:`specfmt.methods.resolve`).
         verifier: the verifier (default: the one the method names; a draft LM names none).
         use_transformers: run transformers too, when the method has a transformers part.
+        free_methods: run the other free methods (n-gram, suffix decoding) beside it on the same paths (:mod:`.beside`).
 
     Returns:
         A :class:`~specfmt.validation.run.RunResult`; problems are failed checks, not exceptions.
@@ -110,7 +112,7 @@ def run_method(
         _skip(rep, RUN_CHECKS[1:], "no verifier")
         return _finish(method.folder or "", result, write and method.folder is not None)
     ctx = ReferenceContext(ver, model, placement)
-    ref_res = _reference(result, method, ctx, tell)
+    ref_res = _reference(result, method, ctx, tell, free_methods)
     if use_transformers and method.transformers is not None and ref_res is not None:
         _transformers_checks(result, method, ctx, ref_res, tolerance)
     else:
@@ -150,8 +152,11 @@ def _describe(method: ProposalMethod, ver: Verifier) -> dict[str, Any]:
     return out
 
 
-def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext, tell: "ProgressFn") -> ChainResult | None:
-    """The ``reference`` and ``variants`` checks: each reading's proposer against the verifier's greedy paths."""
+def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext, tell: "ProgressFn", free_methods: bool = False) -> ChainResult | None:
+    """The ``reference`` and ``variants`` checks: each reading's proposer against the verifier's greedy paths; with
+    ``free_methods``, the other free methods on the same paths (``result.beside``, :mod:`.beside`)."""
+    from .beside import beside, companions
+
     import torch
     import transformers
 
@@ -159,7 +164,9 @@ def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext,
     try:
         readings = method.readings(ctx)
         proposers = [method.proposer(r, ctx) for r in readings]
-        runs = list(zip(readings, _run_chains(ctx.model, result.prompts.ids, proposers, k, result.max_tokens, tell)))
+        free = companions(ctx, k, exclude=method) if free_methods else []
+        chains = _run_chains(ctx.model, result.prompts.ids, proposers + [c.proposer for c in free if c.proposer is not None], k, result.max_tokens, tell)
+        runs = list(zip(readings, chains))
     except SpecfmtError as e:
         rep.add("reference", FAIL, f"the reference cannot run the method: {e.one_line()}")
         rep.add("variants", SKIP, "no reference run")
@@ -173,6 +180,12 @@ def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext,
                         "dtype": ctx.placement.dtype, "device_map": ctx.placement.device_map,
                         "seconds": {"verifier": round(ref.verifier_seconds, 2), "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
                         **_figures(ref), "steps": ref.steps, "tokens_per_step": round(ref.tokens_per_step, 4)}
+    if free_methods:
+        try:
+            cost = method.cost(ctx.verifier)
+        except SpecfmtError:
+            cost = None
+        result.beside = beside(free, chains[len(proposers):], ref, cost, k, title=f"this {method.title}")
     extra = method.reference_notes(ctx, ref)
     if extra:
         result.method = {**(result.method or {}), **extra}

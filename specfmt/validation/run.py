@@ -142,6 +142,9 @@ class RunResult:
     method: dict[str, Any] | None = None
     #: transformers' assisted generation of a method that transformers runs (:mod:`specfmt.validation.hf_assisted`)
     transformers: dict[str, Any] | None = None
+    #: the free methods (n-gram, suffix decoding) on the same greedy paths, and whether one beats the draft
+    #: (:func:`specfmt.validation.beside.beside`; None: not run, ``--no-free-methods``)
+    beside: dict[str, Any] | None = None
     causes: list[str] = field(default_factory=list)
     written: str | None = None
     #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
@@ -170,6 +173,7 @@ class RunResult:
             "variants": self.variants,
             "diagnosis": self.diagnosis,
             **({"method": self.method, "transformers": self.transformers} if self.method is not None else {}),
+            **({"beside": self.beside} if self.beside is not None else {}),
             "likely_causes": self.causes,
             "kept": self.kept,
             "checks": self.report.to_json()["checks"],
@@ -328,6 +332,7 @@ def validate_run(
     num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1,
     use_vllm: bool = True, timeout: float = 900, write: bool = True, placement: "Placement | None" = None,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: ProgressFn | None = None,
+    free_methods: bool = True,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -353,6 +358,7 @@ def validate_run(
         tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
         progress: called as each phase advances (:data:`PHASES`, :data:`ProgressFn`).
+        free_methods: run n-gram and suffix decoding beside the draft on the same greedy paths (:mod:`.beside`).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
@@ -380,7 +386,8 @@ def validate_run(
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
     result.k = k = _speculative_tokens(cfg, algo, num_speculative_tokens, min_acceptance_length)
-    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, tensors_ok=runnable.get("tensors") == PASS)
+    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, tensors_ok=runnable.get("tensors") == PASS,
+                      free_methods=free_methods)
     if done is None:
         _skip(rep, _RUN_CHECKS[1:], "no verifier")
         return _finish(folder, result, write)
@@ -455,7 +462,7 @@ def _speculative_tokens(cfg: dict[str, Any], algo: Algorithm, asked: int | None,
 
 def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Verifier | None", ver_error: SpecfmtError | None,
                vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path, *,
-               tensors_ok: bool) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
+               tensors_ok: bool, free_methods: bool = False) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
     """The reference part of a run (:func:`_load_verifier`, then :func:`_reference_checks`): ``(the draft's
     tensors, the figures as written)``, or None when the verifier cannot be loaded. The verifier's model is
     held by ``ver`` alone afterwards (:func:`_give_back_gpu` releases it)."""
@@ -463,7 +470,8 @@ def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Ve
     if model is None:
         return None
     tensors = _load_tensors(folder)
-    ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok)
+    ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok,
+                                beside=(ver, folder) if free_methods else None)
     if ref_res is not None:
         result.diagnosis = diagnose(ref_res, proposable=algo.proposable_ids(cfg, tensors), vocab_size=cfg["transformer_layer_config"]["vocab_size"],
                                     texts=result.prompts.texts, cfg=cfg, decode=_decoder(ver))
@@ -521,9 +529,10 @@ def _load_verifier(result: RunResult, ver: "Verifier | None", ver_error: Specfmt
 
 
 def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model: Any, tensors: dict[str, "torch.Tensor"],
-                      placement: Placement, tell: ProgressFn, *, tensors_ok: bool) -> "ChainResult | None":
+                      placement: Placement, tell: ProgressFn, *, tensors_ok: bool, beside: "tuple[Verifier, Path] | None" = None) -> "ChainResult | None":
     """The ``reference`` and ``variants`` checks: the draft as written and each misreading its algorithm
-    knows, simulated against the verifier's greedy paths; the figures as written (None: not run)."""
+    knows, simulated against the verifier's greedy paths; the figures as written (None: not run). With ``beside``
+    (the verifier and the draft's folder), the free methods run on the same paths (:mod:`.beside`, ``result.beside``)."""
     import torch
 
     rep, k, max_tokens = result.report, result.k, result.max_tokens
@@ -538,7 +547,9 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
     near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
     try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
         proposers = [algo.proposer(v, near, embed, head) for v in readings]
-        runs = list(zip(readings, _run_chains(model, result.prompts.ids, proposers, k, max_tokens, tell)))
+        free = _companions(beside, model, placement, k)
+        chains = _run_chains(model, result.prompts.ids, proposers + [c.proposer for c in free if c.proposer is not None], k, max_tokens, tell)
+        runs = list(zip(readings, chains))
     except (RuntimeError, KeyError, IndexError) as e:
         rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
         rep.add("variants", SKIP, "no reference run")
@@ -551,8 +562,34 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
                                     "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
                         **_figures(ref_res)}
     rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
+    if beside is not None:
+        result.beside = _beside(free, chains[len(proposers):], ref_res, beside, algo, k)
     _variants_check(result, algo, runs)
     return ref_res
+
+
+def _companions(beside: "tuple[Verifier, Path] | None", model: Any, placement: Placement, k: int) -> list[Any]:
+    """The free methods to run beside the draft (:func:`specfmt.validation.beside.companions`); none without ``beside``."""
+    if beside is None:
+        return []
+    from ..methods.base import ReferenceContext
+    from .beside import companions
+
+    return companions(ReferenceContext(beside[0], model, placement), k)
+
+
+def _beside(free: list[Any], runs: list[ChainResult], draft: ChainResult, beside: "tuple[Verifier, Path]", algo: Algorithm, k: int) -> dict[str, Any]:
+    """``result.beside``: the free methods' figures and the verdict against the draft (:func:`specfmt.validation.beside.beside`)."""
+    from ..methods.base import Cost
+    from ..methods.weights import parameters_read
+    from .beside import beside as table
+
+    ver, folder = beside
+    try:
+        cost = Cost(parameters_read(folder), parameters_read(ver.model_folder(), tied=ver.info.tie_word_embeddings), algo.parallel_drafting)
+    except SpecfmtError:
+        cost = None
+    return table(free, runs, draft, cost, k, title=f"this {algo.title} draft")
 
 
 def _variants_check(result: RunResult, algo: Algorithm, runs: list[tuple[Variant, ChainResult]]) -> None:
