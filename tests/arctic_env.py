@@ -26,6 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from target_env import TargetEnv
 
 #: the sdist vLLM 0.32 names (``SpeculativeConfig._validate_suffix_decoding``)
@@ -103,3 +105,11 @@ def use_arctic(env: TargetEnv) -> None:
         host = vllm_run._shared
         if host is not None:
             host.close()  # its child started without the folder; the next engine starts a new one
+
+
+@pytest.fixture(scope="session")
+def arctic() -> TargetEnv:
+    """arctic-inference built and importable here and in vLLM's engines (import this fixture into a test module)."""
+    env = arctic_env()
+    use_arctic(env)
+    return env

@@ -86,12 +86,14 @@ def table(data: dict[str, Any]) -> Table:
     title = (f"specfmt compare: {len(data['methods'])} methods on {data['prompts']['count']} prompts x {data['max_tokens']} tokens"
              + (f", T = {t:g}, seeds {data['seeds']} (reference: expected)" if t > 0 else ", greedy"))
     tab = Table(title=escape(title), caption=escape(f"per verifier forward pass over every step; cost model: {data['cost_model']}"))
+    timed = any(m.get("timing") for m in data["methods"])
     for col in ("method", "k", "acceptance per position (ref / vLLM)", "tokens per pass (ref / vLLM)", "drafted steps", "cost per step",
-                "est. speedup (ref / vLLM)", "agree"):
+                "est. speedup (ref / vLLM)", "agree") + (("measured tokens/s (speedup)",) if timed else ()):
         tab.add_column(col)
     for m in data["methods"]:
         if not m["measured"]:
-            tab.add_row(escape(f"{m['method']} ({m['title']})"), str(m["k"]), "not measured on this machine (below)", "", "", "", "", "")
+            tab.add_row(escape(f"{m['method']} ({m['title']})"), str(m["k"]), "not measured on this machine (below)", "", "", "", "", "",
+                        *([""] if timed else []))
             continue
         ref, v = m["reference"] or {}, m["vllm"] or {}
         rates = " ".join(f"{_fmt(a)}/{_fmt(b) if v else '-'}" for a, b in zip(ref.get("rate_per_step", []), v.get("rate_per_step") or [None] * m["k"]))
@@ -101,7 +103,8 @@ def table(data: dict[str, Any]) -> Table:
         agree = m.get("agreement") or {}
         tab.add_row(escape(f"{m['method']} ({m['title']})"), str(m["k"]), rates, f"{_fmt(ref.get('tokens_per_step'), 3)} / {_fmt(v.get('tokens_per_step'), 3)}",
                     drafted, "-" if cost is None else f"{cost['per_step']:.4f}", f"{_fmt(sp.get('reference'))} / {_fmt(sp.get('vllm'))}",
-                    "-" if not agree else ("yes" if agree["ok"] else "NO") if "ok" in agree else "-")
+                    "-" if not agree else ("yes" if agree["ok"] else "NO") if "ok" in agree else "-",
+                    *([f"{m['timing']['tokens_per_second']:.0f} ({m['timing']['measured_speedup']:.2f}x)" if m.get("timing") else "-"] if timed else []))
     return tab
 
 

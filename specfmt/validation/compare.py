@@ -81,6 +81,8 @@ class Entry:
     vllm_error: str | None = None
     cost: "Cost | None" = None
     agreement: dict[str, Any] | None = None
+    #: on a GPU: vLLM's tokens/s with the method at batch size 1, and the measured speedup over the verifier alone
+    timing: dict[str, float] | None = None
 
     @property
     def title(self) -> str:
@@ -126,6 +128,8 @@ class Entry:
                            "per_step": round(self.cost.per_step(self.k), 6)}
         out["estimated_speedup"] = self.speedups()
         out["agreement"] = self.agreement
+        if self.timing is not None:
+            out["timing"] = self.timing
         return out
 
 
@@ -313,7 +317,11 @@ def _vllm(result: Comparison, ver: "Verifier", tolerance: float, timeout: float,
         else:
             runnable.append(e)
     max_len = max(256, max(map(len, ids)) + result.max_tokens + max((e.k for e in result.entries), default=1) + 8)
-    sampling = {"temperature": result.temperature, "seeds": result.seeds} if result.temperature > 0 else {}
+    sampling: dict[str, Any] = {"temperature": result.temperature, "seeds": result.seeds} if result.temperature > 0 else {}
+    # on a GPU, the requests one at a time (batch size 1, what the estimate models), timed; on the CPU build not timed
+    timed = not on_cpu_build and _cuda()
+    if timed:
+        sampling["sequential"] = True
     tell("vLLM", 0, len(runnable) + 1)
     with vllm_run.engines():
         try:
@@ -335,6 +343,20 @@ def _vllm(result: Comparison, ver: "Verifier", tolerance: float, timeout: float,
             if e.vllm.speculative_method != engine.method:
                 e.vllm_error = f"vLLM attached method {e.vllm.speculative_method!r}, expected {engine.method!r}"
             e.agreement = _agreement(result, e, tolerance, placement)
+            if timed and result.alone is not None and e.vllm.seconds and result.alone.seconds:
+                tokens = sum(map(len, e.vllm.token_ids))
+                e.timing = {"tokens_per_second": round(tokens / e.vllm.seconds, 1),
+                            "verifier_alone_tokens_per_second": round(sum(map(len, result.alone.token_ids)) / result.alone.seconds, 1),
+                            "measured_speedup": round(result.alone.seconds / e.vllm.seconds, 4)}
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch comes with the package
+        return False
 
 
 def _agreement(result: Comparison, e: Entry, tolerance: float, placement: "Placement") -> dict[str, Any] | None:

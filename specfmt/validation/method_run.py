@@ -40,7 +40,8 @@ from ..sources.verifier import Verifier
 from . import vllm_run
 from .acceptance import ChainResult
 from .report import FAIL, PASS, SKIP, WARN
-from .run import (RunResult, _acceptance_check, _agreement_check, _device_name, _exact_check, _figures, _finish, _give_back_gpu, _load_verifier,
+from .run import (RunResult, _acceptance_check, _agreement_check, _chains, _device_name, _exact_check, _figures, _finish, _give_back_gpu, _load_verifier,
+                  sampling_kwargs, sampling_of,
                   _run_chains, _skip, _variants_check, agreement_tolerance, check_inputs, validate_run)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -74,7 +75,7 @@ def run_method(
     num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1, use_vllm: bool = True,
     use_transformers: bool = True, timeout: float = 900, write: bool = True, placement: Placement | None = None,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: "ProgressFn | None" = None,
-    free_methods: bool = True,
+    free_methods: bool = True, temperature: float = 0.0, seeds: "list[int] | None" = None,
 ) -> RunResult:
     """The method's static checks, then its reference run, vLLM and transformers on the same prompts, compared.
 
@@ -83,6 +84,7 @@ def run_method(
         verifier: the verifier (default: the one the method names; a draft LM names none).
         use_transformers: run transformers too, when the method has a transformers part.
         free_methods: run the other free methods (n-gram, suffix decoding) beside it on the same paths (:mod:`.beside`).
+        temperature / seeds: sample (:func:`specfmt.validation.run.validate_run`'s); transformers then does not run.
 
     Returns:
         A :class:`~specfmt.validation.run.RunResult`; problems are failed checks, not exceptions.
@@ -96,7 +98,8 @@ def run_method(
     vref = verifier.ref if isinstance(verifier, Verifier) else verifier or method.verifier_ref()
     ver, ver_error = _verifier(verifier, vref)
     rep = method.static_checks(ver if ver is not None else vref)
-    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens, verifier=ver.name_or_path if ver is not None else vref)
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens, verifier=ver.name_or_path if ver is not None else vref,
+                       sampling=sampling_of(temperature, seeds))
     result.method = {"kind": method.name, "title": method.title}
     why = method.runnable(rep) or (None if ver is not None else "no verifier")
     if why:
@@ -113,10 +116,11 @@ def run_method(
         return _finish(method.folder or "", result, write and method.folder is not None)
     ctx = ReferenceContext(ver, model, placement)
     ref_res = _reference(result, method, ctx, tell, free_methods)
-    if use_transformers and method.transformers is not None and ref_res is not None:
+    if use_transformers and method.transformers is not None and ref_res is not None and result.sampling is None:
         _transformers_checks(result, method, ctx, ref_res, tolerance)
     else:
-        _skip(rep, _HF, "no reference run" if ref_res is None else "--no-transformers" if use_transformers is False else f"transformers does not run {method.title}s")
+        _skip(rep, _HF, "no reference run" if ref_res is None else "--no-transformers" if use_transformers is False
+              else "sampled: transformers' assisted generation is checked greedy" if result.sampling else f"transformers does not run {method.title}s")
     if not use_vllm:
         _skip(rep, _VLLM, "--no-vllm")
     elif method.cpu_build_refusal() and (installed_distribution() or ("",))[0] == CPU_BUILD:
@@ -162,10 +166,10 @@ def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext,
 
     rep, k = result.report, result.k
     try:
-        readings = method.readings(ctx)
+        readings = method.readings(ctx)[:1 if result.sampling else None]  # misreadings: greedy only
         proposers = [method.proposer(r, ctx) for r in readings]
         free = companions(ctx, k, exclude=method) if free_methods else []
-        chains = _run_chains(ctx.model, result.prompts.ids, proposers + [c.proposer for c in free if c.proposer is not None], k, result.max_tokens, tell)
+        chains = _chains(result, ctx.model, proposers + [c.proposer for c in free if c.proposer is not None], tell)
         runs = list(zip(readings, chains))
     except SpecfmtError as e:
         rep.add("reference", FAIL, f"the reference cannot run the method: {e.one_line()}")
@@ -191,7 +195,10 @@ def _reference(result: RunResult, method: ProposalMethod, ctx: ReferenceContext,
         result.method = {**(result.method or {}), **extra}
     rep.add("reference", PASS, f"{ref.prompts} prompts x {result.max_tokens} tokens, k={k}: mean acceptance length {ref.mean_acceptance_length:.3f}"
             + (f", {ref.tokens_per_step:.3f} tokens per verifier pass over {ref.steps} steps" if ref.steps != ref.num_drafts else ""))
-    _variants_check(result, method, runs)
+    if result.sampling:
+        rep.add("variants", SKIP, "sampled: the misreadings are compared greedy (run without --temperature)")
+    else:
+        _variants_check(result, method, runs)
     return ref
 
 
@@ -206,9 +213,10 @@ def _vllm_checks(result: RunResult, method: ProposalMethod, ver: Verifier, ref: 
         with vllm_run.engines():
             tell("vLLM", 0, 2)
             run = vllm_run.generate(engine.model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout,
-                                    speculative_config=engine.speculative_config, **gpu)
+                                    speculative_config=engine.speculative_config, **gpu, **sampling_kwargs(result))
             tell("vLLM", 1, 2)
-            alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
+            alone = None if result.sampling else vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len,
+                                                                    timeout=timeout, **gpu)
             tell("vLLM", 2, 2)
     except VLLMRunError as e:
         rep.add("vllm", FAIL, e.one_line())

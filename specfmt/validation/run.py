@@ -145,6 +145,11 @@ class RunResult:
     #: the free methods (n-gram, suffix decoding) on the same greedy paths, and whether one beats the draft
     #: (:func:`specfmt.validation.beside.beside`; None: not run, ``--no-free-methods``)
     beside: dict[str, Any] | None = None
+    #: a run at a temperature: ``{"temperature", "seeds"}``, and after the run the reference's expected figures and the
+    #: statistical agreement with vLLM (:mod:`specfmt.validation.sampling`); None: greedy
+    sampling: dict[str, Any] | None = None
+    #: the reference at the temperature, the draft as written (:class:`~specfmt.validation.sampling.SampledResult`)
+    sampled: Any = None
     causes: list[str] = field(default_factory=list)
     written: str | None = None
     #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
@@ -174,6 +179,7 @@ class RunResult:
             "diagnosis": self.diagnosis,
             **({"method": self.method, "transformers": self.transformers} if self.method is not None else {}),
             **({"beside": self.beside} if self.beside is not None else {}),
+            **({"sampling": self.sampling} if self.sampling is not None else {}),
             "likely_causes": self.causes,
             "kept": self.kept,
             "checks": self.report.to_json()["checks"],
@@ -332,7 +338,7 @@ def validate_run(
     num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1,
     use_vllm: bool = True, timeout: float = 900, write: bool = True, placement: "Placement | None" = None,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: ProgressFn | None = None,
-    free_methods: bool = True,
+    free_methods: bool = True, temperature: float = 0.0, seeds: "list[int] | None" = None,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -359,6 +365,10 @@ def validate_run(
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
         progress: called as each phase advances (:data:`PHASES`, :data:`ProgressFn`).
         free_methods: run n-gram and suffix decoding beside the draft on the same greedy paths (:mod:`.beside`).
+        temperature: 0 greedy; above 0 every prompt is sampled once per seed, in the reference (paths sampled from the
+            verifier, the exact expected acceptance) and in vLLM, and the ``agreement`` check is statistical
+            (:mod:`specfmt.validation.sampling`); ``vllm_exact`` and the diagnosis are greedy-only.
+        seeds: the sampling seeds (default 0, 1, 2, 3).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
@@ -378,7 +388,8 @@ def validate_run(
     rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
     runnable = {c.name: c.status for c in rep.checks}
     result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
-                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
+                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None,
+                       sampling=sampling_of(temperature, seeds))
     if runnable.get("schema") != PASS:
         _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
         result.causes = _static_causes(rep, _algorithm_named_in(res_folder.folder))
@@ -472,7 +483,7 @@ def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Ve
     tensors = _load_tensors(folder)
     ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok,
                                 beside=(ver, folder) if free_methods else None)
-    if ref_res is not None:
+    if ref_res is not None and result.sampling is None:  # the diagnosis reads greedy paths, one per prompt
         result.diagnosis = diagnose(ref_res, proposable=algo.proposable_ids(cfg, tensors), vocab_size=cfg["transformer_layer_config"]["vocab_size"],
                                     texts=result.prompts.texts, cfg=cfg, decode=_decoder(ver))
     return tensors, ref_res
@@ -536,7 +547,7 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
     import torch
 
     rep, k, max_tokens = result.report, result.k, result.max_tokens
-    readings = algo.readings(cfg, model.config.num_hidden_layers)
+    readings = algo.readings(cfg, model.config.num_hidden_layers)[:1 if result.sampling else None]  # misreadings: greedy only
     if not tensors_ok:
         rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
         rep.add("variants", SKIP, "no reference run")
@@ -548,7 +559,7 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
     try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
         proposers = [algo.proposer(v, near, embed, head) for v in readings]
         free = _companions(beside, model, placement, k)
-        chains = _run_chains(model, result.prompts.ids, proposers + [c.proposer for c in free if c.proposer is not None], k, max_tokens, tell)
+        chains = _chains(result, model, proposers + [c.proposer for c in free if c.proposer is not None], tell)
         runs = list(zip(readings, chains))
     except (RuntimeError, KeyError, IndexError) as e:
         rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
@@ -564,7 +575,10 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
     rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
     if beside is not None:
         result.beside = _beside(free, chains[len(proposers):], ref_res, beside, algo, k)
-    _variants_check(result, algo, runs)
+    if result.sampling:
+        rep.add("variants", SKIP, "sampled: the misreadings are compared greedy (run without --temperature)")
+    else:
+        _variants_check(result, algo, runs)
     return ref_res
 
 
@@ -788,8 +802,8 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
 
 def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, spec: Any, k: int, timeout: float, gpu: dict[str, Any],
                  tensors: dict[str, "torch.Tensor"], tell: ProgressFn) -> "tuple[vllm_run.VLLMRun, vllm_run.VLLMRun, tuple[str, str, list[str]]]":
-    """``(with the draft, the verifier alone, the vllm_weights check)``: both engines in one host process, the
-    same prompts; the tensors the draft's engine holds are compared with the file's (:func:`_weights_check`)
+    """``(with the draft, the verifier alone (None at a temperature), the vllm_weights check)``: both engines in one host
+    process, the same prompts; the tensors the draft's engine holds are compared with the file's (:func:`_weights_check`)
     before its dump is removed.
 
     Raises:
@@ -806,10 +820,12 @@ def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, 
     with held_dir, vllm_run.engines():  # both engines in one host process
         tell("vLLM", 0, 2)
         run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec,
-                                dump_draft=held, **gpu)
+                                dump_draft=held, **gpu, **sampling_kwargs(result))
         weights = _weights_check(run, held, tensors, algo, ver, tensor_parallel_size)  # before the dump is removed
         tell("vLLM", 1, 2)
-        alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
+        # the verifier alone is the greedy exactness check's (sampled tokens are no one's to equal)
+        alone = None if result.sampling else vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len,
+                                                                timeout=timeout, **gpu)
         tell("vLLM", 2, 2)
     return run, alone, weights
 
@@ -839,7 +855,10 @@ def _attached_check(result: RunResult, algo: Algorithm, cfg: dict[str, Any], mod
 
 def _exact_check(result: RunResult, run: Any, alone: Any) -> None:
     """The ``vllm_exact`` check: vLLM's tokens with the draft equal the verifier's alone (16-bit runs: within
-    :data:`SIXTEEN_BIT_EXACT_SHARE`, a warning)."""
+    :data:`SIXTEEN_BIT_EXACT_SHARE`, a warning); skipped at a temperature (``alone`` None)."""
+    if alone is None:
+        result.report.add("vllm_exact", SKIP, f"sampled at temperature {result.sampling['temperature']}: the tokens are samples (run greedy to check them)")
+        return
     ids = result.prompts.ids
     diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
     if diff and run.dtype in ("bfloat16", "float16") and len(ids) - len(diff) > int(SIXTEEN_BIT_EXACT_SHARE * len(ids)):
@@ -855,7 +874,10 @@ def _exact_check(result: RunResult, run: Any, alone: Any) -> None:
 def _agreement_check(result: RunResult, run: Any, ref_res: ChainResult, tolerance: float) -> None:
     """The ``agreement`` check: vLLM's and the reference's per-position acceptance rates within
     :func:`agreement_tolerance`; on a failure, the misreadings whose figures vLLM's look like are named,
-    and their causes added to ``result.causes``."""
+    and their causes added to ``result.causes``. At a temperature: :func:`_sampled_agreement_check`."""
+    if result.sampled is not None:
+        _sampled_agreement_check(result, run)
+        return
     vr = _figures(run)["acceptance_rate_per_position"]
     rr = _figures(ref_res)["acceptance_rate_per_position"]
     gaps = [abs(a - b) for a, b in zip(vr, rr)]
@@ -869,6 +891,63 @@ def _agreement_check(result: RunResult, run: Any, ref_res: ChainResult, toleranc
         result.causes += [v["cause"] for v in like]
     else:
         result.report.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
+
+
+def _sampled_agreement_check(result: RunResult, run: Any) -> None:
+    """The ``agreement`` check at a temperature: the reference's expected acceptance rate of each position per verifier
+    pass, and its tokens per pass, against vLLM's measured ones, within :data:`~specfmt.validation.sampling.Z` standard
+    errors of their difference (:func:`specfmt.validation.sampling.agreement`)."""
+    from .sampling import agreement
+
+    found = agreement(result.sampled, run, result.k)
+    result.sampling["agreement"] = found.to_json()
+    detail = [f"{r['figure']}: reference {r['reference']:.3f} (SE {r['reference_se']:.3f}), vLLM {r['vllm']:.3f} (SE {r['vllm_se']:.3f}), "
+              f"gap {r['gap']:.3f}, allowed {r['tolerance']:.3f}" for r in found.rows]
+    worst = max(found.rows, key=lambda r: r["gap"] / r["tolerance"] if r["tolerance"] else float("inf"))
+    result.report.add("agreement", PASS if found.ok else FAIL,
+                      f"at temperature {result.sampling['temperature']}, {len(result.sampling['seeds'])} seeds: the reference's expected acceptance and "
+                      f"vLLM's measured one {'agree' if found.ok else 'disagree'} within {found.z:g} standard errors (largest gap {worst['gap']:.3f} "
+                      f"at {worst['figure']}, allowed {worst['tolerance']:.3f})", detail)
+
+
+def sampling_of(temperature: float, seeds: "list[int] | None") -> dict[str, Any] | None:
+    """``RunResult.sampling`` for a run at ``temperature`` (None: greedy).
+
+    Raises:
+        InputError: a negative temperature, or no seeds above 0.
+    """
+    if temperature < 0:
+        raise InputError(f"--temperature {temperature}: 0 (greedy) or above")
+    if temperature == 0:
+        return None
+    seeds = [0, 1, 2, 3] if seeds is None else [int(x) for x in seeds]
+    if not seeds:
+        raise InputError("--temperature above 0 needs at least one --seed")
+    return {"temperature": float(temperature), "seeds": seeds}
+
+
+def sampling_kwargs(result: RunResult) -> dict[str, Any]:
+    """What :func:`~specfmt.validation.vllm_run.generate` takes for the run's sampling (none when greedy)."""
+    return {} if result.sampling is None else {"temperature": result.sampling["temperature"], "seeds": result.sampling["seeds"]}
+
+
+def _chains(result: RunResult, model: Any, proposers: list[Any], tell: ProgressFn) -> list[ChainResult]:
+    """The reference's figures of each proposer: greedy (:func:`_run_chains`), or at the run's temperature the expected
+    ones (:func:`specfmt.validation.sampling.run_sampled`, shaped as a :class:`ChainResult` whose accepted counts are
+    expectations); ``result.sampled`` and ``result.sampling`` get the first proposer's (the draft as written)."""
+    ids, k, n = result.prompts.ids, result.k, result.max_tokens
+    if result.sampling is None:
+        return _run_chains(model, ids, proposers, k, n, tell)
+    from .sampling import run_sampled
+
+    tell("readings", 0, len(proposers))
+    sampled = run_sampled(model, ids, proposers, k, n, result.sampling["temperature"], result.sampling["seeds"])
+    tell("readings", len(proposers), len(proposers))
+    result.sampled = sampled[0]
+    found = sampled[0].to_json()
+    result.sampling.update({key: v for key, v in found.items() if key.startswith("expected")}, steps=found["steps"],
+                           realized_tokens_per_step=found["tokens_per_step"])
+    return [s.expected_chain() for s in sampled]
 
 
 def _weights_check(run: vllm_run.VLLMRun, held: str | None, tensors: dict[str, "torch.Tensor"], algo: Algorithm, ver: Verifier,

