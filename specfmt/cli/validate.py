@@ -46,8 +46,7 @@ def validate(
     if not run:
         if any(x is not None for x in (prompts, num_speculative_tokens, min_acceptance_length, device, verifier_dtype, device_map, max_memory,
                                        gpu_memory_utilization)) or no_vllm or no_transformers or tensor_parallel_size != 1 or temperature or seeds:
-            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm, --no-transformers, --temperature, --seed "
-                             "and the device options need --run")
+            raise InputError("--prompts, --num-speculative-tokens, --min-acceptance-length, --no-vllm, --no-transformers, --temperature, --seed and the device options need --run")
         rep = resolve(path).static_checks(verifier)  # a speculators draft's checks, or a draft model's pair checks
         if as_json:
             out.print_json(json.dumps(rep.to_json()))
@@ -86,10 +85,8 @@ def validate(
             out.print(figures_table(res))
         for shown in diagnosis_tables(res) if res.diagnosis else []:
             out.print(shown)
-        if res.beside:
-            out.print(beside_table(res))
-            for line in res.beside["verdict"]:
-                out.print(line, markup=False, highlight=False, soft_wrap=True)
+        for shown in [beside_table(res), *res.beside["verdict"]] if res.beside else []:  # the free methods on the same prompts
+            out.print(shown, markup=False, highlight=False, soft_wrap=True)
         if res.causes:
             out.print("[bold red]likely causes:[/] " + "; ".join(f"{c} ({CAUSES.get(c, '')})" for c in res.causes))
         for note in res.notes:  # what became of an earlier validation.json's figures

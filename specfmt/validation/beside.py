@@ -1,7 +1,7 @@
 """The free methods beside the draft in every ``validate --run``: n-gram and suffix decoding on the same prompts.
 
 A draft is worth serving only if it beats what costs nothing. So ``validate --run`` runs, beside the method it
-validates, every method without weights (those named by a built-in name: :func:`specfmt.validation.compare.free_methods`)
+validates, every method without weights (those named by a built-in name: :func:`free_methods`)
 against the same greedy paths of the verifier, in the same :func:`~specfmt.validation.acceptance.run_chains` call as the
 draft's readings (the verifier's passes are not repeated), and says plainly when one of them beats the draft. On by
 default; ``--no-free-methods`` turns it off.
@@ -19,13 +19,26 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecfmtError
-from .compare import free_methods, per_step
 from .speedup import ASSUMPTION, estimated_speedup
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..algorithms.reference import Proposer
     from ..methods.base import Cost, ProposalMethod, ReferenceContext
     from .acceptance import ChainResult
+
+
+def per_step(accepted_per_position: list[int] | list[float], steps: int, k: int) -> dict[str, Any]:
+    """The figures per verifier forward pass: acceptance rate of each position (k of them) and tokens per pass."""
+    acc = list(accepted_per_position)[:k] + [0] * max(0, k - len(accepted_per_position))
+    rates = [a / steps if steps else 0.0 for a in acc]
+    return {"steps": steps, "rate_per_step": [round(r, 4) for r in rates], "tokens_per_step": round(1.0 + sum(rates), 4)}
+
+
+def free_methods() -> list["ProposalMethod"]:
+    """Every method named by a built-in name (the methods without weights: n-gram, suffix decoding)."""
+    from ..methods import builtin_names, resolve
+
+    return [resolve(n) for n in builtin_names()]
 
 
 @dataclass
@@ -97,4 +110,4 @@ def beside(found: list[Companion], runs: "list[ChainResult]", draft: "ChainResul
             "methods": rows, "verdict": lines, "cost_model": ASSUMPTION}
 
 
-__all__ = ["Companion", "beside", "companions"]
+__all__ = ["Companion", "beside", "companions", "free_methods", "per_step"]

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import InputError, SpecfmtError, VLLMRunError
+from .beside import free_methods, per_step
 from .speedup import ASSUMPTION, estimated_speedup
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -47,13 +48,6 @@ if TYPE_CHECKING:  # pragma: no cover
 Progress = Callable[[str, int, "int | None"], None]
 #: the sampling seeds of a run at a temperature when none are given (each prompt once per seed)
 SEEDS = (0, 1, 2, 3)
-
-
-def per_step(accepted_per_position: list[int] | list[float], steps: int, k: int) -> dict[str, Any]:
-    """The figures per verifier forward pass: acceptance rate of each position (k of them) and tokens per pass."""
-    acc = list(accepted_per_position)[:k] + [0] * max(0, k - len(accepted_per_position))
-    rates = [a / steps if steps else 0.0 for a in acc]
-    return {"steps": steps, "rate_per_step": [round(r, 4) for r in rates], "tokens_per_step": round(1.0 + sum(rates), 4)}
 
 
 @dataclass
@@ -161,13 +155,6 @@ class Comparison:
 
         measured = [e for e in self.entries if e.why is None]
         return max(measured, key=key) if measured else None
-
-
-def free_methods() -> list["ProposalMethod"]:
-    """Every method named by a built-in name (the methods without weights: n-gram, suffix decoding)."""
-    from ..methods import builtin_names, resolve
-
-    return [resolve(n) for n in builtin_names()]
 
 
 def compare(

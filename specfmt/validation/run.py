@@ -364,11 +364,8 @@ def validate_run(
         tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
         progress: called as each phase advances (:data:`PHASES`, :data:`ProgressFn`).
-        free_methods: run n-gram and suffix decoding beside the draft on the same greedy paths (:mod:`.beside`).
-        temperature: 0 greedy; above 0 every prompt is sampled once per seed, in the reference (paths sampled from the
-            verifier, the exact expected acceptance) and in vLLM, and the ``agreement`` check is statistical
-            (:mod:`specfmt.validation.sampling`); ``vllm_exact`` and the diagnosis are greedy-only.
-        seeds: the sampling seeds (default 0, 1, 2, 3).
+        free_methods: n-gram and suffix decoding beside the draft on the same paths (:mod:`.beside`).
+        temperature / seeds: above 0, each prompt sampled once per seed (default 0-3) and a statistical ``agreement`` (:mod:`.sampling`).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
@@ -387,9 +384,8 @@ def validate_run(
     vref, ver, ver_error = _run_verifier(res_folder.folder, verifier)
     rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
     runnable = {c.name: c.status for c in rep.checks}
-    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
-                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None,
-                       sampling=sampling_of(temperature, seeds))
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens, sampling=sampling_of(temperature, seeds),
+                       verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
     if runnable.get("schema") != PASS:
         _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
         result.causes = _static_causes(rep, _algorithm_named_in(res_folder.folder))
@@ -397,8 +393,7 @@ def validate_run(
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
     result.k = k = _speculative_tokens(cfg, algo, num_speculative_tokens, min_acceptance_length)
-    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, tensors_ok=runnable.get("tensors") == PASS,
-                      free_methods=free_methods)
+    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, runnable.get("tensors") == PASS, free_methods)
     if done is None:
         _skip(rep, _RUN_CHECKS[1:], "no verifier")
         return _finish(folder, result, write)
@@ -472,7 +467,7 @@ def _speculative_tokens(cfg: dict[str, Any], algo: Algorithm, asked: int | None,
 
 
 def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Verifier | None", ver_error: SpecfmtError | None,
-               vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path, *,
+               vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path,
                tensors_ok: bool, free_methods: bool = False) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
     """The reference part of a run (:func:`_load_verifier`, then :func:`_reference_checks`): ``(the draft's
     tensors, the figures as written)``, or None when the verifier cannot be loaded. The verifier's model is
