@@ -248,15 +248,15 @@ class DraftLM(ProposalMethod, Transformers):
         return (self.refusal(self._verifier(verifier)) or "") if verifier is not None else ""
 
     def refusal(self, verifier: "Verifier") -> str | None:
-        """Why vLLM 0.30-0.33 do not serve the pair, with what fixes it; None when they do."""
+        """Why vLLM 0.30-0.33 do not serve the pair, with what fixes it (a clause after "vLLM cannot serve it: "); None when they do."""
         pair = self.pair(verifier)
         if pair.relation == "padded":
-            return (f"vLLM 0.30-0.33 refuse draft and verifier vocabulary sizes {pair.draft_rows} and {pair.verifier_rows} "
-                    "(SpeculativeConfig.verify_equal_vocab_size_if_draft_model), although the difference is padding rows; "
+            return (f"the vocabulary sizes differ ({pair.draft_rows} and {pair.verifier_rows} rows; "
+                    "SpeculativeConfig.verify_equal_vocab_size_if_draft_model), although only by padding rows; "
                     f"`specfmt pad-vocab {self.named} --verifier {verifier.ref} -o OUT` writes a draft with {pair.verifier_rows} rows")
         if pair.relation == "truncated":
             return (f"a model has fewer rows than the tokenizer's {pair.tokens.verifier_len} tokens (draft {pair.draft_rows}, verifier "
-                    f"{pair.verifier_rows}): vLLM refuses the sizes, and ids past the rows cannot be embedded")
+                    f"{pair.verifier_rows}): the sizes differ, and ids past the rows cannot be embedded")
         return None
 
     # -- transformers ----------------------------------------------------------------------------------

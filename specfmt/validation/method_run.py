@@ -232,6 +232,7 @@ def _transformers_checks(result: RunResult, method: ProposalMethod, ctx: Referen
         rep.add("transformers", SKIP, f"transformers cannot run it: {e.one_line()}")
         _skip(rep, _HF[1:], "transformers did not run")
         return
+    run.accepted_per_position += [0] * (k - len(run.accepted_per_position))  # positions never accepted count 0, as vLLM's counter does
     figures = _figures(run)
     result.transformers = {"engine": f"transformers {transformers.__version__}", "dtype": ctx.placement.dtype, "call": part.generate_call(ctx.verifier.ref, k),
                            "mapping": part.mapping(ctx.verifier), **figures, "steps": run.steps, "longest_proposal": run.longest}
