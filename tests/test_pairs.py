@@ -203,7 +203,7 @@ def test_the_reference_and_transformers_agree_and_equal_the_verifier_alone(name,
     assert res.transformers["call"].count("num_assistant_tokens_schedule = \"constant\"") == 1
     if name == "same":
         assert got["transformers_agreement"].status == "pass", got["transformers_agreement"].summary
-        assert res.reference["acceptance_rate_per_position"][0] > 0.3  # a trained draft, not noise
+        assert res.reference["acceptance_rate_per_position"][0] > 0.2  # a trained draft, not noise (measured 0.303)
         assert res.method["pair"]["relation"] == "same" and res.method["cost"]["parallel"] is False
     else:
         assert got["transformers_agreement"].status in ("pass", "warn")
