@@ -208,15 +208,15 @@ def measure(out: Path) -> dict:
     import tempfile
 
     from specfmt.methods.padding import pad_vocab
-    from specfmt.validation.run import validate_run
+    from specfmt.validation.method_run import validate
 
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
         fixed = Path(tmp) / "padded-fixed"
         pad_vocab(str(out / PADDED), str(out / "verifier"), fixed)
         for label, folder in ((f"`{PADDED}` after `pad-vocab`", fixed), (f"`{BPE}` (token-level intersection)", out / BPE)):
-            run = validate_run(folder, verifier=str(out / "verifier"), prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
-                               use_vllm=False, write=False)
+            run = validate(folder, verifier=str(out / "verifier"), prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+                           use_vllm=False, use_transformers=False, write=False)
             ref = run.reference or {}
             got[label] = f"{ref.get('mean_acceptance_length', float('nan')):.3f} (per position {', '.join(f'{a:.3f}' for a in ref.get('acceptance_rate_per_position', []))})"
             print(f"{label}: {got[label]}")
@@ -227,10 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "world"), help="the world folder (default: examples/world)")
     ap.add_argument("--no-measure", action="store_true", help="train and save only; keep the figures of pairs.json")
+    ap.add_argument("--measure-only", action="store_true", help="keep the drafts and their training figures; measure them again")
     args = ap.parse_args(argv)
     out = Path(args.out)
     t0 = time.time()
-    figures = build(out)
+    figures = json.loads((out / MANIFEST).read_text()) if args.measure_only else build(out)
     if not args.no_measure:
         figures["measured"] = measure(out)
     elif (out / MANIFEST).is_file():

@@ -256,8 +256,10 @@ def _transformers_agreement(result: RunResult, method: ProposalMethod, ctx: Refe
         result.report.add("transformers_agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} of the reference (tolerance {allowed})")
         return
     why = method.transformers.agreement_note(ctx.verifier)  # type: ignore[union-attr]
+    other = "".join(f"; the reference {v['reading']}: mean acceptance length {v['mean_acceptance_length']:.3f}" for v in result.variants)
     result.report.add("transformers_agreement", WARN if why else FAIL,
-                      f"transformers and the reference differ by up to {max(gaps):.3f} per position (tolerance {allowed})" + (f": {why}" if why else ""), detail)
+                      f"transformers and the reference differ by up to {max(gaps):.3f} per position (tolerance {allowed})" + (f": {why}" if why else "")
+                      + (f" (transformers {run.mean_acceptance_length:.3f}{other})" if other else ""), detail)
 
 
 __all__ = ["RUN_CHECKS", "run_method", "validate"]
