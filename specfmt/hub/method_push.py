@@ -151,7 +151,7 @@ def _serve_lines(method: ProposalMethod, ver: Any, verifier: str, repo_id: str) 
     line = method.serve_command(CHECKED_RELEASES[-1], verifier=ver, distribution=GPU_BUILD)
     span = f"{CHECKED_RELEASES[0]}-{CHECKED_RELEASES[-1]}"
     if line is None:
-        return [f"vLLM {span}: cannot serve it: {_named(method, method.serving_note(ver), verifier, repo_id, ver)}.", ""]
+        return [f"vLLM {span} cannot serve it: {_named(method, method.serving_note(ver), verifier, repo_id, ver)}.", ""]
     return [f"vLLM {span} (checked against each release's own code):", "", "```bash", _named(method, line.line, verifier, repo_id, ver), "```", ""]
 
 

@@ -208,10 +208,17 @@ class DraftLM(ProposalMethod, Transformers):
             raise InputError(f"the draft cannot be loaded with transformers: {str(e).splitlines()[0][:200]}", where=str(self.folder)) from None
 
     def readings(self, ctx: ReferenceContext) -> list[Variant]:
-        return [Variant(None, "as written", self.config)]
+        """As vLLM serves it; for two tokenizers also through text, as transformers' greedy assisted generation maps
+        tokens (another way to serve the files, measured beside, never failed on: :class:`TextChain`)."""
+        out = [Variant(None, "as written", self.config)]
+        if self.pair(ctx.verifier).heterogeneous:
+            out.append(Variant("text mapping", "through text (transformers' assistant_tokenizer)", self.config, {"text": True}, rival=False))
+        return out
 
     def proposer(self, reading: Variant, ctx: ReferenceContext) -> "Proposer":
         pair = self.pair(ctx.verifier)
+        if reading.extra.get("text"):
+            return TextChain(self.model(ctx.placement), ctx.verifier.tokenizer(), self.tokenizer())
         return DraftChain(self.model(ctx.placement), pair.intersection)
 
     # -- vLLM ----------------------------------------------------------------------------------------
@@ -248,15 +255,15 @@ class DraftLM(ProposalMethod, Transformers):
         return (self.refusal(self._verifier(verifier)) or "") if verifier is not None else ""
 
     def refusal(self, verifier: "Verifier") -> str | None:
-        """Why vLLM 0.30-0.33 do not serve the pair, with what fixes it; None when they do."""
+        """Why vLLM 0.30-0.33 do not serve the pair, with what fixes it (a clause after "vLLM cannot serve it: "); None when they do."""
         pair = self.pair(verifier)
         if pair.relation == "padded":
-            return (f"vLLM 0.30-0.33 refuse draft and verifier vocabulary sizes {pair.draft_rows} and {pair.verifier_rows} "
-                    "(SpeculativeConfig.verify_equal_vocab_size_if_draft_model), although the difference is padding rows; "
+            return (f"the vocabulary sizes differ ({pair.draft_rows} and {pair.verifier_rows} rows; "
+                    "SpeculativeConfig.verify_equal_vocab_size_if_draft_model), although only by padding rows; "
                     f"`specfmt pad-vocab {self.named} --verifier {verifier.ref} -o OUT` writes a draft with {pair.verifier_rows} rows")
         if pair.relation == "truncated":
             return (f"a model has fewer rows than the tokenizer's {pair.tokens.verifier_len} tokens (draft {pair.draft_rows}, verifier "
-                    f"{pair.verifier_rows}): vLLM refuses the sizes, and ids past the rows cannot be embedded")
+                    f"{pair.verifier_rows}): the sizes differ, and ids past the rows cannot be embedded")
         return None
 
     # -- transformers ----------------------------------------------------------------------------------
@@ -408,4 +415,38 @@ class DraftChain:
         return out if self.mapping is None else self.mapping.to_target(out)
 
 
-__all__ = ["DraftChain", "DraftLM", "Pair", "RELATIONS", "VLLM_METHOD", "fixed_k", "relation_of"]
+class TextChain:
+    """Greedy drafting of a draft LM with its own tokenizer through text, as transformers' greedy assisted generation
+    with ``assistant_tokenizer`` maps tokens (``AssistedCandidateGeneratorDifferentTokenizers``): the verifier's tokens
+    are decoded and re-encoded with the draft's tokenizer, the draft proposes k of its tokens, and their text is
+    re-encoded with the verifier's. A draft token may so become several verifier tokens, or part of one; the proposal
+    is the verifier tokens that extend the sequence, at most k (the loop's limit; transformers takes them all).
+    transformers' own alignment of re-encoded windows (its look-behind) is not reproduced: this is the same mapping,
+    not the same code. The draft runs over the whole re-encoded text at each step (no cache: re-encoding may change
+    earlier tokens)."""
+
+    def __init__(self, model: Any, verifier_tokenizer: Any, draft_tokenizer: Any) -> None:
+        self.model, self.vtok, self.dtok = model, verifier_tokenizer, draft_tokenizer
+
+    def __call__(self, tokens: list[int], states: "VerifierStates", k: int) -> list[int]:
+        import torch
+
+        text = self.vtok.decode(tokens, skip_special_tokens=True)
+        ids = self.dtok.encode(text, add_special_tokens=True)
+        dev = self.model.get_input_embeddings().weight.device
+        drafted: list[int] = []
+        with torch.no_grad():
+            step = self.model(input_ids=torch.tensor([ids], device=dev), use_cache=True)
+            for i in range(k):
+                drafted.append(int(step.logits[0, -1].argmax()))
+                if i + 1 == k:
+                    break
+                step = self.model(input_ids=torch.tensor([[drafted[-1]]], device=dev), past_key_values=step.past_key_values, use_cache=True)
+        new = self.dtok.decode(drafted, skip_special_tokens=True)
+        base = self.vtok.encode(text, add_special_tokens=False)
+        full = self.vtok.encode(text + new, add_special_tokens=False)
+        extra = full[len(base):] if full[:len(base)] == base else self.vtok.encode(new, add_special_tokens=False)
+        return extra[:k]
+
+
+__all__ = ["DraftChain", "TextChain", "DraftLM", "Pair", "RELATIONS", "VLLM_METHOD", "fixed_k", "relation_of"]

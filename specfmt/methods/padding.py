@@ -113,7 +113,10 @@ def pad_vocab(draft: "str | DraftLM", verifier: str, out: str | Path, *, force: 
 
     method = resolve(draft) if isinstance(draft, str) else draft
     if not isinstance(method, DraftLM):
-        raise InputError(f"pad-vocab rewrites a draft model (a causal LM folder); this is a {method.title}", where=method.ref)
+        from ..detect import detect
+
+        what = detect(method.folder).what if method.folder is not None else ""
+        raise InputError(f"pad-vocab rewrites a draft model (a causal LM folder); this folder is {what or 'not one'}", where=method.ref)
     ver = Verifier.load(verifier)
     out = Path(out).expanduser()
     check_output(out, force, [*Input.of("DRAFT", method.named, method.resolved), *Input.of("--verifier", verifier, ver.resolved)])

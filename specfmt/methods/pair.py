@@ -239,7 +239,7 @@ def _engines_check(rep: Report, draft: DraftLM, ver: "Verifier", pair: Pair) -> 
     refusal = draft.refusal(ver)
     hf = draft.transformers_refusal(ver)
     how = " with use_heterogeneous_vocab (greedy draft sampling only; the V1 model runner)" if pair.heterogeneous else ""
-    parts = [f"vLLM {span}: cannot serve it: {refusal}" if refusal else f"vLLM {span} serve it as draft_model{how} (draft tensor parallelism must equal the verifier's)"]
+    parts = [f"vLLM {span} cannot serve it: {refusal}" if refusal else f"vLLM {span} serve it as draft_model{how} (draft tensor parallelism must equal the verifier's)"]
     two = pair.draft_rows != pair.verifier_rows
     parts.append(f"transformers {transformers.__version__}: " + (hf if hf else "generate(assistant_model=D" + (", tokenizer=T, assistant_tokenizer=TD)" if two else ")")))
     status = FAIL if refusal and hf else WARN if refusal or hf else PASS

@@ -253,6 +253,7 @@ def _transformers_checks(result: RunResult, method: ProposalMethod, ctx: Referen
         rep.add("transformers", SKIP, f"transformers cannot run it: {e.one_line()}")
         _skip(rep, _HF[1:], "transformers did not run")
         return
+    run.accepted_per_position += [0] * (k - len(run.accepted_per_position))  # positions never accepted count 0, as vLLM's counter does
     figures = _figures(run)
     result.transformers = {"engine": f"transformers {transformers.__version__}", "dtype": ctx.placement.dtype, "call": part.generate_call(ctx.verifier.ref, k),
                            "mapping": part.mapping(ctx.verifier), **figures, "steps": run.steps, "longest_proposal": run.longest}
@@ -276,8 +277,10 @@ def _transformers_agreement(result: RunResult, method: ProposalMethod, ctx: Refe
         result.report.add("transformers_agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} of the reference (tolerance {allowed})")
         return
     why = method.transformers.agreement_note(ctx.verifier)  # type: ignore[union-attr]
+    other = "".join(f"; the reference {v['reading']}: mean acceptance length {v['mean_acceptance_length']:.3f}" for v in result.variants)
     result.report.add("transformers_agreement", WARN if why else FAIL,
-                      f"transformers and the reference differ by up to {max(gaps):.3f} per position (tolerance {allowed})" + (f": {why}" if why else ""), detail)
+                      f"transformers and the reference differ by up to {max(gaps):.3f} per position (tolerance {allowed})" + (f": {why}" if why else "")
+                      + (f" (transformers {run.mean_acceptance_length:.3f}{other})" if other else ""), detail)
 
 
 __all__ = ["RUN_CHECKS", "run_method", "validate"]
