@@ -217,3 +217,60 @@ def test_ngram_reference_counts_every_verifier_pass():
     assert res.tokens_per_step < res.mean_acceptance_length  # vLLM's per-drafted-step figure reads higher
     # every step yields 1 + accepted tokens: the prefill's token, then the steps (the last may overshoot max_tokens)
     assert res.steps + res.num_accepted_tokens + len(prompts) >= 24 * len(prompts)
+
+
+def _chain(k: int, steps: int, accepted: list[int], drafts: int | None = None):
+    from specfmt.validation.acceptance import ChainResult
+
+    return ChainResult(k=k, steps=steps, num_drafts=steps if drafts is None else drafts, accepted_per_position=accepted,
+                       num_accepted_tokens=sum(accepted))
+
+
+def test_the_verdict_says_plainly_when_a_free_method_beats_the_draft():
+    """By estimated speedup: a draft with more tokens per pass loses to n-gram when its drafting costs enough."""
+    from specfmt.methods import resolve
+    from specfmt.methods.base import Cost
+    from specfmt.validation.beside import Companion, beside
+
+    ngram, suffix = resolve("ngram"), resolve("suffix")
+    free = [Companion(ngram, proposer=lambda t, s, k: [], cost=Cost(0, 1000, True)), Companion(suffix, why="arctic-inference is not importable")]
+    draft = _chain(3, 100, [50, 20, 10])  # 1.8 tokens per pass
+    ng = _chain(3, 120, [30, 20, 10], drafts=40)  # 1.5 tokens per pass, free
+    out = beside(free, [ng], draft, Cost(200, 1000, False), 3, title="this EAGLE-3 draft")  # 1.8 / (1 + 3 x 0.2) = 1.125
+    assert out["draft"]["tokens_per_step"] == 1.8 and out["draft"]["estimated_speedup"] == pytest.approx(1.125)
+    row = out["methods"][0]
+    assert row["tokens_per_step"] == 1.5 and row["estimated_speedup"] == 1.5 and row["drafted_steps"] == 40 and row["steps"] == 120
+    assert out["methods"][1]["not_measured"] == "arctic-inference is not importable"
+    assert out["verdict"][0].startswith("n-gram beats this EAGLE-3 draft on these prompts: estimated speedup 1.50x against 1.12x")
+    assert out["verdict"][1] == "suffix decoding: not measured on this machine: arctic-inference is not importable"
+    cheap = beside(free, [ng], draft, Cost(20, 1000, False), 3, title="this EAGLE-3 draft")  # 1.8 / 1.06 = 1.698
+    assert cheap["verdict"][-1].startswith("this EAGLE-3 draft beats n-gram on these prompts: estimated speedup 1.70x against 1.50x")
+
+
+def test_validate_run_shows_the_free_methods_beside_the_draft(tmp_path):
+    """validate --run (reference only here) runs n-gram beside the world's EAGLE-3 draft on the same greedy paths, in the
+    readings' pass; --no-free-methods turns it off."""
+    import json as js
+
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+    from specfmt.convert import convert
+    from specfmt.validation.run import validate_run
+
+    out = tmp_path / "eagle3"
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))
+    few = tmp_path / "few.jsonl"
+    few.write_text("\n".join((WORLD / "prompts.jsonl").read_text().splitlines()[:4]) + "\n")
+    res = validate_run(out, prompts=str(few), max_tokens=24, use_vllm=False, write=False)
+    b = res.to_json()["beside"]
+    rows = {r["title"]: r for r in b["methods"]}
+    assert set(rows) == {"n-gram", "suffix decoding"} and b["draft"]["steps"] == res.reference["num_drafts"]
+    ng = rows["n-gram"]
+    assert 0 < ng["drafted_steps"] < ng["steps"] and ng["tokens_per_step"] == pytest.approx(1 + sum(ng["rate_per_step"]), abs=2e-4)
+    assert b["draft"]["cost"]["parallel"] is False and b["draft"]["estimated_speedup"] < b["draft"]["tokens_per_step"]
+    assert any("n-gram" in line and "beats" in line for line in b["verdict"])
+    r = CliRunner().invoke(app, ["validate", str(out), "--run", "--no-vllm", "--no-free-methods", "--prompts", str(few), "--max-tokens", "4",
+                                 "--num-speculative-tokens", "1"])
+    assert r.exit_code == 0, r.output
+    assert "beside" not in js.loads((out / "validation.json").read_text()) and "beats" not in r.output

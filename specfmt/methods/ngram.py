@@ -6,9 +6,10 @@ earliest occurrence are proposed -- fewer when the sequence ends sooner, none wh
 ``prompt_lookup_min`` tokens recurs (Saxena 2023, "prompt lookup decoding"; vLLM's
 ``vllm/v1/spec_decode/ngram_proposer.py``, ``NgramProposer``, run through numba on the CPU build too).
 
-**The reference proposer is vLLM's own code where it imports**: ``_find_longest_matched_ngram_and_propose_tokens``
-of the installed vLLM (:func:`vllm_lookup`). Without vLLM it is :func:`longest_match_proposal`, a plain
-re-implementation that ``tests/test_free_methods.py`` holds equal to vLLM's function on random sequences.
+**The reference proposer is vLLM's own code where it is installed**: ``_find_longest_matched_ngram_and_propose_tokens``
+of the installed vLLM, compiled with numba as vLLM compiles it (:func:`vllm_lookup`). Without vLLM it is
+:func:`longest_match_proposal`, a plain re-implementation that ``tests/test_free_methods.py`` holds equal to vLLM's
+function on random sequences, and vLLM's ``NgramProposer`` class equal to the reference proposer step by step.
 
 Settings: ``prompt_lookup_min`` 2 and ``prompt_lookup_max`` 4 (:data:`PROMPT_LOOKUP`), as issue 37 measured it. vLLM's own
 default when neither is given is 5 and 5 (``SpeculativeConfig.__post_init__``), which finds far fewer matches
@@ -72,22 +73,40 @@ def longest_match_proposal(tokens: list[int], min_n: int, max_n: int, k: int, ma
     return list(tokens[start:start + min(k, total - start)])
 
 
+#: the function of vLLM's n-gram proposer that searches (``vllm/v1/spec_decode/ngram_proposer.py``)
+VLLM_FUNCTION = "_find_longest_matched_ngram_and_propose_tokens"
+
+
 @lru_cache(maxsize=1)
 def vllm_lookup() -> tuple[Lookup, str] | None:
-    """vLLM's own n-gram search and its origin (``vllm 0.32.0 ngram_proposer``), or None when vLLM does not import.
+    """vLLM's own n-gram search and where it comes from (``vllm 0.32.0 ...``), or None without vLLM or numba.
 
-    The first call imports vLLM (about 9 s of CPU here) and compiles the numba function (about 1 s)."""
+    The function's source is read from the installed vLLM's ``ngram_proposer.py`` and compiled with numba's ``jit`` as
+    vLLM compiles it, without importing the module: that import pulls in ``vllm.config`` (about 9 s of CPU here) for
+    a 60-line function. The first call compiles it (about 1 s)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    from ..serving import installed_vllm
+
     try:
+        found = importlib.util.find_spec("vllm")  # the package's folder; vllm itself is not imported
+        path = Path(list(found.submodule_search_locations)[0]) / "v1" / "spec_decode" / "ngram_proposer.py"  # type: ignore[union-attr]
+        fn = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == VLLM_FUNCTION)
+        import numba
         import numpy as np
-        import vllm
-        from vllm.v1.spec_decode.ngram_proposer import _find_longest_matched_ngram_and_propose_tokens as find
-    except Exception:  # noqa: BLE001 - any import failure means: not available here
+
+        scope: dict[str, Any] = {"np": np, "jit": numba.jit, "njit": numba.njit}
+        exec(compile(ast.Module(body=[fn], type_ignores=[]), str(path), "exec"), scope)  # noqa: S102 - vLLM's own source
+    except Exception:  # noqa: BLE001 - no vLLM, no numba, or the function moved: the re-implementation
         return None
+    find = scope[VLLM_FUNCTION]
 
     def lookup(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
         return find(np.asarray(tokens, dtype=np.int32), min_n, max_n, UNLIMITED, k).tolist()
 
-    return lookup, f"vllm {vllm.__version__} (vllm/v1/spec_decode/ngram_proposer.py)"
+    return lookup, f"vllm {installed_vllm() or '?'} ({path.parent.parent.parent.name}/v1/spec_decode/ngram_proposer.py, {VLLM_FUNCTION})"
 
 
 class NgramProposer:
