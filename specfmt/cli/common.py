@@ -112,6 +112,8 @@ def figures_table(res) -> Table:
     for i in range(max([res.k] + [len(d.get("acceptance_rate_per_position") or []) for d in cols])):
         table.add_row(f"acceptance rate, position {i + 1}", *[cell(d, "acceptance_rate_per_position", i) for d in cols])
     table.add_row("mean acceptance length", *[cell(d, "mean_acceptance_length") for d in cols])
+    if any(d.get("steps") for d in cols):  # per verifier pass over every step: below the line above when steps go undrafted
+        table.add_row("tokens per verifier pass (every step)", *[cell(d, "tokens_per_step") for d in cols])
     table.add_row("drafts", *[cell(d, "num_drafts") for d in cols])
     table.add_row("accepted / draft tokens", *[f"{d.get('num_accepted_tokens', '-')} / {d.get('num_draft_tokens', '-')}" for d in cols])
     return table

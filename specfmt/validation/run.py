@@ -212,6 +212,8 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
         "accepted_per_position": list(res.accepted_per_position),
         "acceptance_rate_per_position": [round(a / d, 4) if d else 0.0 for a in res.accepted_per_position][:k],
         "mean_acceptance_length": round(1 + res.num_accepted_tokens / d, 4) if d else 1.0,
+        # every verifier pass after the first token, with a proposal or not, and the tokens per pass (issue 37)
+        **({"steps": res.steps, "tokens_per_step": round(1 + res.num_accepted_tokens / res.steps, 4)} if getattr(res, "steps", 0) else {}),
     }
 
 
