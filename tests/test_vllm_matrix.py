@@ -180,6 +180,14 @@ def _pair_cases(pairs: dict[str, Path], release: str) -> list[dict]:
     return cases
 
 
+def _ngram_cases(release: str) -> list[dict]:
+    """n-gram as ``specfmt serve-command ngram --verifier V`` prints it, both launchers (issue 37)."""
+    from specfmt.methods import resolve
+
+    ngram = resolve("ngram")
+    return [_case(f"ngram/{case}", ngram.serve_command(release, verifier=VERIFIER, distribution=dist).argv) for dist, case in LAUNCHED.items()]
+
+
 @pytest.fixture(scope="module")
 def matrix(outputs, pair_folders, tmp_path_factory) -> dict[str, dict[str, dict]]:
     hf_home = tmp_path_factory.mktemp("hf")
@@ -187,7 +195,7 @@ def matrix(outputs, pair_folders, tmp_path_factory) -> dict[str, dict[str, dict]
     neutral = tmp_path_factory.mktemp("plain") / "d1"  # a path vLLM draws no method from
     shutil.copytree(outputs["eagle-fc-bias"], neutral)
     with ThreadPoolExecutor(2) as pool:  # two releases at a time, one per core
-        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral) + _pair_cases(pair_folders, r), hf_home=hf_home)
+        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral) + _pair_cases(pair_folders, r) + _ngram_cases(r), hf_home=hf_home)
                 for r in CHECKED_RELEASES}
         return {r: f.result() for r, f in runs.items()}
 
@@ -210,6 +218,15 @@ def test_each_release_serves_the_pairs_as_specfmt_says(release, matrix, pair_fol
         assert not rec["ok"] and rec["stage"] == "engine config" and "should have the same vocabulary size" in rec["error"], rec
     assert "pair-padded/printed" not in got and "pair-padded/printed-cpu" not in got
     assert got["pair-permuted/plain"]["ok"] and got["pair-permuted/plain"]["vocab_size"] == 2048  # the silent trap
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_each_release_serves_ngram_as_specfmt_prints_it(release, matrix):
+    """Issue 37: the n-gram line is accepted by each release's own code, with its k and prompt-lookup window."""
+    for case in ("printed", "printed-cpu"):
+        rec = matrix[release][f"ngram/{case}"]
+        assert rec["ok"] and rec["method"] == "ngram" and rec["k"] == 3 and rec["target_model"] == VERIFIER, rec
+        assert (rec["prompt_lookup_min"], rec["prompt_lookup_max"]) == (2, 4), rec
 
 
 def _local(name: str) -> bool:

@@ -311,11 +311,12 @@ def _vllm(result: Comparison, ver: "Verifier", tolerance: float, timeout: float,
         sampling["sequential"] = True
     tell("vLLM", 0, len(runnable) + 1)
     with vllm_run.engines():
-        try:
-            result.alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **sampling)
-            result.vllm_engine = f"vllm {result.alone.vllm_version} ({result.alone.dtype})"
-        except VLLMRunError as err:
-            result.vllm_engine = f"failed: {err.one_line()}"
+        # the verifier alone: the greedy exactness check, and the timing's baseline (sampled tokens are no one's to equal)
+        if result.temperature == 0 or timed:
+            try:
+                result.alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **sampling)
+            except VLLMRunError as err:
+                result.vllm_engine = f"failed: {err.one_line()}"
         tell("vLLM", 1, len(runnable) + 1)
         for i, e in enumerate(runnable):
             engine = e.method.vllm_engine(ver.name_or_path, version, e.k)
@@ -327,6 +328,7 @@ def _vllm(result: Comparison, ver: "Verifier", tolerance: float, timeout: float,
                 continue
             finally:
                 tell("vLLM", i + 2, len(runnable) + 1)
+            result.vllm_engine = result.vllm_engine or f"vllm {e.vllm.vllm_version} ({e.vllm.dtype})"
             if e.vllm.speculative_method != engine.method:
                 e.vllm_error = f"vLLM attached method {e.vllm.speculative_method!r}, expected {engine.method!r}"
             e.agreement = _agreement(result, e, tolerance, placement)
