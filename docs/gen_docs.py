@@ -519,10 +519,56 @@ def bench_vocab_coverage(data: dict) -> str:
     return head + "\n\n" + table(["draft vocabulary", "verifier top-1 covered (training positions)", "held-out AL", "per position"], rows, "lrrl")
 
 
+def bench_pairs(data: dict) -> str:
+    """``pairs_bench``: each pair in each engine, acceptance per position, and whether the tokens equal the verifier alone."""
+    rows = [[r["pair"], r["engine"], r["how"], " / ".join(f"{a:.3f}" for a in r["acceptance_rate_per_position"]), f"{r['mean_acceptance_length']:.3f}",
+             r["num_drafts"], {True: "yes", False: "**no**", None: "-"}[r["exact"]]] for r in data["rows"]]
+    head = (f"{data['prompts']} prompts x {data['max_tokens']} tokens, k = {data['k']}; transformers {data['transformers']}, vLLM {data['vllm']}; "
+            f"the unfixed `draft-lm-padded` in vLLM: {data['padded_in_vllm']}")
+    return head + "\n\n" + table(["pair", "engine", "how", "acceptance rate per position", "mean acceptance length", "drafts", "tokens = verifier alone"],
+                                 rows, "lllrrrl")
+
+
+def bench_compare_world(data: dict) -> str:
+    """``compare_world``: ``specfmt compare`` on the example world per temperature, and how the ranking by estimated speedup
+    changes between them."""
+    def f(x: Any, d: int = 3) -> str:
+        return "-" if x is None else f"{x:.{d}f}"
+
+    out, ranks = [], {}
+    for run in data["runs"]:
+        t = run["temperature"]
+        rows = []
+        for m in run["methods"]:
+            if not m["measured"]:
+                rows.append([m.get("label", m["method"]), m["k"], f"not measured on this machine: {m['not_measured']}", "", "", "", "", ""])
+                continue
+            ref, vl = m["reference"] or {}, m["vllm"] or {}
+            rates = " / ".join(f"{a:.3f}|{b:.3f}" if vl else f"{a:.3f}|-" for a, b in zip(ref["rate_per_step"], vl.get("rate_per_step") or ref["rate_per_step"]))
+            agree = m.get("agreement") or {}
+            sp = m["estimated_speedup"]
+            rows.append([m.get("label", m["method"]), m["k"], rates.replace("|", " ↔ "), f"{f(ref['tokens_per_step'])} ↔ {f(vl.get('tokens_per_step'))}",
+                         f"{ref['drafted_steps']} / {ref['steps']}", f(m["cost"]["per_step"]) if m.get("cost") else "-",
+                         f"{f(sp['reference'], 2)} ↔ {f(sp['vllm'], 2)}", "-" if "ok" not in agree else ("yes" if agree["ok"] else "**no**")])
+        measured = [m for m in run["methods"] if m["measured"]]
+        ranks[t] = [m.get("label", m["method"]) for m in sorted(measured, key=lambda m: -(m["estimated_speedup"]["vllm"] or m["estimated_speedup"]["reference"] or 0))]
+        head = (f"**T = {t:g}**" + (f", seeds {run['seeds']} (the reference's figures are expected values)" if t > 0 else ", greedy")
+                + f": {run['prompts']['count']} prompts × {run['max_tokens']} tokens, {run['seconds']:.0f} s, load average "
+                + " / ".join(f"{x:.1f}" for x in run.get("load_average", [])) + ".")
+        out.append(head + "\n\n" + table(["method", "k", "acceptance per position per verifier pass (reference ↔ vLLM)",
+                                            "tokens per pass (reference ↔ vLLM)", "drafted steps (reference)", "cost per step",
+                                            "estimated speedup (reference ↔ vLLM)", "agree"], rows, "lrlllrll"))
+    if len(ranks) > 1:
+        lines = [f"- T = {t:g}: " + " > ".join(r) for t, r in ranks.items()]
+        out.append("Ranking by vLLM's estimated speedup:\n\n" + "\n".join(lines))
+    return "\n\n".join(out)
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
-                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage}
+                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,
+                                             "pairs_bench": bench_pairs, "compare_world": bench_compare_world}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

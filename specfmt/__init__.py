@@ -21,7 +21,8 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
    proposer, the checks built on them, and how vLLM serves a draft;
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``, ``specfmt.export``: producing a draft,
    and writing one in another engine's layout (``specfmt export --to sglang``);
-6. ``specfmt.validation``: checking a draft, and running it (``validate --run``);
+6. ``specfmt.validation``, ``specfmt.methods``: checking a draft, and running it (``validate --run``); the proposal
+   methods behind one interface (a speculators draft, a draft LM), found by one registry;
 7. ``specfmt.datagen``: training data made by the verifier (hidden states, loss masks: ``specfmt datagen``;
    the verifier's own responses: ``specfmt regenerate``);
 8. ``specfmt.training``: training a draft (it reads datagen's output; datagen never imports the trainer);

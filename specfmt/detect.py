@@ -213,7 +213,8 @@ FOREIGN = (
             "a full decoder stack with embeddings (a verifier-like causal LM, not a draft)",
             lambda s: {"model_type": s.config.get("model_type"), "layers": s.config.get("num_hidden_layers"),
                        "hidden_size": s.config.get("hidden_size"), "vocab_size": s.config.get("vocab_size")},
-            served="a verifier, not a draft: name it with --verifier and give the draft's folder as SRC (vLLM serves it alone: `vllm serve DIR`)"),
+            served="a verifier, or the draft of a draft-model pair, not a converter's source: as a verifier, name it with --verifier and give the "
+                   "draft's folder as SRC (vLLM serves it alone: `vllm serve DIR`); as a draft model, `specfmt validate DIR --verifier V` checks the pair"),
 )
 
 

@@ -254,8 +254,8 @@ def test_every_package_is_in_the_wheel():
 ALGORITHM_NAMES = {"eagle3", "eagle", "medusa", "hass"}
 
 
-def _branches_on_algorithm(tree: ast.AST) -> list[int]:
-    """Lines that compare something with an algorithm's name, or key a dict literal by one."""
+def _branches_on_algorithm(tree: ast.AST, known: set[str] = ALGORITHM_NAMES) -> list[int]:
+    """Lines that compare something with an algorithm's name (one of ``known``), or key a dict literal by one."""
     lines = []
 
     def names(node: ast.AST) -> set[str]:
@@ -266,9 +266,9 @@ def _branches_on_algorithm(tree: ast.AST) -> list[int]:
         return set()
 
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and any(names(c) & ALGORITHM_NAMES for c in [node.left, *node.comparators]):
+        if isinstance(node, ast.Compare) and any(names(c) & known for c in [node.left, *node.comparators]):
             lines.append(node.lineno)
-        if isinstance(node, ast.Dict) and any(k is not None and names(k) & ALGORITHM_NAMES for k in node.keys):
+        if isinstance(node, ast.Dict) and any(k is not None and names(k) & known for k in node.keys):
             lines.append(node.lineno)
         if isinstance(node, ast.Match):
             lines.append(node.lineno)

@@ -33,6 +33,8 @@ def _cases(d: Path, draft: Path) -> dict[str, tuple[list[str], int]]:
         "push": ([str(draft), "--repo-id", "me/draft", "--verifier-id", "meta/tiny", "--dry-run", "--no-validate"], 0),
         "datagen": (["-o", str(d / "dg"), "--verifier", str(d / "no-verifier"), "--data", str(WORLD / "prompts.jsonl")], 2),
         "regenerate": (["--verifier", str(d / "no-verifier"), "--data", str(WORLD / "prompts.jsonl"), "-o", str(d / "r.jsonl")], 2),
+        "compare": (["ngram", "--verifier", str(d / "no-verifier"), "--no-vllm"], 2),
+        "pad-vocab": ([str(d / "no-draft"), "--verifier", V, "-o", str(d / "padded")], 2),
         "train fill": ([str(draft), "-o", str(d / "fill"), "--verifier", str(d / "no-verifier")], 2),
     }
     from specfmt.algorithms import trainable

@@ -47,7 +47,6 @@ def _not_drafts(tmp_path: Path) -> dict[str, tuple[Path, list[str]]]:
     plain.mkdir()
     (plain / "config.json").write_text(json.dumps({"model_type": "llama"}))
     return {
-        "verifier": (WORLD / "verifier", ["this folder is causal-lm (llama)", "no speculators_config", "specfmt convert -o"]),
         "eagle3 research draft": (WORLD / "eagle3-safeailab", ["this folder is an EAGLE-3 research draft (safeailab layout)",
                                                               f"`specfmt convert --from eagle3 {WORLD / 'eagle3-safeailab'} -o OUT --verifier VERIFIER`, then push OUT"]),
         "medusa research draft": (WORLD / "medusa-legacy", ["this folder is a Medusa research draft (legacy-trainer layout)", "specfmt convert --from medusa"]),
@@ -70,12 +69,15 @@ def test_push_of_a_folder_that_is_not_a_draft_says_what_it_is_whatever_the_flags
 
 
 def test_the_issue_command_is_one_line_not_a_traceback(tmp_path):
-    """``HF_HUB_OFFLINE=1 specfmt push examples/world/verifier --repo-id me/x --verifier-id me/v --no-validate`` (KeyError before)."""
-    for extra in (["--no-validate"], [], ["--no-validate", "--dry-run"]):
+    """``HF_HUB_OFFLINE=1 specfmt push examples/world/verifier --repo-id me/x --verifier-id me/v --no-validate`` (KeyError before).
+    A causal LM is a draft model since issue 36: checked against its verifier (unreachable here: one line), or, with
+    --no-validate, planned with a card that says the pair was not checked."""
+    for extra, code, words in ((["--no-validate"], 2, "specfmt: error:"), ([], 2, "the pair fails its checks: verifier"),
+                               (["--no-validate", "--dry-run"], 0, "not checked: the verifier me/v cannot be read")):
         r = run_cli("push", WORLD / "verifier", "--repo-id", "me/x", "--verifier-id", "me/v", *extra, env={"HF_HUB_OFFLINE": "1"})
-        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == code and "Traceback" not in r.stderr, r.stderr
         lines = [ln for ln in r.stderr.splitlines() if ln.startswith("specfmt: error:")]
-        assert len(lines) == 1 and "causal-lm (llama)" in lines[0], r.stderr
+        assert len(lines) == (1 if code else 0) and words in r.stderr + r.stdout, (extra, r.stderr, r.stdout[-500:])
 
 
 # --------------------------------------------------------------------------- the card's serve section (6)

@@ -154,14 +154,79 @@ def _cases(outputs: dict[str, Path], release: str, neutral: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def matrix(outputs, tmp_path_factory) -> dict[str, dict[str, dict]]:
+def pair_folders(tmp_path_factory) -> dict[str, Path]:
+    """The world's draft-model pairs (issue 36): after pad-vocab, as padded, the own-BPE draft, and the permuted one."""
+    from pairs import BPE, PADDED, fixed, permuted
+
+    root = tmp_path_factory.mktemp("pairs")
+    same = fixed(root)
+    return {"same": same, "padded": PADDED, "bpe": BPE, "permuted": permuted(same, root / "permuted")[0]}
+
+
+def _pair_cases(pairs: dict[str, Path], release: str) -> list[dict]:
+    """Each pair as ``specfmt serve-command D --verifier V`` prints it (both launchers), and each as a user would start it
+    without ``use_heterogeneous_vocab``: ``vllm serve V --speculative-config {draft_model, D, 3}``."""
+    from specfmt.methods import resolve
+
+    cases = []
+    for name, folder in pairs.items():
+        method = resolve(str(folder))
+        for dist, case in LAUNCHED.items():
+            command = method.serve_command(release, verifier=VERIFIER, distribution=dist)
+            if command is not None:
+                cases.append(_case(f"pair-{name}/{case}", command.argv))
+        spec = {"method": "draft_model", "model": str(folder), "num_speculative_tokens": 3}
+        cases.append({"id": f"pair-{name}/plain", "argv": ["serve", VERIFIER, "--speculative-config", json.dumps(spec)]})
+    return cases
+
+
+def _ngram_cases(release: str) -> list[dict]:
+    """n-gram as ``specfmt serve-command ngram --verifier V`` prints it, both launchers (issue 37)."""
+    from specfmt.methods import resolve
+
+    ngram = resolve("ngram")
+    return [_case(f"ngram/{case}", ngram.serve_command(release, verifier=VERIFIER, distribution=dist).argv) for dist, case in LAUNCHED.items()]
+
+
+@pytest.fixture(scope="module")
+def matrix(outputs, pair_folders, tmp_path_factory) -> dict[str, dict[str, dict]]:
     hf_home = tmp_path_factory.mktemp("hf")
     vllm_releases.fake_hub(hf_home, HUB_VERIFIER, WORLD / "verifier")
     neutral = tmp_path_factory.mktemp("plain") / "d1"  # a path vLLM draws no method from
     shutil.copytree(outputs["eagle-fc-bias"], neutral)
     with ThreadPoolExecutor(2) as pool:  # two releases at a time, one per core
-        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral), hf_home=hf_home) for r in CHECKED_RELEASES}
+        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral) + _pair_cases(pair_folders, r) + _ngram_cases(r), hf_home=hf_home)
+                for r in CHECKED_RELEASES}
         return {r: f.result() for r, f in runs.items()}
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_each_release_serves_the_pairs_as_specfmt_says(release, matrix, pair_folders):
+    """Issue 36, by each release's own code up to the engine config: the printed line of the fixed and the own-BPE pair is
+    accepted (``draft_model``, the draft, k); the padded draft is refused for its vocabulary size, before and whatever
+    the launcher, and serve-command prints no line for it; the own-BPE draft without ``use_heterogeneous_vocab`` is
+    refused; the permuted draft is accepted without a word (its vocabulary size is the verifier's)."""
+    got = matrix[release]
+    for name in ("same", "bpe"):
+        for case in ("printed", "printed-cpu"):
+            rec = got[f"pair-{name}/{case}"]
+            assert rec["ok"] and rec["method"] == "draft_model" and Path(rec["draft_model"]).resolve() == pair_folders[name].resolve(), rec
+            assert rec["k"] == 3 and rec["target_model"] == VERIFIER, rec
+    assert got["pair-same/plain"]["ok"]
+    for name in ("padded", "bpe"):
+        rec = got[f"pair-{name}/plain"]
+        assert not rec["ok"] and rec["stage"] == "engine config" and "should have the same vocabulary size" in rec["error"], rec
+    assert "pair-padded/printed" not in got and "pair-padded/printed-cpu" not in got
+    assert got["pair-permuted/plain"]["ok"] and got["pair-permuted/plain"]["vocab_size"] == 2048  # the silent trap
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_each_release_serves_ngram_as_specfmt_prints_it(release, matrix):
+    """Issue 37: the n-gram line is accepted by each release's own code, with its k and prompt-lookup window."""
+    for case in ("printed", "printed-cpu"):
+        rec = matrix[release][f"ngram/{case}"]
+        assert rec["ok"] and rec["method"] == "ngram" and rec["k"] == 3 and rec["target_model"] == VERIFIER, rec
+        assert (rec["prompt_lookup_min"], rec["prompt_lookup_max"]) == (2, 4), rec
 
 
 def _local(name: str) -> bool:

@@ -154,6 +154,10 @@ def _describe(vllm_config) -> dict:
     out = {"target_model": vllm_config.model_config.model, "method": None}
     if sc is None:
         return out
+    if sc.draft_model_config is None:  # a method without weights (n-gram, suffix decoding): its own keys
+        out.update(method=sc.method, k=sc.num_speculative_tokens, prompt_lookup_min=getattr(sc, "prompt_lookup_min", None),
+                   prompt_lookup_max=getattr(sc, "prompt_lookup_max", None))
+        return out
     hf = sc.draft_model_config.hf_config
     out.update(method=sc.method, draft_model=sc.model, k=sc.num_speculative_tokens, hf_config=type(hf).__name__,
                parallel_drafting=getattr(sc, "parallel_drafting", None),

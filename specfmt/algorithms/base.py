@@ -178,6 +178,8 @@ class Algorithm:
     #: why ``specfmt export --to sglang`` does not write this algorithm (what SGLang's code lacks, or what
     #: specfmt does not write yet), for an algorithm without the SGLang part (:mod:`specfmt.algorithms.sglang`)
     sglang_unserved: ClassVar[str] = ""
+    #: True when one draft pass proposes all k tokens (Medusa heads, P-EAGLE, DFlash); False for a chain of k passes
+    parallel_drafting: ClassVar[bool] = False
 
     # -- the optional parts ----------------------------------------------------------------------
 

@@ -312,6 +312,7 @@ class DFlash(Algorithm, Reference, Card, DFlashSGLang):
     name = DFlashConfig.name
     title = "DFlash"
     vllm_method = "dflash"  # vLLM speculators/base.py: speculators_model_type dflash -> method dflash
+    parallel_drafting = True  # the block in one non-causal pass (DSpark's Markov head runs inside that pass)
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlashDraftModel`)."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}

@@ -280,6 +280,7 @@ class Medusa(Algorithm, Reference, Training, Card):
     vllm_method = "medusa"
     sglang_unserved = ("SGLang 0.5.23 has no Medusa: no Medusa class in srt/models/ and no MEDUSA in SpeculativeAlgorithm "
                        "(srt/speculative/spec_info.py)")
+    parallel_drafting = True  # every head reads the same verifier state: one pass
     train_summary = "Train Medusa heads against the frozen verifier (self-distillation); add heads to an --init set with --heads."
     train_options = MedusaOptions
     interop_note = "speculators 0.9 cannot load this draft: it has no Medusa class."

@@ -109,6 +109,7 @@ class PEagle(Eagle3):
     vllm_method = "eagle3"  # speculators/base.py: peagle -> method eagle3, parallel_drafting true
     sglang_unserved = ("SGLang 0.5.23 has no P-EAGLE: its SpeculativeAlgorithm (srt/speculative/spec_info.py) has no parallel drafting, and "
                        "LlamaForCausalLMEagle3 (srt/models/llama_eagle3.py) has no mask_hidden; it would run the draft as sequential EAGLE-3")
+    parallel_drafting = True
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `PEagleDraftModel`)."
     causes = CAUSES
     key_causes = {**Eagle3.key_causes, "mask_token_id": "mask token id"}

@@ -2,7 +2,8 @@
 
 * :mod:`~specfmt.cli.convert`: ``convert``, ``upgrade``;
 * :mod:`~specfmt.cli.export`: ``export --to sglang``;
-* :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``;
+* :mod:`~specfmt.cli.validate`: ``validate`` (and ``--run``), ``inspect``, ``serve-command``;
+* :mod:`~specfmt.cli.pad_vocab`: ``pad-vocab`` (a draft model's vocabulary rows made the verifier's);
 * :mod:`~specfmt.cli.push`: ``push``;
 * :mod:`~specfmt.cli.train`: ``train ALGORITHM``, ``train fill``;
 * :mod:`~specfmt.cli.datagen`: ``datagen``;
@@ -25,7 +26,7 @@ import typer
 
 from .. import __version__, interrupt
 from ..errors import Interrupted, SpecfmtError
-from . import convert, datagen, export, push, regenerate, train, validate
+from . import compare, convert, datagen, export, pad_vocab, push, regenerate, train, validate
 from .common import NOTHING_WRITTEN, out, print_error, reported
 
 app = typer.Typer(
@@ -56,6 +57,8 @@ app.command(name="export")(export.export)
 app.command(name="validate")(validate.validate)
 app.command(name="inspect")(validate.inspect)
 app.command(name="serve-command")(validate.serve_command)
+app.command(name="compare")(compare.compare)
+app.command(name="pad-vocab")(pad_vocab.pad_vocab)
 app.command(name="push")(push.push)
 app.add_typer(train.train_app, name="train")
 app.command(name="datagen")(datagen.datagen)

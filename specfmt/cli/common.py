@@ -207,10 +207,14 @@ def checks_table(rep, title: str) -> Table:
 def figures_table(res) -> Table:
     """Reference and vLLM side by side: acceptance rate per position, mean acceptance length, counts."""
     ref, vl = res.reference or {}, res.vllm or {}
+    hf = getattr(res, "transformers", None)  # a method transformers runs (a draft model) has a third column
+    cols = [ref, vl] + ([hf] if hf else [])
     table = Table(title=f"acceptance, k={res.k}, {len(res.prompts.ids) if res.prompts else 0} prompts x {res.max_tokens} tokens")
     table.add_column("")
     table.add_column(f"reference ({ref.get('dtype', '-')})", justify="right")
     table.add_column(f"vLLM ({vl.get('dtype', '-')})", justify="right")
+    if hf:
+        table.add_column(f"transformers ({hf.get('dtype', '-')})", justify="right")
 
     def cell(d, key, i=None):
         v = d.get(key)
@@ -220,12 +224,32 @@ def figures_table(res) -> Table:
             return f"{v[i]:.3f}" if i < len(v) else "-"
         return f"{v:.3f}" if isinstance(v, float) else str(v)
 
-    for i in range(res.k):
-        table.add_row(f"acceptance rate, position {i + 1}", cell(ref, "acceptance_rate_per_position", i), cell(vl, "acceptance_rate_per_position", i))
-    table.add_row("mean acceptance length", cell(ref, "mean_acceptance_length"), cell(vl, "mean_acceptance_length"))
-    table.add_row("drafts", cell(ref, "num_drafts"), cell(vl, "num_drafts"))
-    table.add_row("accepted / draft tokens", f"{ref.get('num_accepted_tokens', '-')} / {ref.get('num_draft_tokens', '-')}",
-                  f"{vl.get('num_accepted_tokens', '-')} / {vl.get('num_draft_tokens', '-')}")
+    for i in range(max([res.k] + [len(d.get("acceptance_rate_per_position") or []) for d in cols])):
+        table.add_row(f"acceptance rate, position {i + 1}", *[cell(d, "acceptance_rate_per_position", i) for d in cols])
+    table.add_row("mean acceptance length", *[cell(d, "mean_acceptance_length") for d in cols])
+    if any(d.get("steps") for d in cols):  # per verifier pass over every step: below the line above when steps go undrafted
+        table.add_row("tokens per verifier pass (every step)", *[cell(d, "tokens_per_step") for d in cols])
+    table.add_row("drafts", *[cell(d, "num_drafts") for d in cols])
+    table.add_row("accepted / draft tokens", *[f"{d.get('num_accepted_tokens', '-')} / {d.get('num_draft_tokens', '-')}" for d in cols])
+    return table
+
+
+def beside_table(res) -> Table:
+    """The draft and the free methods on the same prompts, per verifier forward pass over every step (``res.beside``)."""
+    b = res.beside
+    table = Table(title=f"beside the draft: the same prompts, per verifier pass over every step (reference, k={res.k})",
+                  caption=escape(f"estimated speedup: {b['cost_model']}"))
+    for col in ("method", "acceptance rate per position", "tokens per pass", "drafted steps", "est. speedup"):
+        table.add_column(col)
+    d = b["draft"]
+    table.add_row("the draft", " ".join(f"{r:.3f}" for r in d["rate_per_step"]), f"{d['tokens_per_step']:.3f}", "-",
+                  "-" if d["estimated_speedup"] is None else f"{d['estimated_speedup']:.2f}x")
+    for m in b["methods"]:
+        if "not_measured" in m:
+            table.add_row(escape(m["title"]), "not measured on this machine (below)", "", "", "")
+        else:
+            table.add_row(escape(m["title"]), " ".join(f"{r:.3f}" for r in m["rate_per_step"]), f"{m['tokens_per_step']:.3f}",
+                          f"{m['drafted_steps']} of {m['steps']}", "-" if m["estimated_speedup"] is None else f"{m['estimated_speedup']:.2f}x")
     return table
 
 

