@@ -181,7 +181,14 @@ def load_preprocessed(root: str | Path) -> Any:
     if not has_preprocessed(root):
         raise InputError("no preprocessed dataset (datasets' state.json) in the folder", where=str(root),
                          hint="give a folder made by specfmt datagen or speculators prepare-data")
-    ds = _datasets().load_from_disk(str(root))
+    datasets = _datasets()
+    try:
+        ds = datasets.load_from_disk(str(root))
+    except Exception as e:  # noqa: BLE001 - datasets, pyarrow and json raise many kinds for a damaged folder
+        raise InputError(f"the preprocessed dataset does not load ({type(e).__name__}: {_first_line(e)})", where=str(root),
+                         hint="make it again: specfmt datagen into a new folder") from None
+    if not isinstance(ds, datasets.Dataset):  # a DatasetDict's folder
+        raise InputError("the folder holds a dataset dictionary, not one preprocessed dataset", where=str(root))
     missing = [c for c in ("input_ids", "loss_mask") if c not in ds.column_names]
     if missing:
         raise InputError(f"the preprocessed dataset has no {', '.join(missing)} column", where=str(root))
@@ -197,12 +204,24 @@ def read_preprocessed(root: str | Path) -> list[Sample]:
     """
     root = Path(root)
     ds = load_preprocessed(root).with_format(None)
+    try:
+        columns = zip(ds["input_ids"], ds["loss_mask"])
+    except Exception as e:  # noqa: BLE001 - pyarrow reads the columns now: a damaged data file fails here
+        raise InputError(f"the preprocessed dataset does not read ({type(e).__name__}: {_first_line(e)})", where=str(root),
+                         hint="make it again: specfmt datagen into a new folder") from None
     out = []
-    for i, (ids, mask) in enumerate(zip(ds["input_ids"], ds["loss_mask"])):
-        if len(ids) != len(mask):
-            raise InputError(f"sample {i} has {len(ids)} input ids but {len(mask)} loss-mask entries", where=str(root))
-        out.append(Sample(ids, mask))
+    for i, (ids, mask) in enumerate(columns):
+        try:
+            if len(ids) != len(mask):
+                raise InputError(f"sample {i} has {len(ids)} input ids but {len(mask)} loss-mask entries", where=str(root))
+            out.append(Sample(ids, mask))
+        except (TypeError, ValueError):
+            raise InputError(f"sample {i}'s input_ids and loss_mask are not lists of integers", where=str(root)) from None
     return out
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else ""
 
 
 def existing_samples(folder: str | Path) -> list[int]:
@@ -314,12 +333,35 @@ def read_manifest(root: str | Path) -> Manifest | None:
         return None
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(obj, dict):
+            raise TypeError(f"a JSON {type(obj).__name__}, not an object")
         if int(obj.get("version", 0)) > MANIFEST_VERSION:
             raise InputError(f"the datagen manifest is version {obj['version']}; this specfmt reads up to {MANIFEST_VERSION}",
                              where=str(path), hint="upgrade specfmt")
-        return Manifest(**obj)
-    except (ValueError, TypeError) as e:
-        raise InputError(f"the datagen manifest is malformed ({e})", where=str(path), hint="delete it and run specfmt datagen again") from None
+        manifest = Manifest(**obj)
+        _check_types(manifest)
+        return manifest
+    except (ValueError, TypeError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
+        raise InputError(f"the datagen manifest is malformed ({str(e)[:200]})", where=str(path),
+                         hint="delete it and run specfmt datagen again") from None
+
+
+def _check_types(m: Manifest) -> None:
+    """Every field of ``m`` of its declared type (JSON of any shape reaches here).
+
+    Raises:
+        TypeError: naming the first field that is not.
+    """
+    def ints(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    checks = {"verifier": isinstance(m.verifier, str), "engine": isinstance(m.engine, str), "dtype": isinstance(m.dtype, str),
+              "layers": isinstance(m.layers, list) and all(ints(x) for x in m.layers),
+              "extra": isinstance(m.extra, dict), "version": ints(m.version),
+              **{k: ints(getattr(m, k)) for k in ("hidden_size", "seq_len", "samples", "tokens", "files", "bytes")}}
+    bad = [k for k, ok in checks.items() if not ok]
+    if bad:
+        raise TypeError(f"{bad[0]} is {json.dumps(getattr(m, bad[0]), default=str)[:60]}")
 
 
 __all__ = ["COLUMNS", "HIDDEN_STATES", "MANIFEST", "SAMPLE_FILE", "TOKEN_FREQ", "Manifest", "Sample", "check_sample",

@@ -367,8 +367,10 @@ def validate_run(
     runnable = {c.name: c.status for c in rep.checks}
     result = RunResult(rep, k=num_speculative_tokens or 0, max_tokens=max_tokens,
                        verifier=ver.name_or_path if ver is not None else vref if isinstance(vref, str) else None)
-    if runnable.get("schema") != PASS:
-        _skip(rep, _RUN_CHECKS, "the config is not schema-valid")
+    failed = [c.name for c in rep.checks if c.status == FAIL]
+    if failed or runnable.get("schema") != PASS:  # a static failure stops the run before the verifier loads
+        why = f"not run: the static checks failed ({', '.join(failed)})" if failed else "not run: the config is not schema-valid"
+        _skip(rep, _RUN_CHECKS, why)
         result.causes = _static_causes(rep, _algorithm_named_in(res_folder.folder))
         return _finish(folder, result, write)
     cfg = read_json(res_folder.folder / CONFIG_FILE)
@@ -420,7 +422,9 @@ def _run_verifier(folder: Path, verifier: "str | Verifier | None") -> tuple[Any,
         vref, ver = verifier.ref, verifier
     if vref is None:
         try:
-            vref = ((read_json(folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+            spec = read_json(folder / CONFIG_FILE).get("speculators_config")
+            named = spec.get("verifier") if isinstance(spec, dict) else None
+            vref = named.get("name_or_path") if isinstance(named, dict) else None
         except SpecfmtError:
             vref = None  # the static checks report the config
     if ver is None and isinstance(vref, str) and vref:
