@@ -288,6 +288,9 @@ Op = tuple
 CONFIG_KINDS = ("set",) * 6 + ("delete",) * 2 + ("add", "bytes", "file")
 #: damage to the files rather than to the JSON (``validate --run``'s weights, a datagen folder)
 FILE_KINDS = ("set",) * 2 + ("delete", "add", "bytes") + ("file",) * 3 + ("damage",) * 3 + ("swap", "stray")
+#: an existing datagen output continued: mostly what a crash, a disk or another run leaves (files removed, cut, stale,
+#: stray), seldom an edited manifest (which is refused)
+OUT_KINDS = ("set", "delete", "bytes") + ("file",) * 4 + ("damage",) * 2 + ("swap",) * 2 + ("stray",) * 3
 
 
 @dataclass(frozen=True)
@@ -496,8 +499,9 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
            ("--verifier", "{verifier}", "--max-samples", "2")), writes=True, data=True, stubs=stubs_datagen,
           check=lambda *a: check_datagen(*a)),
     Entry("datagen OUT", lambda s, o, v, d: ["datagen", "-o", s, *DATAGEN_ARGS], DATAGEN,
-          (("--verifier", "{verifier}", "--data", "{data}"), ("--verifier", "{verifier}", "--data", "{data2}"),
-           ("--verifier", "{chat-verifier}", "--data", "{data}")), writes=True, any_bases=BASES + DATAGEN, op_kinds=FILE_KINDS,
+          (("--verifier", "{verifier}", "--data", "{data}"), ("--verifier", "{verifier}", "--data", "{data}"),
+           ("--verifier", "{verifier}", "--data", "{data2}"), ("--verifier", "{chat-verifier}", "--data", "{data}")),
+          writes=True, any_bases=BASES + DATAGEN, op_kinds=OUT_KINDS,
           stubs=stubs_datagen, src_is_out=True, check=lambda *a: check_datagen(*a)),
     Entry("regenerate --data", lambda s, o, v, d: ["regenerate", "--data", s, "-o", f"{o}.jsonl"], (),
           (("--verifier", "{verifier}"), ("--verifier", "{chat-verifier}"), ("--verifier", "{chat-verifier}", "--limit", "2", "--batch-size", "1"),
