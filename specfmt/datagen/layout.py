@@ -333,35 +333,12 @@ def read_manifest(root: str | Path) -> Manifest | None:
         return None
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(obj, dict):
-            raise TypeError(f"a JSON {type(obj).__name__}, not an object")
         if int(obj.get("version", 0)) > MANIFEST_VERSION:
             raise InputError(f"the datagen manifest is version {obj['version']}; this specfmt reads up to {MANIFEST_VERSION}",
                              where=str(path), hint="upgrade specfmt")
-        manifest = Manifest(**obj)
-        _check_types(manifest)
-        return manifest
-    except (ValueError, TypeError, OverflowError) as e:  # UnicodeDecodeError is a ValueError
-        raise InputError(f"the datagen manifest is malformed ({str(e)[:200]})", where=str(path),
-                         hint="delete it and run specfmt datagen again") from None
-
-
-def _check_types(m: Manifest) -> None:
-    """Every field of ``m`` of its declared type (JSON of any shape reaches here).
-
-    Raises:
-        TypeError: naming the first field that is not.
-    """
-    def ints(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    checks = {"verifier": isinstance(m.verifier, str), "engine": isinstance(m.engine, str), "dtype": isinstance(m.dtype, str),
-              "layers": isinstance(m.layers, list) and all(ints(x) for x in m.layers),
-              "extra": isinstance(m.extra, dict), "version": ints(m.version),
-              **{k: ints(getattr(m, k)) for k in ("hidden_size", "seq_len", "samples", "tokens", "files", "bytes")}}
-    bad = [k for k, ok in checks.items() if not ok]
-    if bad:
-        raise TypeError(f"{bad[0]} is {json.dumps(getattr(m, bad[0]), default=str)[:60]}")
+        return Manifest(**obj)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"the datagen manifest is malformed ({e})", where=str(path), hint="delete it and run specfmt datagen again") from None
 
 
 __all__ = ["COLUMNS", "HIDDEN_STATES", "MANIFEST", "SAMPLE_FILE", "TOKEN_FREQ", "Manifest", "Sample", "check_sample",

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import re
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +25,7 @@ from .engine import HiddenStateEngine
 from .engine import check_layers
 from .hf_engine import TransformersEngine
 from .layout import (
-    HIDDEN_STATES as HIDDEN_STATES_NAME, TOKEN_FREQ, Manifest, Sample, check_sample, existing_samples, has_preprocessed, hidden_states_folder, read_manifest,
+    TOKEN_FREQ, Manifest, Sample, check_sample, existing_samples, has_preprocessed, hidden_states_folder, read_manifest,
     read_preprocessed, write_manifest, write_preprocessed, write_token_freq,
 )
 
@@ -158,84 +156,22 @@ def _seq_len(req: DatagenRequest, verifier: Verifier) -> int:
     return req.seq_len
 
 
-#: what a datagen run writes into its output folder (:mod:`specfmt.datagen.layout`), and the temporary names an
-#: interrupted run may leave there (removed when a run resumes); nothing else is kept (issue 35)
-_OWN = re.compile(r"^(data-\d+-of-\d+\.arrow|dataset_info\.json|state\.json|token_freq\.pt|specfmt_datagen\.json|hidden_states)$")
-_OWN_TEMPORARY = re.compile(r"^(\.preprocessed\.\d+\.tmp|token_freq\.pt\.\d+\.tmp|specfmt_datagen\.json\.\d+\.tmp)$")
-_OWN_HIDDEN = re.compile(r"^hs_(\d+)\.safetensors$")
-_OWN_HIDDEN_TEMPORARY = re.compile(r"^(hs_\d+\.safetensors\.tmp|\.vllm-staging)$")
-
-
-def _check_contents(root: Path, n_samples: int) -> list[Path]:
-    """An existing output folder holds only what a datagen run writes, hidden states of rows the dataset has included;
-    returns the temporary files an interrupted run left, for the caller to remove.
-
-    Raises:
-        InputError: a file datagen does not write, or the hidden states of a row the dataset lacks (a stale file).
-    """
-    if not root.is_dir():
-        return []
-    temporary, foreign = [], []
-    for p in root.iterdir():
-        if _OWN_TEMPORARY.match(p.name):
-            temporary.append(p)
-        elif not _OWN.match(p.name) or (p.name == HIDDEN_STATES_NAME) != p.is_dir():  # hidden_states a folder, the rest files
-            foreign.append(p.name)
-    hs = hidden_states_folder(root)
-    for p in hs.iterdir() if hs.is_dir() else ():
-        m = _OWN_HIDDEN.match(p.name)
-        if _OWN_HIDDEN_TEMPORARY.match(p.name):
-            temporary.append(p)
-        elif not m or not p.is_file():
-            foreign.append(f"{HIDDEN_STATES_NAME}/{p.name}")
-        elif int(m.group(1)) >= n_samples:
-            foreign.append(f"{HIDDEN_STATES_NAME}/{p.name} (the dataset has {n_samples} rows)")
-    if foreign:
-        raise InputError(f"the output folder holds what datagen does not write: {', '.join(sorted(foreign)[:5])}", where=str(root),
-                         hint="give a new or empty --output; a datagen output is continued only as its run left it")
-    return temporary
-
-
 def _dataset(req: DatagenRequest, verifier: Verifier, seq_len: int, root: Path) -> tuple[list[Sample], int, int]:
-    """The preprocessed dataset: read from ``--data``; written (with token_freq.pt, always made anew from the rows), or
-    checked equal to what ``root`` holds."""
+    """The preprocessed dataset: read from ``--data``; written (with token_freq.pt), or checked equal to what ``root`` holds."""
     try:
         tok = verifier.tokenizer()
     except (OSError, ValueError) as e:
         raise InputError(f"the verifier's tokenizer does not load ({str(e).splitlines()[0]})", where=str(verifier.folder)) from None
     read = read_samples(req.data, tok, seq_len)
-    temporary = _check_contents(root, len(read.samples))
     if has_preprocessed(root):
         if read_preprocessed(root) != read.samples:
             raise InputError("the output folder holds a preprocessed dataset made from other --data, --seq-len or verifier",
                              where=str(root), hint="give a new --output, or the options of the run that made it")
-    for p in temporary:
-        shutil.rmtree(p) if p.is_dir() else p.unlink(missing_ok=True)
-    if not has_preprocessed(root):
+    else:
         write_preprocessed(read.samples, root)
-    write_token_freq(read.samples, root / TOKEN_FREQ)  # never a stale one: the counts are the rows'
+    if not (root / TOKEN_FREQ).exists():
+        write_token_freq(read.samples, root / TOKEN_FREQ)
     return read.samples, read.unsupervised, read.skipped_turns
-
-
-def _in_place(folder: Path, samples: list[Sample], shard: range, n_layers: int, hidden: int) -> set[int]:
-    """The rows of ``shard`` whose hidden-states file is in place and made from this row: its header opens, its token
-    ids are the row's and its shape is [T, n_layers, H] (the values are checked where they are read:
-    :func:`~specfmt.datagen.layout.check_sample`). A file that is not (a stale one, of other data) is made again."""
-    from safetensors import safe_open
-
-    from .engine import sample_path
-
-    done = set()
-    for i in set(existing_samples(folder)) & set(shard):
-        try:
-            with safe_open(str(sample_path(folder, i)), framework="pt") as f:
-                shape = f.get_slice("hidden_states").get_shape()
-                same = f.get_tensor("token_ids").tolist() == list(samples[i].input_ids)
-        except Exception:  # noqa: BLE001 - any failure to read it: made again
-            continue
-        if same and list(shape) == [len(samples[i]), n_layers, hidden]:
-            done.add(i)
-    return done
 
 
 def _check_manifest(root: Path, verifier: Verifier, layers: list[int], seq_len: int) -> None:
@@ -338,7 +274,7 @@ def run_datagen(req: DatagenRequest, on_file: OnFile | None = None, on_start: Ca
     folder = hidden_states_folder(root)
     folder.mkdir(parents=True, exist_ok=True)
     shard = shard_indices(len(samples), req.max_samples, req.world_size, req.rank)
-    done = _in_place(folder, samples, shard, len(layers), verifier.info.hidden_size)
+    done = set(existing_samples(folder))
     todo = [(i, list(samples[i].input_ids)) for i in shard if i not in done]
     res = DatagenResult(root, req.engine, layers, seq_len, len(samples), shard, resumed=len(shard) - len(todo),
                         unsupervised=unsupervised, skipped_turns=skipped_turns)

@@ -96,11 +96,7 @@ def hidden_state_documents(folder: Path) -> "Documents":
     layout.load_preprocessed(folder)  # the checks, with their messages
     freq_file = folder / layout.TOKEN_FREQ
     if freq_file.is_file():
-        try:
-            counts = torch.load(freq_file, weights_only=True)
-        except Exception:  # noqa: BLE001 - a damaged or foreign file: torch raises many kinds (UnpicklingError, RuntimeError, ...)
-            raise InputError("token_freq.pt does not load as a {token id: count} dict", where=str(freq_file),
-                             hint="delete it: the counts are then taken from the dataset's loss mask") from None
+        counts = torch.load(freq_file, weights_only=True)
         if not isinstance(counts, dict) or not all(isinstance(k, int) and isinstance(v, int) for k, v in counts.items()):
             raise InputError("token_freq.pt is not a {token id: count} dict", where=str(freq_file))
     else:
