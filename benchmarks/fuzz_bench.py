@@ -89,6 +89,9 @@ def main() -> None:
             counts["left_behind"] += bool(outcome.left_behind)
             counts["inputs_modified"] += bool(outcome.modified)
             counts["wrong"] += bool(outcome.wrong)
+            if counts["examples"] % 1000 == 0:  # a long run shows where it is
+                print(f"  {name}: {counts['examples']:,} examples, {time.perf_counter() - t0:,.0f} s, "
+                      f"uncaught {counts['uncaught']}, wrong {counts['wrong']}", flush=True)
             if not outcome.clean and len(problems) < 20:
                 problems.append({"case": repr(case), "kind": outcome.kind, "error": outcome.error, "left_behind": outcome.left_behind,
                                  "modified": outcome.modified, "wrong": outcome.wrong})
