@@ -13,6 +13,10 @@ and the marker is replaced by what :data:`RENDERERS` makes of it. The kinds:
 * ``layouts NAME``: a converter's accepted layouts and the variations it converts or refuses, from
   its :class:`~specfmt.converters.base.Layout` and :class:`~specfmt.converters.base.Case` declarations;
 * ``named``: the formats no converter reads, from :data:`specfmt.detect.NAMED` and ``FOREIGN``;
+* ``from``: every ``--from`` value of ``convert``, from the converter registry, each linked to its layouts;
+* ``upgrades``: what ``specfmt upgrade`` accepts: every ``speculators_model_type`` a converter upgrades, and the
+  variations the speculators converter declares;
+* ``worlds``: the example worlds (``examples/world*/``): each folder's verifier and drafts as ``inspect`` names them;
 * ``corpus``: the real-config corpus of ``tests/data/real_configs``;
 * ``serving-matrix`` / ``serving-lines`` / ``recognised``: which checked vLLM release serves what,
   from :mod:`specfmt.serving` and each algorithm's ``vllm_releases``;
@@ -176,6 +180,75 @@ def render_named(page: str, args: list[str], state: dict) -> str:
         layout = f" / `{foreign.layout}`" if foreign.layout else ""
         rows.append([f"`{foreign.format}`{layout}", foreign.evidence, _examples(foreign.examples), foreign.serving(empty)])
     return table(["format / layout", "what identifies it", "real example", "what specfmt says"], rows)
+
+
+def _layouts_link(page: str, name: str, state: dict) -> str:
+    """A link from ``page`` to the section that renders converter ``name``'s layouts (``<!-- gen:layouts NAME -->``)."""
+    where = state["layout_sections"].get(name)
+    if where is None:
+        raise DocsError(f"{page}: converter {name} has no <!-- gen:layouts {name} --> under a heading")
+    return f"{link(page, where[0])}#{where[1]}"
+
+
+def render_from(page: str, args: list[str], state: dict) -> str:
+    from specfmt.converters import REGISTRY
+
+    rows = [[f"[`{conv.name}`]({_layouts_link(page, conv.name, state)})", conv.summary] for conv in REGISTRY.values()]
+    rows.append(["`auto`", "detects the format from tensor names and config fields (as `specfmt inspect`); where the files fit two, "
+                           "it stops and lists the `--from` values that pick one"])
+    return table(["`--from`", "what it reads"], rows)
+
+
+def render_upgrades(page: str, args: list[str], state: dict) -> str:
+    from specfmt.algorithms import REGISTRY as ALGORITHMS
+    from specfmt.converters import REGISTRY
+
+    rows = []
+    for conv in REGISTRY.values():
+        if conv.upgrades is not None:
+            algo = ALGORITHMS.get(conv.upgrades)
+            title = f"{algo.title} " if algo is not None else ""
+            rows.append([f"`{conv.upgrades}`", f"{title}(`--from {conv.name}`: [layouts]({_layouts_link(page, conv.name, state)}))",
+                         conv.summary])
+    speculators = REGISTRY["speculators"]
+    cases = table(["variation", "what happens"], [[c.what, c.outcome] for c in speculators.cases])
+    return (table(["`speculators_model_type`", "handed to", "what that converter reads"], rows)
+            + "\n\nWithin them, the older dialects and what becomes of each:\n\n" + cases)
+
+
+def _world_rows(world: Path) -> list[list[Any]]:
+    from specfmt.detect import detect
+
+    rows = []
+    for folder in sorted((p for p in world.iterdir() if p.is_dir()), key=lambda p: (p.name != "verifier", p.name)):
+        d = detect(str(folder))
+        s = d.summary
+        if d.format == "causal-lm":
+            cfg = json.loads((folder / "config.json").read_text())
+            what = (f"the verifier: `{(cfg.get('architectures') or ['?'])[0]}`, {cfg.get('num_hidden_layers')} layers, "
+                    f"H {cfg.get('hidden_size')}, V {cfg.get('vocab_size')}")
+        else:
+            what = f"a draft: `{d.format}` / `{d.layout}`" + (f" (`{s['algorithm']}`)" if s.get("algorithm") not in (None, d.layout) else "")
+            what += f"; read with `{d.convert_hint}`" if d.convert_hint else ""
+        rows.append([f"`{folder.relative_to(REPO).as_posix()}/`", what, s.get("tensors", ""), f"{s.get('size_mib', 0):.2f}"])
+    prompts = world / "prompts.jsonl"
+    if prompts.is_file():
+        n = sum(1 for line in prompts.read_text().splitlines() if line.strip())
+        rows.append([f"`{prompts.relative_to(REPO).as_posix()}`", f"{n} held-out prompts", "", ""])
+    return rows
+
+
+def worlds() -> list[Path]:
+    """The example worlds: ``examples/world*/`` folders holding a verifier."""
+    return sorted(p for p in (REPO / "examples").glob("world*") if (p / "verifier").is_dir())
+
+
+def render_worlds(page: str, args: list[str], state: dict) -> str:
+    out = []
+    for world in worlds():
+        out.append(f"**`{world.relative_to(REPO).as_posix()}/`**\n\n"
+                   + table(["path", "what `specfmt inspect` finds", "tensors", "MiB"], _world_rows(world), "llrr"))
+    return "\n\n".join(out)
 
 
 def render_corpus(page: str, args: list[str], state: dict) -> str:
@@ -533,6 +606,7 @@ def render_file(page: str, args: list[str], state: dict) -> str:
 
 RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
     "options": render_options, "commands": render_commands, "layouts": render_layouts, "named": render_named, "corpus": render_corpus,
+    "from": render_from, "upgrades": render_upgrades, "worlds": render_worlds,
     "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "recognised": render_recognised,
     "schema": render_schema, "bench": render_bench, "file": render_file,
 }
@@ -540,10 +614,26 @@ RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
 LAST = ("commands",)
 
 
+def layout_sections(pages: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{converter: (page, anchor)}``: the heading above each ``<!-- gen:layouts NAME -->`` (the anchor as mkdocs' toc makes it)."""
+    from markdown.extensions.toc import slugify
+
+    out = {}
+    for page, text in pages.items():
+        heading = None
+        for line in text.splitlines():
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            m = MARKER.match(line)
+            if m and m.group(1) == "layouts" and heading is not None:
+                out[m.group(2).strip()] = (page, slugify(heading, "-"))
+    return out
+
+
 def main() -> None:
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     pages = {p.relative_to(docs).as_posix(): p.read_text() for p in sorted(docs.rglob("*.md"))}
-    state: dict[str, Any] = {"documented": {}, "layouts": set(), "named": False, "benches": set()}
+    state: dict[str, Any] = {"documented": {}, "layouts": set(), "named": False, "benches": set(), "layout_sections": layout_sections(pages)}
     for kind in [k for k in RENDERERS if k not in LAST] + list(LAST):
         for page, text in pages.items():
             def replace(m: re.Match, page: str = page) -> str:
