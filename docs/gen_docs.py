@@ -404,7 +404,7 @@ def _when(name: str, data: dict) -> str:
     machine_field = data.get("machine", {})  # an object of fields, or one line (fuzz_bench)
     meta = {**(machine_field if isinstance(machine_field, dict) else {"machine": machine_field}), **data.get("meta", {})}
     meta.setdefault("date", data.get("date"))
-    machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
+    machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "vllm", "device") if meta.get(k) is not None)
     if meta.get("loadavg"):
         machine += ", load average " + " / ".join(f"{x:.1f}" for x in meta["loadavg"])
     date = meta.get("date")
@@ -504,16 +504,19 @@ def bench_generic(data: Any) -> str:
 
 
 def bench_fuzz(data: dict) -> str:
-    rows = [[f"`{name}`", f"{r['examples']:,}", f"{r['ok']:,}", f"{r['refused']:,}", r["uncaught"], r["left_behind"], r["inputs_modified"],
-             f"{r['seconds']:,.0f}"] for name, r in data["commands"].items()]
+    def opt(r: dict, key: str) -> Any:  # rows of runs that did not count it (before issue 35): a dash
+        return f"{r[key]:,}" if key in r else "—"
+
+    rows = [[f"`{name}`", f"{r['examples']:,}", f"{r['ok']:,}", f"{r['refused']:,}", opt(r, "reached"), r["uncaught"], opt(r, "wrong"),
+             r["left_behind"], r["inputs_modified"], f"{r['seconds']:,.0f}", r.get("commit", "")] for name, r in data["commands"].items()]
     t = data["totals"]
-    rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", t["uncaught"], t["left_behind"], t["inputs_modified"],
-                 f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}"])
+    rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", f"{t.get('reached', 0):,}", t["uncaught"],
+                 f"{t.get('wrong', 0):,}", t["left_behind"], t["inputs_modified"], f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}", ""])
     runs = "; ".join(f"`python benchmarks/fuzz_bench.py {r}`".replace(" `", "`") for r in data.get("runs", [data["command"].removeprefix("python benchmarks/fuzz_bench.py ")]))
     head = (f"{runs}: hypothesis {data['hypothesis']}, seed {data['seed']}, {data['examples_per_command']:,} examples per command, "
             f"each command's row from one run.")
-    return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "uncaught", "left behind",
-                                   "inputs modified", "seconds"], rows, "lrrrrrrr")
+    return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "reached the verifier's weights",
+                                   "uncaught", "wrong result", "left behind", "inputs modified", "seconds", "code"], rows, "lrrrrrrrrrl")
 
 
 def bench_memory(data: dict) -> str:
@@ -576,10 +579,36 @@ def bench_vocab_coverage(data: dict) -> str:
     return head + "\n\n" + table(["draft vocabulary", "verifier top-1 covered (training positions)", "held-out AL", "per position"], rows, "lrrl")
 
 
+def bench_quickstart_vllm(data: dict) -> str:
+    runs, s = data["runs"], data["summary"]
+
+    def spread(sp: dict, digits: int) -> str:
+        if sp["min"] == sp["max"]:
+            return f"{sp['min']:,.{digits}f}"
+        return " / ".join(f"{sp[k]:,.{digits}f}" for k in ("min", "median", "max"))
+
+    ref, vl = s["reference"], s["vllm"]
+    rows = [[f"acceptance rate, position {j + 1}", spread(r, 3), spread(v, 3)]
+            for j, (r, v) in enumerate(zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"]))]
+    rows += [["**mean acceptance length**", f"**{spread(ref['mean_acceptance_length'], 3)}**", f"**{spread(vl['mean_acceptance_length'], 3)}**"],
+             ["drafts", spread(ref["num_drafts"], 0), spread(vl["num_drafts"], 0)],
+             ["accepted tokens", spread(ref["num_accepted_tokens"], 0), spread(vl["num_accepted_tokens"], 0)]]
+    head = (f"{len(runs)} runs of the quickstart's `specfmt validate --run` on one converted draft (the 16 held-out prompts × 32 "
+            f"tokens, k = 3), each in a child process, at {data.get('commit', '?')}. Where the runs differ: minimum / median / maximum.")
+    per_run = [[i + 1, f"{r['reference']['mean_acceptance_length']:.3f}", f"{r['vllm']['mean_acceptance_length']:.3f}",
+                " / ".join(f"{x:.3f}" for x in r["vllm"]["acceptance_rate_per_position"]), r["vllm"]["num_drafts"],
+                r["vllm"]["num_accepted_tokens"], "pass" if r["passed"] else f"fail (exit {r['exit']})", f"{r['seconds']:.0f}",
+                " / ".join(f"{x:.1f}" for x in r["load_average"])] for i, r in enumerate(runs)]
+    return "\n\n".join([head, table(["", "reference (transformers, float32)", "vLLM CPU build (bfloat16)"], rows, "lrr"),
+                         table(["run", "reference AL", "vLLM AL", "vLLM per position", "vLLM drafts", "vLLM accepted", "validate",
+                                "seconds", "load average"], per_run, "rrrlrrlrl")])
+
+
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
-                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage}
+                                             "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,
+                                             "quickstart_vllm": bench_quickstart_vllm}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

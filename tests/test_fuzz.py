@@ -126,6 +126,9 @@ FOUND = (
     Case("specfmt-medusa", (("cut", "model.safetensors", 204),)),
     Case("specfmt-eagle3", (("cut", "model.safetensors", 500),)),
     Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)),
+    # issue 35 (fuzz benchmark, validate --run): a .bin whose first bytes are not a zip's is read as a legacy pickle, and
+    # torch's weights-only unpickler met the damaged stream with an IndexError (checkpoint/reader.py; inspect, convert too)
+    Case("eagle3", (("poke", "pytorch_model.bin", 0, b"r\xedW7"),)),
 )
 
 
@@ -219,6 +222,7 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
                  Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),))):
         assert answer("validate --run", case) == "ok", case
     assert answer("validate --run", Case("specfmt-eagle3", (), 1)) == "reached"  # a sound draft gets there
+    assert "cannot read the pickle: list index out of range" in answer("inspect", Case("eagle3", (("poke", "pytorch_model.bin", 0, b"r\xedW7"),)))
 
 
 @pytest.fixture(scope="module")
