@@ -635,10 +635,10 @@ def render_file(page: str, args: list[str], state: dict) -> str:
 
 RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
     "options": render_options, "commands": render_commands, "layouts": render_layouts, "named": render_named, "corpus": render_corpus,
-    "from": render_from, "upgrades": render_upgrades, "worlds": render_worlds,
     "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "recognised": render_recognised,
     "schema": render_schema, "bench": render_bench, "file": render_file,
 }
+RENDERERS.update({"from": render_from, "upgrades": render_upgrades, "worlds": render_worlds})  # issue 35: generated, not hand-kept
 #: rendered after the others: they list what the others documented
 LAST = ("commands",)
 
