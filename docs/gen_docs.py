@@ -593,8 +593,12 @@ def bench_quickstart_vllm(data: dict) -> str:
     rows += [["**mean acceptance length**", f"**{spread(ref['mean_acceptance_length'], 3)}**", f"**{spread(vl['mean_acceptance_length'], 3)}**"],
              ["drafts", spread(ref["num_drafts"], 0), spread(vl["num_drafts"], 0)],
              ["accepted tokens", spread(ref["num_accepted_tokens"], 0), spread(vl["num_accepted_tokens"], 0)]]
+    gap = max(abs(a - b) for r in runs for a, b in zip(r["vllm"]["acceptance_rate_per_position"], r["reference"]["acceptance_rate_per_position"]))
+    passed = sum(bool(r["passed"]) for r in runs)
     head = (f"{len(runs)} runs of the quickstart's `specfmt validate --run` on one converted draft (the 16 held-out prompts × 32 "
-            f"tokens, k = 3), each in a child process, at {data.get('commit', '?')}. Where the runs differ: minimum / median / maximum.")
+            f"tokens, k = 3), each in a child process, at {data.get('commit', '?')}. Where the runs differ: minimum / median / maximum. "
+            f"{passed} of {len(runs)} runs passed every check; the largest gap between vLLM's and the reference's acceptance rate at any "
+            f"position, over the runs, is {gap:.3f} (tolerance 0.1).")
     per_run = [[i + 1, f"{r['reference']['mean_acceptance_length']:.3f}", f"{r['vllm']['mean_acceptance_length']:.3f}",
                 " / ".join(f"{x:.3f}" for x in r["vllm"]["acceptance_rate_per_position"]), r["vllm"]["num_drafts"],
                 r["vllm"]["num_accepted_tokens"], "pass" if r["passed"] else f"fail (exit {r['exit']})", f"{r['seconds']:.0f}",
