@@ -219,7 +219,7 @@ def build_datagen(out: Path, verifier: Path, data: list[Path], seq_len: int = 64
     return out
 
 
-def datagen_problems(out: Path, reference: Path | None = None) -> list[str]:
+def datagen_problems(out: Path, reference: Path | None = None, max_samples: int | None = None) -> list[str]:
     """What is wrong with a datagen output that ``datagen`` answered with exit 0: a row without its hidden-states file
     or with one that does not check (:func:`specfmt.datagen.layout.check_sample`), ``token_freq.pt`` other than the
     rows' counts, a manifest that disagrees with the files; and, given the ``reference`` output of a fresh run on the
@@ -229,7 +229,8 @@ def datagen_problems(out: Path, reference: Path | None = None) -> list[str]:
 
     With a ``reference`` (an existing folder continued), the files kept are checked as a resumed run checks them:
     the header, the token ids and the shape, not the values (a resume does not read every hidden state again;
-    ``train --hidden-states`` checks each file it reads, :func:`~specfmt.datagen.layout.check_sample`)."""
+    ``train --hidden-states`` checks each file it reads, :func:`~specfmt.datagen.layout.check_sample`). With
+    ``max_samples`` (``--max-samples``) only the first rows have their files."""
     import torch
     from safetensors import safe_open
 
@@ -247,7 +248,8 @@ def datagen_problems(out: Path, reference: Path | None = None) -> list[str]:
     if freq != layout.token_frequencies(rows):
         problems.append("token_freq.pt is not the rows' token counts")
     folder = layout.hidden_states_folder(out)
-    for i, row in enumerate(rows):
+    made = len(rows) if max_samples is None else min(max_samples, len(rows))
+    for i, row in enumerate(rows[:made]):
         path = layout.sample_path(folder, i)
         try:
             if reference is None:
@@ -260,8 +262,8 @@ def datagen_problems(out: Path, reference: Path | None = None) -> list[str]:
         except Exception as e:  # noqa: BLE001
             problems.append(f"row {i}: {str(e)[:200]}")
     placed = layout.existing_samples(folder)
-    if placed != list(range(len(rows))):
-        problems.append(f"hidden-states files that open: {placed}, for {len(rows)} rows (a stale file kept, or one missing)")
+    if placed != list(range(made)):
+        problems.append(f"hidden-states files that open: {placed}, for {made} rows (a stale file kept, or one missing)")
     if (manifest.samples, manifest.files) != (len(rows), len(placed)):
         problems.append(f"the manifest says {manifest.samples} samples and {manifest.files} files")
     if reference is not None and not problems:
@@ -531,7 +533,8 @@ def check_datagen(fuzzer: "Fuzzer", entry: Entry, case: Case, src: Path, out: Pa
     if outcome.kind != "ok":
         return []
     if not entry.src_is_out:
-        return datagen_problems(out)
+        opts = list(entry.variants[case.variant % len(entry.variants)])
+        return datagen_problems(out, max_samples=int(opts[opts.index("--max-samples") + 1]) if "--max-samples" in opts else None)
     return datagen_problems(src, fuzzer.datagen_reference(case.variant % len(entry.variants)))
 
 
