@@ -17,6 +17,8 @@ For each command the results file holds:
 * ``left_behind``: refusals after which an output folder, anything beside it, or a temporary
   file or folder remained;
 * ``inputs_modified``: runs after which the checkpoint, the verifier or the data file differed;
+* ``removed_temporary`` (``datagen OUT``, when any): refusals that removed a killed run's temporary file
+  (``NAME.PID.tmp``) from the existing output before refusing (never data; any other change is ``left_behind``);
 * ``problems``: the first few problem cases, each with its :class:`fuzz_targets.Case` (paste it
   into ``FOUND`` in ``tests/test_fuzz.py`` once fixed).
 
@@ -89,6 +91,7 @@ def main() -> None:
             counts["left_behind"] += bool(outcome.left_behind)
             counts["inputs_modified"] += bool(outcome.modified)
             counts["wrong"] += bool(outcome.wrong)
+            counts["removed_temporary"] += bool(outcome.removed)
             if counts["examples"] % 1000 == 0:  # a long run shows where it is
                 print(f"  {name}: {counts['examples']:,} examples, {time.perf_counter() - t0:,.0f} s, "
                       f"uncaught {counts['uncaught']}, wrong {counts['wrong']}", flush=True)
@@ -100,7 +103,8 @@ def main() -> None:
         seconds = time.perf_counter() - t0
         results[name] = {"examples": counts["examples"], "ok": counts["ok"], "refused": counts["refused"], "uncaught": counts["uncaught"],
                          "left_behind": counts["left_behind"], "inputs_modified": counts["inputs_modified"], "seconds": round(seconds, 1),
-                         "reached": counts["reached"], "wrong": counts["wrong"], "commit": commit, "problems": problems}
+                         "reached": counts["reached"], "wrong": counts["wrong"], "commit": commit, "problems": problems,
+                         **({"removed_temporary": counts["removed_temporary"]} if counts["removed_temporary"] else {})}
         print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'problems'})}", flush=True)
 
     runs = [shlex.join(sys.argv[1:])]

@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--lock", help="hold an exclusive flock on this file during each run (one vLLM engine at a time)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "quickstart_vllm.results.json")
+    ap.add_argument("--append", action="store_true", help="keep the runs already in --out (runs made one at a time)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="specfmt-quickstart-vllm-"))
@@ -72,8 +73,8 @@ def main() -> None:
     r = specfmt("convert", "--from", "eagle3", WORLD / "eagle3-safeailab", "-o", draft, "--verifier", WORLD / "verifier")
     if r.returncode != 0:
         sys.exit(f"convert failed: {r.stdout}{r.stderr}")
-    runs = []
-    for i in range(args.runs):
+    runs = json.loads(args.out.read_text())["runs"] if args.append and args.out.is_file() else []
+    for i in range(len(runs), len(runs) + args.runs):
         with locked(args.lock):
             load = os.getloadavg()
             t0 = time.perf_counter()
@@ -104,7 +105,7 @@ def main() -> None:
         vllm_version = None
     report = {
         "what": "the quickstart's specfmt validate --run (16 held-out prompts x 32 tokens, k = 3), run several times on one converted draft",
-        "command": "python benchmarks/quickstart_vllm.py " + " ".join(sys.argv[1:]),
+        "command": "python benchmarks/quickstart_vllm.py " + " ".join(a for a in sys.argv[1:] if a != "--append"),
         "date": time.strftime("%Y-%m-%d"),
         "machine": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(), "vllm": vllm_version},
         "commit": commit,

@@ -515,8 +515,11 @@ def bench_fuzz(data: dict) -> str:
     runs = "; ".join(f"`python benchmarks/fuzz_bench.py {r}`".replace(" `", "`") for r in data.get("runs", [data["command"].removeprefix("python benchmarks/fuzz_bench.py ")]))
     head = (f"{runs}: hypothesis {data['hypothesis']}, seed {data['seed']}, {data['examples_per_command']:,} examples per command, "
             f"each command's row from one run.")
+    removed = [f"`{name}` {r['removed_temporary']:,}" for name, r in data["commands"].items() if r.get("removed_temporary")]
+    foot = (f"\n\nRefusals that removed a killed run's temporary file (`NAME.PID.tmp`, never data) from the existing output before "
+            f"refusing, counted apart from \"left behind\": {', '.join(removed)}.") if removed else ""
     return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "reached the verifier's weights",
-                                   "uncaught", "wrong result", "left behind", "inputs modified", "seconds", "code"], rows, "lrrrrrrrrrl")
+                                   "uncaught", "wrong result", "left behind", "inputs modified", "seconds", "code"], rows, "lrrrrrrrrrl") + foot
 
 
 def bench_memory(data: dict) -> str:

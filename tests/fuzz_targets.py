@@ -41,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -564,6 +565,9 @@ class Outcome:
     modified: list[str] = field(default_factory=list)
     #: what the entry's own judgement (:attr:`Entry.check`) found wrong
     wrong: list[str] = field(default_factory=list)
+    #: the temporary files of a killed run (``NAME.PID.tmp``) a refusal removed from an existing output (``datagen OUT``):
+    #: counted, not a fault (they are never data); any other change a refusal makes there is ``left_behind``
+    removed: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
@@ -749,14 +753,17 @@ class Fuzzer:
         if kind == "refused":
             left = [str(p) for p in self.outs.iterdir()]
         left += [str(p) for p in self.tmp.iterdir()]
-        modified = []
+        modified, removed = [], []
         after = snapshot(watched)
         if after != before:
             self._dirty.pop(case.base, None)  # copied anew next time
             changed = sorted({k for k, v in set(after.items()) ^ set(before.items())})
-            if entry.src_is_out:  # the input is the output: a refusal leaves it as it was
-                if kind == "refused":
+            if entry.src_is_out:  # the input is the output: a refusal leaves it as it was, but for a dead run's temporary files
+                gone_tmp = [c for c in changed if c not in after and re.fullmatch(r".*\.\d+\.tmp", c.rsplit("/", 1)[-1])]
+                if kind == "refused" and [c for c in changed if c not in gone_tmp]:
                     left.append(f"{case.base}: a refusal changed the output folder: {changed[:4]}")
+                elif kind == "refused":
+                    removed = gone_tmp
             elif [c for c in changed if c not in entry.src_outputs]:
                 modified.append(f"{case.base}: {sorted(set(after.items()) ^ set(before.items()))[:4]}")
         wrong = entry.check(self, entry, case, src, out, Outcome(kind, code, error)) if entry.check and kind != "uncaught" else []
@@ -771,7 +778,7 @@ class Fuzzer:
             modified.append("the chat verifier or the data files")
         for p in list(self.outs.iterdir()) + list(self.tmp.iterdir()):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        return Outcome(kind, code, error, left, modified, wrong)
+        return Outcome(kind, code, error, left, modified, wrong, removed)
 
 
 def describe(entry: Entry, case: Case, outcome: Outcome) -> str:
