@@ -214,7 +214,7 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
     assert answer("datagen OUT", Case("datagen", (("stray", "hidden_states/hs_99.safetensors", b"stray"),))) == "ok"
     assert "the output folder is not empty and holds no datagen output (no specfmt_datagen.json)" in answer(
         "datagen OUT", Case("eagle3", (("set", ("architectures",), None),)))
-    assert "the file is not UTF-8 text" in answer("regenerate --data", Case("data", (("content", ".jsonl", b"\x02\xbd\xb1\n"),)))
+    assert "is not UTF-8 text" in answer("regenerate --data", Case("data", (("content", ".jsonl", b"\x02\xbd\xb1\n"),)))
     assert "messages[1] needs a role" in answer("regenerate --data", Case(
         "data", (("content", ".jsonl", b'{"messages": [{"role": "user", "content": "x"}, {"role": [], "content": "y"}]}\n'),), 1))
     # validate --run: a static failure is a failed validation (exit 1) before the verifier's weights load (no "reached")
