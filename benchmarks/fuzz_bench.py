@@ -2,15 +2,23 @@
 
 The inputs and the judgement are the CI fuzz test's (``tests/fuzz_targets.py``): checkpoint
 folders of every layout with random edits, run in-process through ``inspect``, ``convert --from F``
-(every F and ``auto``), ``validate``, ``upgrade``, ``push --dry-run`` and ``train ALGO --init``.
+(every F and ``auto``), ``validate``, ``upgrade``, ``push --dry-run`` and ``train ALGO --init``; and (issue 35)
+``validate --run`` on damaged drafts, ``datagen`` on fuzzed ``--data`` files and on damaged existing outputs,
+``regenerate`` on fuzzed ``--data`` files and ``train ALGO --hidden-states`` on damaged datagen folders, with no
+model loaded and no engine started (``Entry.stubs``).
 For each command the results file holds:
 
 * ``examples``: inputs tried;
 * ``ok`` / ``refused``: exit 0 or 1 / exit 2 with one ``specfmt: error:`` line;
+* ``reached`` (``validate --run``): the run got past every check to the verifier's weights, where the fuzzer stops it;
 * ``uncaught``: any other ending (an exception, a traceback) -- a bug;
+* ``wrong``: what the command's own judgement found (``Entry.check``: datagen's output not what a fresh run
+  writes, a stale file kept; ``validate --run`` loading the verifier after a static failure);
 * ``left_behind``: refusals after which an output folder, anything beside it, or a temporary
   file or folder remained;
 * ``inputs_modified``: runs after which the checkpoint, the verifier or the data file differed;
+* ``removed_temporary`` (``datagen OUT``, when any): refusals that removed a killed run's temporary file
+  (``NAME.PID.tmp``) from the existing output before refusing (never data; any other change is ``left_behind``);
 * ``problems``: the first few problem cases, each with its :class:`fuzz_targets.Case` (paste it
   into ``FOUND`` in ``tests/test_fuzz.py`` once fixed).
 
@@ -18,6 +26,7 @@ Run (from the repository root; about 1-2 hours on 2 CPU cores)::
 
     python benchmarks/fuzz_bench.py                        # 10,000 per command -> benchmarks/fuzz_bench.results.json
     python benchmarks/fuzz_bench.py --examples 200 --only inspect --out /tmp/x.json
+    python benchmarks/fuzz_bench.py --only 'datagen OUT' --append   # one command's row replaced in the results file
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +67,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     names = args.only or list(ENTRIES)
+    unknown = [n for n in names if n not in ENTRIES]
+    if unknown:
+        ap.error(f"no fuzz entry {unknown} (known: {', '.join(ENTRIES)})")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "specfmt", "converters", "tests"], cwd=REPO, capture_output=True, text=True).stdout
+    commit += "+changes" if dirty.strip() else ""
     fuzzer = Fuzzer(Path(tempfile.mkdtemp(prefix="specfmt-fuzz-bench-")))
     results: dict = {}
     for name in names:
@@ -74,15 +90,21 @@ def main() -> None:
             counts[outcome.kind] += 1
             counts["left_behind"] += bool(outcome.left_behind)
             counts["inputs_modified"] += bool(outcome.modified)
+            counts["wrong"] += bool(outcome.wrong)
+            counts["removed_temporary"] += bool(outcome.removed)
+            if counts["examples"] % 1000 == 0:  # a long run shows where it is
+                print(f"  {name}: {counts['examples']:,} examples, {time.perf_counter() - t0:,.0f} s, "
+                      f"uncaught {counts['uncaught']}, wrong {counts['wrong']}", flush=True)
             if not outcome.clean and len(problems) < 20:
                 problems.append({"case": repr(case), "kind": outcome.kind, "error": outcome.error, "left_behind": outcome.left_behind,
-                                 "modified": outcome.modified})
+                                 "modified": outcome.modified, "wrong": outcome.wrong})
 
         run()
         seconds = time.perf_counter() - t0
         results[name] = {"examples": counts["examples"], "ok": counts["ok"], "refused": counts["refused"], "uncaught": counts["uncaught"],
                          "left_behind": counts["left_behind"], "inputs_modified": counts["inputs_modified"], "seconds": round(seconds, 1),
-                         "problems": problems}
+                         "reached": counts["reached"], "wrong": counts["wrong"], "commit": commit, "problems": problems,
+                         **({"removed_temporary": counts["removed_temporary"]} if counts["removed_temporary"] else {})}
         print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if k != 'problems'})}", flush=True)
 
     runs = [shlex.join(sys.argv[1:])]
@@ -90,7 +112,8 @@ def main() -> None:
         earlier = json.loads(args.out.read_text())
         results = {**{k: v for k, v in earlier["commands"].items() if k not in results}, **results}
         runs = earlier.get("runs", [earlier["command"]]) + runs
-    totals = {k: sum(r[k] for r in results.values()) for k in ("examples", "ok", "refused", "uncaught", "left_behind", "inputs_modified")}
+    totals = {k: sum(r.get(k, 0) for r in results.values())
+              for k in ("examples", "ok", "refused", "reached", "uncaught", "wrong", "left_behind", "inputs_modified")}
     report = {
         "what": "fuzzed checkpoint folders through every command that reads a config or a folder (tests/fuzz_targets.py)",
         "command": "python benchmarks/fuzz_bench.py " + shlex.join(sys.argv[1:]),

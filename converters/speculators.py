@@ -28,7 +28,8 @@ def _speculators(seen) -> bool:
 class SpeculatorsConverter(Converter):
     name = "speculators"
     label = "older speculators/ModelOpt checkpoints"
-    summary = "speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt (eagle3, peagle; eagle <= 0.6): rewrite in the current version"
+    summary = ("speculators-format checkpoints of speculators 0.1-0.9 and NVIDIA ModelOpt, of every algorithm another converter here "
+               "upgrades (eagle <= 0.6): rewrite in the current version")
     detects_as = "speculators"
     fields = {}  # the speculators dialect is read by the converter it is handed to
     layouts = (Layout("speculators", _speculators, "config has speculators_config",
@@ -54,8 +55,10 @@ class SpeculatorsConverter(Converter):
              "converted: the algorithm is read from `speculators_config.algorithm` and k from `draft_tokens`; the tree proposal is "
              "written as greedy, with a note (a proposal method is an inference setting, not a weight)",
              (Example("speculators PR #31, vLLM PR #20436", note="the dialect's code only, never merged; no published checkpoint found"),)),
-        Case("other algorithms (`mtp`, ...; `peagle`, `dflash`, `dspark` and `dflash2` go to the `--from` of that name)",
-             "**refused**: vLLM serves them as they are"),
+        Case("speculators 0.9's own outputs of the newer algorithms (P-EAGLE, DFlash and its variants: each "
+             "`speculators_model_type` a converter upgrades, listed under `specfmt upgrade`)",
+             "handed to the converter of that algorithm (`--from peagle`, ...), which reads speculators' layout as well as the research one"),
+        Case("other algorithms (`mtp`, ...), which no converter here upgrades", "**refused**: vLLM serves them as they are"),
     )
 
     def plan(self, src: Source, opts: Options) -> Plan:

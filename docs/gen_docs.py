@@ -13,6 +13,10 @@ and the marker is replaced by what :data:`RENDERERS` makes of it. The kinds:
 * ``layouts NAME``: a converter's accepted layouts and the variations it converts or refuses, from
   its :class:`~specfmt.converters.base.Layout` and :class:`~specfmt.converters.base.Case` declarations;
 * ``named``: the formats no converter reads, from :data:`specfmt.detect.NAMED` and ``FOREIGN``;
+* ``from``: every ``--from`` value of ``convert``, from the converter registry, each linked to its layouts;
+* ``upgrades``: what ``specfmt upgrade`` accepts: every ``speculators_model_type`` a converter upgrades, and the
+  variations the speculators converter declares;
+* ``worlds``: the example worlds (``examples/world*/``): each folder's verifier and drafts as ``inspect`` names them;
 * ``corpus``: the real-config corpus of ``tests/data/real_configs``;
 * ``serving-matrix`` / ``serving-lines`` / ``recognised``: which checked vLLM release serves what,
   from :mod:`specfmt.serving` and each algorithm's ``vllm_releases``;
@@ -176,6 +180,75 @@ def render_named(page: str, args: list[str], state: dict) -> str:
         layout = f" / `{foreign.layout}`" if foreign.layout else ""
         rows.append([f"`{foreign.format}`{layout}", foreign.evidence, _examples(foreign.examples), foreign.serving(empty)])
     return table(["format / layout", "what identifies it", "real example", "what specfmt says"], rows)
+
+
+def _layouts_link(page: str, name: str, state: dict) -> str:
+    """A link from ``page`` to the section that renders converter ``name``'s layouts (``<!-- gen:layouts NAME -->``)."""
+    where = state["layout_sections"].get(name)
+    if where is None:
+        raise DocsError(f"{page}: converter {name} has no <!-- gen:layouts {name} --> under a heading")
+    return f"{link(page, where[0])}#{where[1]}"
+
+
+def render_from(page: str, args: list[str], state: dict) -> str:
+    from specfmt.converters import REGISTRY
+
+    rows = [[f"[`{conv.name}`]({_layouts_link(page, conv.name, state)})", conv.summary] for conv in REGISTRY.values()]
+    rows.append(["`auto`", "detects the format from tensor names and config fields (as `specfmt inspect`); where the files fit two, "
+                           "it stops and lists the `--from` values that pick one"])
+    return table(["`--from`", "what it reads"], rows)
+
+
+def render_upgrades(page: str, args: list[str], state: dict) -> str:
+    from specfmt.algorithms import REGISTRY as ALGORITHMS
+    from specfmt.converters import REGISTRY
+
+    rows = []
+    for conv in REGISTRY.values():
+        if conv.upgrades is not None:
+            algo = ALGORITHMS.get(conv.upgrades)
+            title = f"{algo.title} " if algo is not None else ""
+            rows.append([f"`{conv.upgrades}`", f"{title}(`--from {conv.name}`: [layouts]({_layouts_link(page, conv.name, state)}))",
+                         conv.summary])
+    speculators = REGISTRY["speculators"]
+    cases = table(["variation", "what happens"], [[c.what, c.outcome] for c in speculators.cases])
+    return (table(["`speculators_model_type`", "handed to", "what that converter reads"], rows)
+            + "\n\nWithin them, the older dialects and what becomes of each:\n\n" + cases)
+
+
+def _world_rows(world: Path) -> list[list[Any]]:
+    from specfmt.detect import detect
+
+    rows = []
+    for folder in sorted((p for p in world.iterdir() if p.is_dir()), key=lambda p: (p.name != "verifier", p.name)):
+        d = detect(str(folder))
+        s = d.summary
+        if d.format == "causal-lm":
+            cfg = json.loads((folder / "config.json").read_text())
+            what = (f"the verifier: `{(cfg.get('architectures') or ['?'])[0]}`, {cfg.get('num_hidden_layers')} layers, "
+                    f"H {cfg.get('hidden_size')}, V {cfg.get('vocab_size')}")
+        else:
+            what = f"a draft: `{d.format}` / `{d.layout}`" + (f" (`{s['algorithm']}`)" if s.get("algorithm") not in (None, d.layout) else "")
+            what += f"; read with `{d.convert_hint}`" if d.convert_hint else ""
+        rows.append([f"`{folder.relative_to(REPO).as_posix()}/`", what, s.get("tensors", ""), f"{s.get('size_mib', 0):.2f}"])
+    prompts = world / "prompts.jsonl"
+    if prompts.is_file():
+        n = sum(1 for line in prompts.read_text().splitlines() if line.strip())
+        rows.append([f"`{prompts.relative_to(REPO).as_posix()}`", f"{n} held-out prompts", "", ""])
+    return rows
+
+
+def worlds() -> list[Path]:
+    """The example worlds: ``examples/world*/`` folders holding a verifier."""
+    return sorted(p for p in (REPO / "examples").glob("world*") if (p / "verifier").is_dir())
+
+
+def render_worlds(page: str, args: list[str], state: dict) -> str:
+    out = []
+    for world in worlds():
+        out.append(f"**`{world.relative_to(REPO).as_posix()}/`**\n\n"
+                   + table(["path", "what `specfmt inspect` finds", "tensors", "MiB"], _world_rows(world), "llrr"))
+    return "\n\n".join(out)
 
 
 def render_corpus(page: str, args: list[str], state: dict) -> str:
@@ -347,7 +420,7 @@ def _when(name: str, data: dict) -> str:
     machine_field = data.get("machine", {})  # an object of fields, or one line (fuzz_bench)
     meta = {**(machine_field if isinstance(machine_field, dict) else {"machine": machine_field}), **data.get("meta", {})}
     meta.setdefault("date", data.get("date"))
-    machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "device") if meta.get(k) is not None)
+    machine = ", ".join(f"{k} {meta[k]}" for k in ("machine", "platform", "cpus", "threads", "python", "torch", "vllm", "device") if meta.get(k) is not None)
     if meta.get("loadavg"):
         machine += ", load average " + " / ".join(f"{x:.1f}" for x in meta["loadavg"])
     date = meta.get("date")
@@ -447,16 +520,22 @@ def bench_generic(data: Any) -> str:
 
 
 def bench_fuzz(data: dict) -> str:
-    rows = [[f"`{name}`", f"{r['examples']:,}", f"{r['ok']:,}", f"{r['refused']:,}", r["uncaught"], r["left_behind"], r["inputs_modified"],
-             f"{r['seconds']:,.0f}"] for name, r in data["commands"].items()]
+    def opt(r: dict, key: str) -> Any:  # rows of runs that did not count it (before issue 35): a dash
+        return f"{r[key]:,}" if key in r else "—"
+
+    rows = [[f"`{name}`", f"{r['examples']:,}", f"{r['ok']:,}", f"{r['refused']:,}", opt(r, "reached"), r["uncaught"], opt(r, "wrong"),
+             r["left_behind"], r["inputs_modified"], f"{r['seconds']:,.0f}", r.get("commit", "")] for name, r in data["commands"].items()]
     t = data["totals"]
-    rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", t["uncaught"], t["left_behind"], t["inputs_modified"],
-                 f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}"])
+    rows.append(["**all**", f"{t['examples']:,}", f"{t['ok']:,}", f"{t['refused']:,}", f"{t.get('reached', 0):,}", t["uncaught"],
+                 f"{t.get('wrong', 0):,}", t["left_behind"], t["inputs_modified"], f"{sum(r['seconds'] for r in data['commands'].values()):,.0f}", ""])
     runs = "; ".join(f"`python benchmarks/fuzz_bench.py {r}`".replace(" `", "`") for r in data.get("runs", [data["command"].removeprefix("python benchmarks/fuzz_bench.py ")]))
     head = (f"{runs}: hypothesis {data['hypothesis']}, seed {data['seed']}, {data['examples_per_command']:,} examples per command, "
             f"each command's row from one run.")
-    return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "uncaught", "left behind",
-                                   "inputs modified", "seconds"], rows, "lrrrrrrr")
+    removed = [f"`{name}` {r['removed_temporary']:,}" for name, r in data["commands"].items() if r.get("removed_temporary")]
+    foot = (f"\n\nRefusals that removed a killed run's temporary file (`NAME.PID.tmp`, never data) from the existing output before "
+            f"refusing, counted apart from \"left behind\": {', '.join(removed)}.") if removed else ""
+    return head + "\n\n" + table(["command", "examples", "exit 0/1", "refused (exit 2, one line)", "reached the verifier's weights",
+                                   "uncaught", "wrong result", "left behind", "inputs modified", "seconds", "code"], rows, "lrrrrrrrrrl") + foot
 
 
 def bench_memory(data: dict) -> str:
@@ -562,13 +641,41 @@ def bench_compare_world(data: dict) -> str:
         lines = [f"- T = {t:g}: " + " > ".join(r) for t, r in ranks.items()]
         out.append("Ranking by vLLM's estimated speedup:\n\n" + "\n".join(lines))
     return "\n\n".join(out)
+def bench_quickstart_vllm(data: dict) -> str:
+    runs, s = data["runs"], data["summary"]
+
+    def spread(sp: dict, digits: int) -> str:
+        if sp["min"] == sp["max"]:
+            return f"{sp['min']:,.{digits}f}"
+        return " / ".join(f"{sp[k]:,.{digits}f}" for k in ("min", "median", "max"))
+
+    ref, vl = s["reference"], s["vllm"]
+    rows = [[f"acceptance rate, position {j + 1}", spread(r, 3), spread(v, 3)]
+            for j, (r, v) in enumerate(zip(ref["acceptance_rate_per_position"], vl["acceptance_rate_per_position"]))]
+    rows += [["**mean acceptance length**", f"**{spread(ref['mean_acceptance_length'], 3)}**", f"**{spread(vl['mean_acceptance_length'], 3)}**"],
+             ["drafts", spread(ref["num_drafts"], 0), spread(vl["num_drafts"], 0)],
+             ["accepted tokens", spread(ref["num_accepted_tokens"], 0), spread(vl["num_accepted_tokens"], 0)]]
+    gap = max(abs(a - b) for r in runs for a, b in zip(r["vllm"]["acceptance_rate_per_position"], r["reference"]["acceptance_rate_per_position"]))
+    passed = sum(bool(r["passed"]) for r in runs)
+    head = (f"{len(runs)} runs of the quickstart's `specfmt validate --run` on one converted draft (the 16 held-out prompts × 32 "
+            f"tokens, k = 3), each in a child process, at {data.get('commit', '?')}. Where the runs differ: minimum / median / maximum. "
+            f"{passed} of {len(runs)} runs passed every check; the largest gap between vLLM's and the reference's acceptance rate at any "
+            f"position, over the runs, is {gap:.3f} (tolerance 0.1).")
+    per_run = [[i + 1, f"{r['reference']['mean_acceptance_length']:.3f}", f"{r['vllm']['mean_acceptance_length']:.3f}",
+                " / ".join(f"{x:.3f}" for x in r["vllm"]["acceptance_rate_per_position"]), r["vllm"]["num_drafts"],
+                r["vllm"]["num_accepted_tokens"], "pass" if r["passed"] else f"fail (exit {r['exit']})", f"{r['seconds']:.0f}",
+                " / ".join(f"{x:.1f}" for x in r["load_average"])] for i, r in enumerate(runs)]
+    return "\n\n".join([head, table(["", "reference (transformers, float32)", "vLLM CPU build (bfloat16)"], rows, "lrr"),
+                         table(["run", "reference AL", "vLLM AL", "vLLM per position", "vLLM drafts", "vLLM accepted", "validate",
+                                "seconds", "load average"], per_run, "rrrlrrlrl")])
 
 
 BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
                                              "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,
-                                             "pairs_bench": bench_pairs, "compare_world": bench_compare_world}
+                                             "pairs_bench": bench_pairs, "compare_world": bench_compare_world,
+                                             "quickstart_vllm": bench_quickstart_vllm}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:
@@ -598,14 +705,31 @@ RENDERERS: dict[str, Callable[[str, list[str], dict], str]] = {
     "serving-matrix": render_serving_matrix, "serving-lines": render_serving_lines, "sglang": render_sglang, "recognised": render_recognised,
     "schema": render_schema, "bench": render_bench, "file": render_file,
 }
+RENDERERS.update({"from": render_from, "upgrades": render_upgrades, "worlds": render_worlds})  # issue 35: generated, not hand-kept
 #: rendered after the others: they list what the others documented
 LAST = ("commands",)
+
+
+def layout_sections(pages: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """``{converter: (page, anchor)}``: the heading above each ``<!-- gen:layouts NAME -->`` (the anchor as mkdocs' toc makes it)."""
+    from markdown.extensions.toc import slugify
+
+    out = {}
+    for page, text in pages.items():
+        heading = None
+        for line in text.splitlines():
+            if line.startswith("#"):
+                heading = line.lstrip("#").strip()
+            m = MARKER.match(line)
+            if m and m.group(1) == "layouts" and heading is not None:
+                out[m.group(2).strip()] = (page, slugify(heading, "-"))
+    return out
 
 
 def main() -> None:
     docs = Path(mkdocs_gen_files.config["docs_dir"])
     pages = {p.relative_to(docs).as_posix(): p.read_text() for p in sorted(docs.rglob("*.md"))}
-    state: dict[str, Any] = {"documented": {}, "layouts": set(), "named": False, "benches": set()}
+    state: dict[str, Any] = {"documented": {}, "layouts": set(), "named": False, "benches": set(), "layout_sections": layout_sections(pages)}
     for kind in [k for k in RENDERERS if k not in LAST] + list(LAST):
         for page, text in pages.items():
             def replace(m: re.Match, page: str = page) -> str:

@@ -10,10 +10,21 @@ config.json value set to any JSON value at any path (nested objects and lists to
 added; config.json replaced by raw bytes; a file removed, truncated or overwritten in part with 0xFF bytes
 (NaN in the tensors, or a broken pickle).
 
-**Commands** (:data:`ENTRIES`): every one that reads a config or a folder -- ``inspect``,
-``convert --from F`` for every F and ``auto``, ``validate``, ``upgrade``, ``push --dry-run`` and
-``train ALGO --init``. Each runs in-process (the typer app, as the console script runs it) with
-the mutated folder as its input and an output folder that must not exist yet.
+**Data and datagen folders** (issue 35): a ``--data`` file (:func:`data_cases`: jsonl lines of every shape the
+commands read -- ``text``, ``prompt``, chat ``messages``, ShareGPT ``conversations`` --, edited like configs, with raw
+bytes, JSON values that are not objects and blank lines among them; or a text file of any text or bytes), and
+:data:`DATAGEN`, a ``specfmt datagen`` output folder (its manifest ``specfmt_datagen.json`` is the JSON edited;
+files removed, cut at any point, overwritten in part with 0xFF or any bytes, or swapped with another of the folder,
+and stray files added).
+
+**Commands** (:data:`ENTRIES`): every one that reads a config, a folder or a data file -- ``inspect``,
+``convert --from F`` for every F and ``auto``, ``validate``, ``upgrade``, ``push --dry-run``,
+``train ALGO --init``, ``validate --run``, ``datagen`` (its ``--data``, and an existing OUT),
+``regenerate --data`` and ``train ALGO --hidden-states``. Each runs in-process (the typer app, as the console
+script runs it) with the mutated folder or file as its input and an output that must not exist yet (``datagen
+OUT``: the mutated folder is the output). No model is loaded and no engine starts (:attr:`Entry.stubs`): datagen's
+engine is :class:`FakeEngine`, regenerate's completer :class:`FakeCompleter`, and ``validate --run`` stops where it
+would load the verifier's weights (:class:`ModelLoadReached`), after the static checks that must stop it first.
 
 **Judgement** (:meth:`Fuzzer.run`, an :class:`Outcome`): the command ends with exit 0, exit 1 (a
 failed validation) or a refusal (exit 2 with exactly one ``specfmt: error:`` line); any other
@@ -30,6 +41,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -52,6 +64,24 @@ RESEARCH = ("eagle3", "eagle", "hass", "eagle-v0", "medusa", "medusa-v01", "medu
 SPECULATORS = ("spec-eagle3", "spec-eagle3-modelopt", "spec-eagle")
 SPECFMT = ("specfmt-eagle3", "specfmt-eagle", "specfmt-medusa")
 BASES = RESEARCH + SPECULATORS + SPECFMT
+#: a ``specfmt datagen`` output (:func:`build_datagen`): datagen's OUT, and ``train --hidden-states``' input
+DATAGEN = ("datagen",)
+#: the base of a fuzzed data file (:func:`data_cases`)
+DATA = "data"
+#: the JSON file a base's JSON edits act on (default config.json)
+MAIN_JSON = {"datagen": "specfmt_datagen.json"}
+#: a chat template for the verifier copy that reads chat data (``{chat-verifier}``)
+CHAT_TEMPLATE = ("{% for m in messages %}<|bos|>{{ m['role'] }}\n{{ m['content'] }}<|eos|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|bos|>assistant\n{% endif %}")
+#: the data the datagen base is made from (``{data}``), and other data (``{data2}``)
+DATAGEN_ROWS = [{"text": f"def f{i}(x):\n    return x * {i}\n" * (i + 1)} for i in range(6)]
+OTHER_ROWS = [{"text": "import os\nprint(os.getcwd())\n"}, {"text": "Sort a list."}]
+#: ``datagen``'s options every datagen entry shares (the base is made with them)
+DATAGEN_ARGS = ("--engine", "transformers", "--seq-len", "64")
+
+
+def main_json(base: str) -> str:
+    return MAIN_JSON.get(base, "config.json")
 
 
 def build_bases(root: Path) -> dict[str, Path]:
@@ -83,13 +113,187 @@ def build_bases(root: Path) -> dict[str, Path]:
     return {k: Path(p) for k, p in out.items()}
 
 
+# --------------------------------------------------------------------------- what stands in for models and engines
+
+
+class ModelLoadReached(BaseException):
+    """Raised where ``validate --run`` would load the verifier's weights (:func:`stubs_validate_run`): the fuzzer
+    stops there. A BaseException, so that no ``except Exception`` of the command takes it for a failure."""
+
+
+class FakeEngine:
+    """A :class:`specfmt.datagen.engine.HiddenStateEngine` that loads no model: each sample's ``hidden_states``
+    [T, len(layers), H] is a function of its token ids and the layer ids (finite, deterministic), written as the
+    transformers engine writes (beside, then ``os.replace``)."""
+
+    name = "fuzz"
+
+    def __init__(self, hidden: int):
+        self.hidden = hidden
+
+    def extract(self, samples, layers, folder):
+        import torch
+        from safetensors.torch import save_file
+
+        from specfmt.datagen.engine import sample_path
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for index, ids in samples:
+            t = torch.tensor(list(ids), dtype=torch.int64)
+            hs = ((t[:, None, None] % 97).float() / 97 + torch.tensor(layers, dtype=torch.float32)[None, :, None] / 10
+                  + torch.arange(self.hidden, dtype=torch.float32)[None, None, :] / 1000)
+            path = sample_path(folder, index)
+            tmp = path.with_name(path.name + ".tmp")
+            try:
+                save_file({"hidden_states": hs.contiguous(), "token_ids": t}, str(tmp))
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            yield index, path
+
+    def close(self) -> None:
+        pass
+
+
+class FakeCompleter:
+    """Stands in for regenerate's :class:`~specfmt.datagen.regenerate.VLLMCompleter` (same arguments): three
+    fixed tokens per prompt, no engine."""
+
+    def __init__(self, verifier, settings, max_model_len, tensor_parallel_size=1, dtype="auto"):
+        self.max_tokens = settings.max_tokens
+
+    def __call__(self, prompts):
+        return [([40, 41, 42][:self.max_tokens], self.max_tokens <= 3) for _ in prompts]
+
+
+@contextlib.contextmanager
+def stubs_datagen():
+    """``datagen``'s engine is :class:`FakeEngine` (whatever ``--engine`` says)."""
+    from specfmt.datagen import pipeline
+
+    real = pipeline.make_engine
+    pipeline.make_engine = lambda name, verifier, *a, **k: (FakeEngine(verifier.info.hidden_size), [])
+    try:
+        yield
+    finally:
+        pipeline.make_engine = real
+
+
+@contextlib.contextmanager
+def stubs_regenerate():
+    """``regenerate``'s completer is :class:`FakeCompleter`."""
+    from specfmt.datagen import regenerate
+
+    real = regenerate.VLLMCompleter
+    regenerate.VLLMCompleter = FakeCompleter
+    try:
+        yield
+    finally:
+        regenerate.VLLMCompleter = real
+
+
+@contextlib.contextmanager
+def stubs_validate_run():
+    """``Verifier.load_model`` raises :class:`ModelLoadReached`: no weights are loaded."""
+    from specfmt.sources.verifier import Verifier
+
+    real = Verifier.load_model
+
+    def reached(self, *a, **k):
+        raise ModelLoadReached()
+
+    Verifier.load_model = reached
+    try:
+        yield
+    finally:
+        Verifier.load_model = real
+
+
+def build_datagen(out: Path, verifier: Path, data: list[Path], seq_len: int = 64) -> Path:
+    """``specfmt datagen``'s output for ``data`` (through the command's pipeline, :class:`FakeEngine` as the engine)."""
+    from specfmt.datagen.pipeline import DatagenRequest, run_datagen
+
+    with stubs_datagen():
+        run_datagen(DatagenRequest(verifier=str(verifier), data=[str(d) for d in data], output=str(out), seq_len=seq_len,
+                                   engine="transformers"))
+    return out
+
+
+def datagen_problems(out: Path, reference: Path | None = None, max_samples: int | None = None) -> list[str]:
+    """What is wrong with a datagen output that ``datagen`` answered with exit 0: a row without its hidden-states file
+    or with one that does not check (:func:`specfmt.datagen.layout.check_sample`), ``token_freq.pt`` other than the
+    rows' counts, a manifest that disagrees with the files; and, given the ``reference`` output of a fresh run on the
+    same inputs, what a reader would take for data and that differs from it: the rows, the manifest's account of the
+    data, a hidden-states file that opens but is no row's (a stale file kept). Files of other names (a note, another
+    tool's file, a temporary file) are no data to any reader and are not judged here.
+
+    With a ``reference`` (an existing folder continued), the files kept are checked as a resumed run checks them:
+    the header, the token ids and the shape, not the values (a resume does not read every hidden state again;
+    ``train --hidden-states`` checks each file it reads, :func:`~specfmt.datagen.layout.check_sample`). With
+    ``max_samples`` (``--max-samples``) only the first rows have their files."""
+    import torch
+    from safetensors import safe_open
+
+    from specfmt.datagen import layout
+
+    problems: list[str] = []
+    try:
+        rows = layout.read_preprocessed(out)
+        manifest = layout.read_manifest(out)
+        freq = torch.load(out / layout.TOKEN_FREQ, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read it back is the finding
+        return [f"the output does not read back: {type(e).__name__}: {str(e)[:200]}"]
+    if manifest is None:
+        return ["no manifest"]
+    if freq != layout.token_frequencies(rows):
+        problems.append("token_freq.pt is not the rows' token counts")
+    folder = layout.hidden_states_folder(out)
+    made = len(rows) if max_samples is None else min(max_samples, len(rows))
+    for i, row in enumerate(rows[:made]):
+        path = layout.sample_path(folder, i)
+        try:
+            if reference is None:
+                layout.check_sample(path, i, row.input_ids, len(manifest.layers), manifest.hidden_size)
+            else:
+                with safe_open(str(path), framework="pt") as f:
+                    shape, ids = f.get_slice("hidden_states").get_shape(), f.get_tensor("token_ids").tolist()
+                if ids != list(row.input_ids) or list(shape) != [len(row), len(manifest.layers), manifest.hidden_size]:
+                    problems.append(f"row {i}: hs_{i}.safetensors holds {len(ids)} other token ids or the shape {list(shape)}: a stale file")
+        except Exception as e:  # noqa: BLE001
+            problems.append(f"row {i}: {str(e)[:200]}")
+    placed = layout.existing_samples(folder)
+    if placed != list(range(made)):
+        problems.append(f"hidden-states files that open: {placed}, for {made} rows (a stale file kept, or one missing)")
+    if (manifest.samples, manifest.files) != (len(rows), len(placed)):
+        problems.append(f"the manifest says {manifest.samples} samples and {manifest.files} files")
+    if reference is not None and not problems:
+        if rows != layout.read_preprocessed(reference):
+            problems.append("the rows differ from a fresh run's")
+        fresh = layout.read_manifest(reference)
+        account = ("verifier", "layers", "hidden_size", "seq_len", "dtype", "samples", "tokens", "files", "bytes")
+        if [getattr(manifest, k) for k in account] != [getattr(fresh, k) for k in account]:
+            problems.append("the manifest's account of the data differs from a fresh run's")
+    return problems
+
+
 # --------------------------------------------------------------------------- cases
 
 #: ``("set", path, value)``, ``("delete", path)``, ``("add", key, value)`` edit config.json (path: keys
-#: and list indices from the top); ``("config-bytes", raw)`` replaces it; ``("remove", file)``,
-#: ``("truncate", file, n)`` and ``("scribble", file, permille, n)`` (n bytes 0xFF -- NaN in any float
-#: dtype -- written ``permille``/1000 of the way into the file) act on any file of the folder
+#: and list indices from the top; a datagen folder's manifest, :data:`MAIN_JSON`); ``("config-bytes", raw)`` replaces it;
+#: ``("remove", file)``, ``("truncate", file, n)`` and ``("scribble", file, permille, n)`` (n bytes 0xFF -- NaN in any
+#: float dtype -- written ``permille``/1000 of the way into the file) act on any file of the folder. The entries added
+#: in issue 35 also draw ``("cut", file, permille)`` (the file cut ``permille``/1000 of the way in), ``("poke", file,
+#: permille, raw)`` (those bytes written there), ``("swap", a, b)`` (b's bytes replaced by a's: a stale file) and
+#: ``("stray", name, raw)`` (a file the folder did not hold). A data file's case is ``("content", suffix, raw)``.
 Op = tuple
+#: the kinds of edit :func:`cases` draws, each as often as it is listed (:attr:`Entry.op_kinds`)
+CONFIG_KINDS = ("set",) * 6 + ("delete",) * 2 + ("add", "bytes", "file")
+#: damage to the files rather than to the JSON (``validate --run``'s weights, a datagen folder)
+FILE_KINDS = ("set",) * 2 + ("delete", "add", "bytes") + ("file",) * 3 + ("damage",) * 3 + ("swap", "stray")
+#: an existing datagen output continued: mostly what a crash, a disk or another run leaves (files removed, cut, stale,
+#: stray), seldom an edited manifest (which is refused)
+OUT_KINDS = ("set", "delete", "bytes") + ("file",) * 4 + ("damage",) * 2 + ("swap",) * 2 + ("stray",) * 3
 
 
 @dataclass(frozen=True)
@@ -155,11 +359,26 @@ def edited_config(draw, base: dict) -> dict:
 def cases(draw, entry: "Entry", configs: dict[str, Any], files: dict[str, list[str]]) -> Case:
     """A :class:`Case` for ``entry``: one of its preferred bases or any base, then 1-4 edits
     (mostly of config.json's values; sometimes its bytes or the folder's files)."""
-    base = draw(st.one_of(st.sampled_from(entry.bases), st.sampled_from(BASES)))
+    if entry.any_bases:  # issue 35's entries: their own bases three times in four
+        base = draw(st.sampled_from(entry.bases if draw(st.integers(0, 3)) else entry.any_bases))
+    else:
+        base = draw(st.one_of(st.sampled_from(entry.bases), st.sampled_from(BASES)))
     cfg = configs[base]
     ops: list[Op] = []
     for _ in range(draw(st.integers(1, 4))):
-        kind = draw(st.sampled_from(["set"] * 6 + ["delete"] * 2 + ["add", "bytes", "file"]))
+        kind = draw(st.sampled_from(list(entry.op_kinds or CONFIG_KINDS)))
+        if kind == "damage":
+            name = draw(st.sampled_from(files[base]))
+            ops.append(draw(st.one_of(st.tuples(st.just("cut"), st.just(name), st.integers(0, 999)),
+                                      st.tuples(st.just("poke"), st.just(name), st.integers(0, 999), st.binary(min_size=1, max_size=16)))))
+            continue
+        if kind == "swap":
+            ops.append(("swap", draw(st.sampled_from(files[base])), draw(st.sampled_from(files[base]))))
+            continue
+        if kind == "stray":
+            name = draw(st.sampled_from(STRAYS + tuple(f + ".tmp" for f in files[base][:3])))
+            ops.append(("stray", name, draw(st.sampled_from([b"", b"{}", b"\x00" * 8, b"stray"]))))
+            continue
         all_paths = paths(cfg) if isinstance(cfg, (dict, list)) else []
         if kind == "bytes":
             ops.append(("config-bytes", draw(st.one_of(st.binary(max_size=64), st.sampled_from([b"", b"{", b"[]", b"null", b"\xff\xfe{}"])))))
@@ -180,6 +399,46 @@ def cases(draw, entry: "Entry", configs: dict[str, Any], files: dict[str, list[s
     return Case(base, tuple(ops), draw(st.integers(0, len(entry.variants) - 1)))
 
 
+#: files :func:`cases` may add to a folder ("stray"): names a datagen output or a checkpoint could hold
+STRAYS = ("notes.txt", "token_freq.pt", "state.json", "specfmt_datagen.json", "hidden_states/hs_99.safetensors",
+          "hidden_states/hs_0.safetensors.tmp", ".preprocessed.4194304.tmp", "config.json", "model.safetensors")
+
+#: the lines a fuzzed jsonl data file starts from: every shape ``--data`` takes
+DATA_LINES = (
+    {"text": "def f(x):\n    return x + 1\n"},
+    {"prompt": "Sort a list."},
+    {"id": "q1", "prompt": "Reverse a string."},
+    {"messages": [{"role": "system", "content": "You write Python."}, {"role": "user", "content": "Sort a list."},
+                  {"role": "assistant", "content": "Use sorted(xs)."}, {"role": "user", "content": "In place?"},
+                  {"role": "assistant", "content": "xs.sort()"}]},
+    {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+)
+
+
+@st.composite
+def data_cases(draw, entry: "Entry") -> Case:
+    """A data file: mostly jsonl, 0-5 lines, each one of :data:`DATA_LINES` as it is or edited (:func:`edited_config`),
+    any JSON value, raw bytes or a blank line; else a text file (any text, or bytes) under another suffix."""
+    suffix = draw(st.sampled_from([".jsonl"] * 5 + [".txt", ".json", ""]))
+    if suffix == ".jsonl" or draw(st.booleans()):
+        lines = []
+        for _ in range(draw(st.integers(0, 5))):
+            kind = draw(st.sampled_from(["line"] * 3 + ["edited"] * 3 + ["json", "bytes", "blank"]))
+            if kind in ("line", "edited"):
+                line = draw(st.sampled_from(DATA_LINES))
+                lines.append(json.dumps(draw(edited_config(line)) if kind == "edited" else line).encode())
+            elif kind == "json":
+                lines.append(json.dumps(draw(values)).encode())
+            elif kind == "bytes":
+                lines.append(draw(st.binary(max_size=24)))
+            else:
+                lines.append(draw(st.sampled_from([b"", b"  ", b"\t"])))
+        raw = b"\n".join(lines) + draw(st.sampled_from([b"\n", b"", b"\r\n"]))
+    else:
+        raw = draw(st.one_of(st.text(max_size=200).map(lambda t: t.encode("utf-8")), st.binary(max_size=200)))
+    return Case(DATA, (("content", suffix, raw),), draw(st.integers(0, len(entry.variants) - 1)))
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -188,10 +447,18 @@ class Entry:
     """A command the fuzzer runs.
 
     Attributes:
-        argv: ``argv(src, out, verifier, data) -> [...]`` (without ``specfmt``), ``variant`` options appended.
-        bases: the bases it reads in normal use (the fuzzer also gives it any other).
+        argv: ``argv(src, out, verifier, data) -> [...]`` (without ``specfmt``), ``variant`` options appended;
+            ``{verifier}``, ``{chat-verifier}``, ``{data}`` and ``{data2}`` in them are the fuzzer's (:meth:`Fuzzer.places`).
+        bases: the bases it reads in normal use (the fuzzer also gives it any other: ``any_bases``, default :data:`BASES`).
         variants: option lists; a case picks one.
         writes: whether it writes ``out``.
+        data: its input is a data file (:func:`data_cases`), not a folder.
+        op_kinds: the edits drawn (default :data:`CONFIG_KINDS`).
+        stubs: a context manager that stands in for the models and engines (no model loads, no engine starts).
+        src_is_out: the input folder is the command's output (``datagen -o`` an existing folder): a refusal leaves it
+            as it was; exit 0 may change it (``check`` judges the result).
+        src_outputs: files the command writes into its input by design (``validate --run``'s validation.json).
+        check: ``check(fuzzer, entry, case, src, out, outcome) -> [problems]``, what else must hold.
     """
 
     name: str
@@ -199,6 +466,13 @@ class Entry:
     bases: tuple[str, ...]
     variants: tuple[tuple[str, ...], ...] = ((),)
     writes: bool = False
+    data: bool = False
+    any_bases: tuple[str, ...] = ()
+    op_kinds: tuple[str, ...] = ()
+    stubs: Callable[[], Any] | None = None
+    src_is_out: bool = False
+    src_outputs: tuple[str, ...] = ()
+    check: Callable[..., list[str]] | None = None
 
 
 def _convert(fmt: str, bases: tuple[str, ...]) -> Entry:
@@ -219,16 +493,60 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in (
           (("--verifier-id", HUB_VERIFIER), ("--verifier-id", HUB_VERIFIER, "--no-validate"), ()), ),
     Entry("train --init", lambda s, o, v, d: ["train", "{algo}", "-o", o, "--verifier", v, "--init", s, "--data", d, "--dry-run", "--no-validate"],
           SPECFMT + ("eagle3", "eagle", "medusa"), (("eagle3",), ("eagle",), ("medusa",)), writes=True),
+    # issue 35: the entry points that read a data file, a datagen folder, or run a draft
+    Entry("validate --run", lambda s, o, v, d: ["validate", s, "--run", "--no-vllm", "--max-tokens", "4"], SPECFMT + SPECULATORS,
+          ((), ("--json",), ("--verifier", "{verifier}")), op_kinds=FILE_KINDS, stubs=stubs_validate_run, src_outputs=("validation.json",),
+          check=lambda *a: check_validate_run(*a)),
+    Entry("datagen --data", lambda s, o, v, d: ["datagen", "--data", s, "-o", o, *DATAGEN_ARGS], (),
+          (("--verifier", "{verifier}"), ("--verifier", "{chat-verifier}"), ("--verifier", "{chat-verifier}", "--seq-len", "8"),
+           ("--verifier", "{verifier}", "--max-samples", "2")), writes=True, data=True, stubs=stubs_datagen,
+          check=lambda *a: check_datagen(*a)),
+    Entry("datagen OUT", lambda s, o, v, d: ["datagen", "-o", s, *DATAGEN_ARGS], DATAGEN,
+          (("--verifier", "{verifier}", "--data", "{data}"), ("--verifier", "{verifier}", "--data", "{data}"),
+           ("--verifier", "{verifier}", "--data", "{data2}"), ("--verifier", "{chat-verifier}", "--data", "{data}")),
+          writes=True, any_bases=BASES + DATAGEN, op_kinds=OUT_KINDS,
+          stubs=stubs_datagen, src_is_out=True, check=lambda *a: check_datagen(*a)),
+    Entry("regenerate --data", lambda s, o, v, d: ["regenerate", "--data", s, "-o", f"{o}.jsonl"], (),
+          (("--verifier", "{verifier}"), ("--verifier", "{chat-verifier}"), ("--verifier", "{chat-verifier}", "--limit", "2", "--batch-size", "1"),
+           ("--verifier", "{verifier}", "--temperature", "0.8", "--seed", "3", "--max-tokens", "2")), writes=True, data=True, stubs=stubs_regenerate),
+    Entry("train --hidden-states", lambda s, o, v, d: ["train", "{algo}", "-o", o, "--verifier", v, "--hidden-states", s, "--steps", "2",
+                                                       "--batch-size", "4", "--seq-len", "32", "--no-validate"],
+          DATAGEN, (("eagle3",), ("eagle3", "--heldout", "0.34"), ("eagle",)), writes=True, any_bases=BASES + DATAGEN, op_kinds=FILE_KINDS),
 )}
 
 
-def argv_of(entry: Entry, case: Case, src: Path, out: Path, verifier: Path, data: Path) -> list[str]:
-    """The command line of ``entry`` on ``case`` (train's variant is the algorithm, not options)."""
-    argv = [str(a) for a in entry.argv(src, out, verifier, data)]
+def check_validate_run(fuzzer: "Fuzzer", entry: Entry, case: Case, src: Path, out: Path, outcome: "Outcome") -> list[str]:
+    """``validate --run`` reached the verifier's weights only if every static check passed (a static failure stops the
+    run before the verifier loads)."""
+    if outcome.kind != "reached":
+        return []
+    from specfmt.validation.static import validate_static
+
     variant = entry.variants[case.variant % len(entry.variants)]
+    rep = validate_static(src, str(fuzzer.verifier) if "--verifier" in variant else None)
+    failed = [c.name for c in rep.checks if c.status == "fail"]
+    return [f"the verifier's weights were loaded although the static checks {failed} failed"] if not rep.ok else []
+
+
+def check_datagen(fuzzer: "Fuzzer", entry: Entry, case: Case, src: Path, out: Path, outcome: "Outcome") -> list[str]:
+    """``datagen`` that ended with exit 0 leaves a consistent output (:func:`datagen_problems`); into an existing
+    folder (``datagen OUT``), the output a fresh run on the same inputs writes, nothing kept beside it."""
+    if outcome.kind != "ok":
+        return []
+    if not entry.src_is_out:
+        opts = list(entry.variants[case.variant % len(entry.variants)])
+        return datagen_problems(out, max_samples=int(opts[opts.index("--max-samples") + 1]) if "--max-samples" in opts else None)
+    return datagen_problems(src, fuzzer.datagen_reference(case.variant % len(entry.variants)))
+
+
+def argv_of(entry: Entry, case: Case, src: Path, out: Path, verifier: Path, data: Path, places: dict[str, Path] | None = None) -> list[str]:
+    """The command line of ``entry`` on ``case`` (train's variant is the algorithm, then options); ``places`` fills in
+    the placeholders of :attr:`Entry.argv` and the variants."""
+    argv = [str(a) for a in entry.argv(src, out, verifier, data)]
+    variant = list(entry.variants[case.variant % len(entry.variants)])
     if "{algo}" in argv:
-        return [variant[0] if a == "{algo}" else a for a in argv]
-    return argv + list(variant)
+        argv, variant = [variant[0] if a == "{algo}" else a for a in argv], variant[1:]
+    return [str((places or {}).get(a, a)) for a in argv + variant]
 
 
 # --------------------------------------------------------------------------- judging
@@ -236,18 +554,24 @@ def argv_of(entry: Entry, case: Case, src: Path, out: Path, verifier: Path, data
 
 @dataclass
 class Outcome:
-    """How one command ended. ``kind``: ``ok`` (exit 0 or 1), ``refused`` (exit 2, one error line) or
-    ``uncaught`` (anything else: an exception, a traceback, several error lines, another exit code)."""
+    """How one command ended. ``kind``: ``ok`` (exit 0 or 1), ``refused`` (exit 2, one error line), ``reached``
+    (``validate --run`` got to the verifier's weights, :class:`ModelLoadReached`) or ``uncaught`` (anything else: an
+    exception, a traceback, several error lines, another exit code)."""
 
     kind: str
     exit_code: int | None
     error: str = ""
     left_behind: list[str] = field(default_factory=list)
     modified: list[str] = field(default_factory=list)
+    #: what the entry's own judgement (:attr:`Entry.check`) found wrong
+    wrong: list[str] = field(default_factory=list)
+    #: the temporary files of a killed run (``NAME.PID.tmp``) a refusal removed from an existing output (``datagen OUT``):
+    #: counted, not a fault (they are never data); any other change a refusal makes there is ``left_behind``
+    removed: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return self.kind != "uncaught" and not self.left_behind and not self.modified
+        return self.kind != "uncaught" and not self.left_behind and not self.modified and not self.wrong
 
 
 def snapshot(folder: Path) -> dict[str, tuple]:
@@ -293,13 +617,53 @@ class Fuzzer:
         fake_hub(Path(os.environ["HF_HOME"]), HUB_VERIFIER, VERIFIER)
         self.n = 0
         self._dirty: dict[str, set[str]] = {}  # base -> files its work copy may differ in from the pristine one
+        # issue 35: a verifier with a chat template, data files, and a datagen output made from them
+        self.inputs = root / "inputs"
+        self.inputs.mkdir()
+        self.chat_verifier = shutil.copytree(VERIFIER, self.inputs / "chat-verifier")
+        tok = json.loads((VERIFIER / "tokenizer_config.json").read_text())
+        (self.chat_verifier / "tokenizer_config.json").write_text(json.dumps({**tok, "chat_template": CHAT_TEMPLATE}))
+        self.datagen_data = self.inputs / "datagen.jsonl"
+        self.datagen_data.write_text("".join(json.dumps(r) + "\n" for r in DATAGEN_ROWS))
+        self.other_data = self.inputs / "other.jsonl"
+        self.other_data.write_text("".join(json.dumps(r) + "\n" for r in OTHER_ROWS))
+        self.pristine["datagen"] = build_datagen(root / "pristine" / "datagen", self.verifier, [self.datagen_data])
+        self.configs["datagen"] = json.loads((self.pristine["datagen"] / main_json("datagen")).read_text())
+        self.files["datagen"] = sorted(str(f.relative_to(self.pristine["datagen"])) for f in self.pristine["datagen"].rglob("*") if f.is_file())
+        self.inputs_before["inputs"] = snapshot(self.inputs)
+        self._references: dict[int, Path] = {}
+
+    def places(self) -> dict[str, Path]:
+        """The placeholders of :attr:`Entry.argv` and the variants."""
+        return {"{verifier}": self.verifier, "{chat-verifier}": self.chat_verifier, "{data}": self.datagen_data,
+                "{data2}": self.other_data}
+
+    def datagen_reference(self, variant: int) -> Path:
+        """A fresh ``datagen`` output for ``datagen OUT``'s variant (its verifier and data), made once."""
+        if variant not in self._references:
+            entry = ENTRIES["datagen OUT"]
+            places = self.places()
+            opts = list(entry.variants[variant])
+            verifier, data = places[opts[opts.index("--verifier") + 1]], places[opts[opts.index("--data") + 1]]
+            out = self.root / "references" / f"datagen-{variant}"
+            out.parent.mkdir(exist_ok=True)
+            self._references[variant] = build_datagen(out, verifier, [data])
+        return self._references[variant]
 
     def strategy(self, entry: Entry):
-        return cases(entry, self.configs, self.files)
+        return data_cases(entry) if entry.data else cases(entry, self.configs, self.files)
 
     def _prepare(self, case: Case) -> Path:
         """The base in the work folder as pristine, then ``case``'s edits. Only the files the last case
         of this base changed are copied back (a whole new copy when a command changed its input)."""
+        if case.base == DATA:  # a data file, alone in its folder
+            (_, suffix, raw), = case.ops
+            folder = self.work / DATA
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            src = folder / f"input{suffix}"
+            src.write_bytes(raw)
+            return src
         src, pristine = self.work / case.base, self.pristine[case.base]
         dirty = self._dirty.pop(case.base, None)
         if dirty is None:
@@ -307,54 +671,76 @@ class Fuzzer:
             shutil.copytree(pristine, src)
         else:
             for name in dirty:
-                shutil.copyfile(pristine / name, src / name)
-        self._dirty[case.base] = {"config.json", *(op[1] for op in case.ops if op[0] in ("remove", "truncate", "scribble"))}
+                if (pristine / name).is_file():
+                    shutil.copyfile(pristine / name, src / name)
+                else:  # a stray file
+                    (src / name).unlink(missing_ok=True)
+        config = main_json(case.base)
+        self._dirty[case.base] = {config, *(op[2] if op[0] == "swap" else op[1] for op in case.ops
+                                            if op[0] in ("remove", "truncate", "scribble", "cut", "poke", "swap", "stray"))}
         cfg: Any = self.configs[case.base]
         for op in case.ops:  # in order, on disk
             if op[0] == "config-bytes":
-                (src / "config.json").write_bytes(op[1])
+                (src / config).write_bytes(op[1])
                 cfg = None
-            elif op[0] in ("remove", "truncate", "scribble"):
-                p = src / op[1]
+            elif op[0] in ("remove", "truncate", "scribble", "cut", "poke", "swap", "stray"):
+                name = op[2] if op[0] == "swap" else op[1]
+                p = src / name
                 if op[0] == "remove":
                     p.unlink(missing_ok=True)
+                elif op[0] == "swap":
+                    if (src / op[1]).is_file() and op[1] != op[2]:
+                        p.write_bytes((src / op[1]).read_bytes())
+                elif op[0] == "stray":
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    if not p.is_dir():
+                        p.write_bytes(op[2])
                 elif p.is_file():
                     with open(p, "r+b") as f:
+                        size = p.stat().st_size
                         if op[0] == "truncate":
-                            f.truncate(min(op[2], p.stat().st_size))
-                        else:  # 0xFF bytes (NaN in any float dtype) from op[2]/1000 of the way in
-                            f.seek(p.stat().st_size * op[2] // 1000)
-                            f.write(b"\xff" * op[3])
-                if op[1] == "config.json":
+                            f.truncate(min(op[2], size))
+                        elif op[0] == "cut":
+                            f.truncate(size * op[2] // 1000)
+                        else:  # scribble: 0xFF bytes (NaN in any float dtype) from op[2]/1000 of the way in; poke: op[3]
+                            f.seek(size * op[2] // 1000)
+                            f.write(b"\xff" * op[3] if op[0] == "scribble" else op[3])
+                if name == config:
                     cfg = None
             elif cfg is not None:  # a JSON edit of a config that is still JSON
                 cfg = apply_ops(cfg, (op,))
-                (src / "config.json").write_text(json.dumps(cfg))
+                (src / config).write_text(json.dumps(cfg))
         return src
 
     def run(self, entry: Entry, case: Case) -> Outcome:
         """Run ``entry`` on ``case`` and judge it (see the module's docstring)."""
         self.n += 1
         src = self._prepare(case)
-        before = snapshot(src)
+        watched = src.parent if entry.data else src  # a data file: its folder
+        before = snapshot(watched)
         out = self.outs / f"out-{self.n}"
-        argv = argv_of(entry, case, src, out, self.verifier, self.data)
+        argv = argv_of(entry, case, src, out, self.verifier, self.data, self.places())
         stdout, stderr = io.StringIO(), io.StringIO()
         saved_tmp = tempfile.tempdir
         tempfile.tempdir = str(self.tmp)  # every temporary file of the command lands here
         exc: BaseException | None = None
+        reached = False
         try:
-            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), (entry.stubs or contextlib.nullcontext)():
                 code = self.command.main(args=argv, prog_name="specfmt", standalone_mode=False)
+        except ModelLoadReached:
+            reached, code = True, None
         except SystemExit as e:  # not raised with standalone_mode=False; a bug if it is
             exc, code = e, None
         except Exception as e:  # noqa: BLE001 - what escapes the command is the finding
             exc, code = e, None
         finally:
             tempfile.tempdir = saved_tmp
-        code = 0 if code is None and exc is None else code
+        code = 0 if code is None and exc is None and not reached else code
         lines = [ln for ln in stderr.getvalue().splitlines() if ln.startswith("specfmt: error:")]
-        if exc is not None:
+        if reached:
+            kind, error = "reached", ""
+        elif exc is not None:
             frame = traceback.extract_tb(exc.__traceback__)[-1]
             kind, error = "uncaught", f"{type(exc).__name__}: {exc}"[:2000] + f" (at {os.path.relpath(frame.filename)}:{frame.lineno})"
         elif code in (0, 1) and not lines:
@@ -367,10 +753,20 @@ class Fuzzer:
         if kind == "refused":
             left = [str(p) for p in self.outs.iterdir()]
         left += [str(p) for p in self.tmp.iterdir()]
-        modified = []
-        if snapshot(src) != before:
-            modified.append(f"{case.base}: {sorted(set(snapshot(src).items()) ^ set(before.items()))[:4]}")
+        modified, removed = [], []
+        after = snapshot(watched)
+        if after != before:
             self._dirty.pop(case.base, None)  # copied anew next time
+            changed = sorted({k for k, v in set(after.items()) ^ set(before.items())})
+            if entry.src_is_out:  # the input is the output: a refusal leaves it as it was, but for a dead run's temporary files
+                gone_tmp = [c for c in changed if c not in after and re.fullmatch(r".*\.\d+\.tmp", c.rsplit("/", 1)[-1])]
+                if kind == "refused" and [c for c in changed if c not in gone_tmp]:
+                    left.append(f"{case.base}: a refusal changed the output folder: {changed[:4]}")
+                elif kind == "refused":
+                    removed = gone_tmp
+            elif [c for c in changed if c not in entry.src_outputs]:
+                modified.append(f"{case.base}: {sorted(set(after.items()) ^ set(before.items()))[:4]}")
+        wrong = entry.check(self, entry, case, src, out, Outcome(kind, code, error)) if entry.check and kind != "uncaught" else []
         if snapshot(self.verifier) != self.inputs_before["verifier"]:
             modified.append("verifier")
             shutil.rmtree(self.verifier)
@@ -378,10 +774,13 @@ class Fuzzer:
             self.inputs_before["verifier"] = snapshot(self.verifier)
         if self.data.stat().st_mtime_ns != self.inputs_before["data"]:
             modified.append("data")
+        if snapshot(self.inputs) != self.inputs_before["inputs"]:
+            modified.append("the chat verifier or the data files")
         for p in list(self.outs.iterdir()) + list(self.tmp.iterdir()):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        return Outcome(kind, code, error, left, modified)
+        return Outcome(kind, code, error, left, modified, wrong, removed)
 
 
 def describe(entry: Entry, case: Case, outcome: Outcome) -> str:
-    return f"{entry.name} on {case}: {outcome.kind} (exit {outcome.exit_code}) {outcome.error} left={outcome.left_behind} modified={outcome.modified}"
+    return (f"{entry.name} on {case}: {outcome.kind} (exit {outcome.exit_code}) {outcome.error} left={outcome.left_behind} "
+            f"modified={outcome.modified} wrong={outcome.wrong}")

@@ -101,6 +101,31 @@ def test_shards_equal_speculators_get_indices_to_process(spec_env):
     assert json.loads(line[len("REPORT "):]) == [list(dg.shard_indices(n, m, w, rk)) for n, m, w, rk in cases]
 
 
+def expected_rows(tok, lines: list[dict], seq_len: int) -> list[tuple[list[int], list[int]]]:
+    """The rows :func:`data` should make, tokenized here rather than by the pipeline's reader: a text row is BOS, the
+    text and EOS (as ``specfmt train`` reads text), every token trained on; a conversation makes one row per assistant
+    turn j > 0, the turns up to j rendered with :data:`TEMPLATE`'s own format, trained on from the end of the turns before
+    it plus the assistant header (what the generation prompt renders) to its end."""
+    def enc(text: str) -> list[int]:
+        return tok.encode(text, add_special_tokens=False)
+
+    rows = []
+    for line in lines:
+        if "text" in line:
+            ids = [tok.bos_token_id] + enc(line["text"]) + [tok.eos_token_id]
+            rows.append((ids[:seq_len], [1] * len(ids[:seq_len])))
+            continue
+        turns = line["messages"]
+        for j, turn in enumerate(turns):
+            if turn["role"] != "assistant" or j == 0:
+                continue
+            history = "".join(f"<|bos|>{t['role']}\n{t['content']}<|eos|>\n" for t in turns[:j])
+            prompt = enc(history + "<|bos|>assistant\n")
+            full = enc(history + f"<|bos|>assistant\n{turn['content']}<|eos|>\n")[:seq_len]
+            rows.append((full, [0] * len(prompt) + [1] * (len(full) - len(prompt))))
+    return rows
+
+
 def test_cli_end_to_end_resume_and_speculators_reads_it(spec_env, verifier, data, tmp_path):
     out = tmp_path / "out"
     args = ["datagen", "-o", out, "--verifier", verifier, "--data", data, "--engine", "transformers", "--seq-len", "64"]
@@ -110,8 +135,11 @@ def test_cli_end_to_end_resume_and_speculators_reads_it(spec_env, verifier, data
     assert "bytes per token" in r.output and "hidden states 6/6" in r.output and "tok/s" in r.output  # progress lines off a terminal
     from transformers import AutoTokenizer
 
-    samples = read_samples([str(data)], AutoTokenizer.from_pretrained(str(verifier)), 64).samples
-    assert read_preprocessed(out) == samples and sum(1 for s in samples if 0 in s.loss_mask) == 2  # the two assistant rows
+    lines = [json.loads(line) for line in data.read_text().splitlines()]
+    want = expected_rows(AutoTokenizer.from_pretrained(str(verifier)), lines, 64)
+    samples = read_preprocessed(out)
+    assert [(list(s.input_ids), list(s.loss_mask)) for s in samples] == want
+    assert len(want) == 6 and sum(1 for _, m in want if 0 in m) == 2  # four text rows, the two assistant rows
     folder = hidden_states_folder(out)
     assert existing_samples(folder) == list(range(6))
     for i, s in enumerate(samples):
@@ -132,7 +160,7 @@ def test_cli_end_to_end_resume_and_speculators_reads_it(spec_env, verifier, data
     line = next((ln for ln in rep.stdout.splitlines() if ln.startswith("REPORT ")), None)
     assert line is not None, rep.stderr[-3000:]
     rows = json.loads(line[len("REPORT "):])["rows"]
-    assert [(x["ids"], x["mask"], x["shape"]) for x in rows] == [(list(s.input_ids), list(s.loss_mask), [len(s), 4, 128]) for s in samples]
+    assert [(x["ids"], x["mask"], x["shape"]) for x in rows] == [(ids, mask, [len(ids), 4, 128]) for ids, mask in want]
 
 
 def test_interrupt_leaves_whole_files_and_the_rerun_finishes(verifier, data, tmp_path, monkeypatch):

@@ -99,22 +99,37 @@ def _vllm_reads(cfg: dict) -> dict:
     return pre
 
 
-def test_specfmt_and_speculators_convert_a_zlab_draft_to_the_same_tensors_and_differ_only_where_stated(spec_env, tmp_path):
-    src = tmp_path / "src"
-    tensors = zlab(src)
-    convert("dflash", str(src), tmp_path / "ours", VERIFIER)
-    r = spec_env.run("-c", THEIRS, src, tmp_path / "theirs", VERIFIER)
+@pytest.fixture(scope="module")
+def both(spec_env, tmp_path_factory) -> tuple[Path, dict]:
+    """One z-lab draft converted by specfmt (``ours``) and by speculators 0.9 (``theirs``): the folder holding both, the source's tensors."""
+    root = tmp_path_factory.mktemp("both")
+    tensors = zlab(root / "src")
+    convert("dflash", str(root / "src"), root / "ours", VERIFIER)
+    r = spec_env.run("-c", THEIRS, root / "src", root / "theirs", VERIFIER)
     assert r.returncode == 0, r.stderr[-3000:]
-    ours_t, theirs_t = load_file(str(tmp_path / "ours" / "model.safetensors")), load_file(str(tmp_path / "theirs" / "model.safetensors"))
+    return root, tensors
+
+
+def test_specfmt_and_speculators_convert_a_zlab_draft_to_the_same_tensors_and_differ_only_where_stated(both):
+    root, tensors = both
+    ours_t, theirs_t = load_file(str(root / "ours" / "model.safetensors")), load_file(str(root / "theirs" / "model.safetensors"))
     assert sorted(ours_t) == sorted(theirs_t) == sorted(tensors)  # neither writes an embedding or lm_head (Vd = V: the verifier's)
     assert all(torch.equal(ours_t[n], theirs_t[n]) and torch.equal(ours_t[n], tensors[n]) for n in tensors)
-    ours, theirs = (json.loads((tmp_path / d / "config.json").read_text()) for d in ("ours", "theirs"))
+    ours, theirs = (json.loads((root / d / "config.json").read_text()) for d in ("ours", "theirs"))
     for key in ("speculators_model_type", "aux_hidden_state_layer_ids", "mask_token_id", "block_size", "draft_vocab_size", "sample_from_anchor",
                 "target_hidden_size", "speculators_config"):
         assert ours[key] == theirs[key], key
     assert ours["aux_hidden_state_layer_ids"] == [i + 1 for i in IDS] and ours["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == B - 1
     assert _diff(ours, theirs) == set(DIFFERENCES)
-    pytest.importorskip("vllm")
+
+
+@pytest.mark.vllm
+def test_vllm_reads_ours_non_causal_and_speculators_causal(both):
+    """The difference that matters, through vLLM 0.32's own reader (no engine): the same taps and mask token, and vLLM
+    builds our draft's layers non-causal, as the source's attend, speculators' causal. Marked ``vllm``: without vLLM it
+    fails (conftest), never skips."""
+    root, _ = both
+    ours, theirs = (json.loads((root / d / "config.json").read_text()) for d in ("ours", "theirs"))
     mine, spec = _vllm_reads(ours), _vllm_reads(theirs)
     assert mine["dflash_config"]["target_layer_ids"] == spec["dflash_config"]["target_layer_ids"] == IDS  # the source's own ids, back
     assert mine["dflash_config"]["mask_token_id"] == MASK and mine["eagle_aux_hidden_state_layer_ids"] == [i + 1 for i in IDS]

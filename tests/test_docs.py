@@ -225,3 +225,97 @@ def test_every_page_the_code_and_ci_name_is_a_file_of_the_repository():
             assert (REPO / m.group(0)).is_file() or ("/" not in m.group(0) and m.group(0) in names), \
                 f"{path.relative_to(REPO)} names {m.group(0)}, which is not a file of the repository"
     assert named >= 10
+
+
+# --------------------------------------------------------------------------- what the pages name exists (issue 35)
+
+FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+SPAN = re.compile(r"`([^`\n]+)`")
+#: ``specfmt CMD [SUB]`` in code: the command, and what follows it when it is a word (a subcommand of a group)
+COMMAND = re.compile(r"\bspecfmt ([a-z][\w-]*)(?: ([a-z][\w-]*))?")
+FROM = re.compile(r"--from[ =]([\w-]+)")
+#: ``--from`` values beside the converters': ``auto`` (every command), ``specfmt`` (train's ``--init``)
+FROM_EXTRA = {"auto", "specfmt"}
+NUMBER = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def _code(markdown: str) -> list[str]:
+    """The code a page shows: its fenced blocks and, outside them, its code spans."""
+    blocks = FENCE.findall(markdown)
+    return blocks + SPAN.findall(FENCE.sub("", markdown))
+
+
+def _pages() -> dict[str, str]:
+    pages = {"README.md": (REPO / "README.md").read_text()}
+    pages.update({p.relative_to(REPO).as_posix(): p.read_text() for p in sorted((REPO / "docs").rglob("*.md"))})
+    return pages
+
+
+def test_every_command_and_from_value_the_readme_and_docs_name_exists():
+    """Every ``specfmt COMMAND`` (and ``specfmt GROUP SUBCOMMAND``) shown as code in README.md and docs/ is a command of the
+    typer app, and every ``--from X`` a converter of the registry (or ``auto``, ``specfmt``): advice that points at a
+    command that does not exist (issue 35: ``specfmt train dflash``) cannot be written into the docs."""
+    import typer.main
+
+    from specfmt.cli import app
+    from specfmt.converters import REGISTRY
+
+    root = typer.main.get_command(app)
+    named_commands = named_froms = 0
+    for page, text in _pages().items():
+        for code in _code(text):
+            for m in COMMAND.finditer(code):
+                cmd = root.commands.get(m.group(1))
+                assert cmd is not None, f"{page}: `specfmt {m.group(1)}` is no command of specfmt ({', '.join(root.commands)})"
+                subs = getattr(cmd, "commands", None)
+                if subs and m.group(2):
+                    assert m.group(2) in subs, f"{page}: `specfmt {m.group(1)} {m.group(2)}` is no command ({', '.join(subs)})"
+                named_commands += 1
+            for m in FROM.finditer(code):
+                value = m.group(1)
+                if value.isupper() or value in ("X", "F"):  # a placeholder (FORMAT, X)
+                    continue
+                assert value in REGISTRY or value in FROM_EXTRA, f"{page}: `--from {value}` is no converter ({', '.join(REGISTRY)})"
+                named_froms += 1
+    assert named_commands > 50 and named_froms > 10  # the scan reads the pages' code
+
+
+def test_the_readme_lists_every_converter_and_every_draft_of_the_example_worlds():
+    """README.md is written by hand (the docs pages generate theirs): its ``--from`` list is the converter registry's, and
+    what it says of each example world names every draft folder there, with their number."""
+    from specfmt.converters import REGISTRY
+
+    readme = (REPO / "README.md").read_text()
+    listed = re.search(r"Reads a research draft \((.*?)\)\s", readme, re.S)
+    assert listed, "README's convert section has no list of --from values"
+    assert set(re.findall(r"`(?:--from )?([\w-]+)`", listed.group(1))) == set(REGISTRY) | {"auto"}
+    section = readme.split("## The shipped example", 1)[1].split("\n## ", 1)[0]
+    chunks = re.split(r"(?=`examples/world[\w-]*/`)", section)
+    worlds = sorted(p for p in (REPO / "examples").glob("world*") if (p / "verifier").is_dir())
+    assert len(worlds) >= 2
+    for world in worlds:
+        chunk = next((c for c in chunks if c.startswith(f"`examples/{world.name}/`")), None)
+        assert chunk is not None, f"README's shipped example says nothing of examples/{world.name}/"
+        drafts = sorted(p.name for p in world.iterdir() if p.is_dir() and p.name != "verifier")
+        assert f"{NUMBER[len(drafts)]} draft" in chunk, f"examples/{world.name}/ holds {len(drafts)} drafts: {chunk[:200]!r}"
+        for name in drafts:
+            assert f"`{name}`" in chunk, f"README does not name examples/{world.name}/{name}"
+
+
+def test_the_generated_lists_are_the_registries_and_the_world_folders(site):
+    """convert's ``--from`` table, upgrade's accepted algorithms and the example worlds' contents are rendered from the
+    converter registry and the folders (``docs/gen_docs.py``), not written by hand."""
+    from specfmt.converters import REGISTRY
+
+    convert = page_text(site, "commands/convert")
+    for conv in REGISTRY.values():
+        assert plain(conv.summary) in convert, conv.name
+    upgrade = page_text(site, "commands/upgrade")
+    upgraded = [c.upgrades for c in REGISTRY.values() if c.upgrades]
+    assert {"eagle3", "peagle", "dflash"} <= set(upgraded)
+    for algo in upgraded:
+        assert f"{algo} " in upgrade and f"--from {next(c.name for c in REGISTRY.values() if c.upgrades == algo)}" in upgrade, algo
+    started = page_text(site, "getting-started")
+    for world in sorted(p for p in (REPO / "examples").glob("world*") if (p / "verifier").is_dir()):
+        for folder in (p for p in world.iterdir() if p.is_dir()):
+            assert f"examples/{world.name}/{folder.name}/" in started, folder

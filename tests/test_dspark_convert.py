@@ -5,11 +5,11 @@ config with ``block_size``, ``num_target_layers`` and ``dflash_config`` holding 
 ``markov_head.markov_w1`` / ``markov_w2`` [V, r] and ``confidence_head.proj``) for the Qwen3 example verifier (H 128,
 V 2048, N 8). The conversion keeps every tensor, reads the backbone as DFlash's research layout does (taps + 1) and writes
 ``sample_from_anchor`` true with k = B: SpecForge trains slot j of a block on the token at anchor + j + 1
-(``specforge/algorithms/common/dflash_family_model.py`` ``OnlineDSparkModel``). With SpecForge's source at hand
-(``SPECFORGE_SRC``: a checkout of sgl-project/SpecForge, a6b6b02 checked), SpecForge's own ``DSparkDraftModel`` loads the
-source strictly and its float64 block -- backbone, sequential Markov drafting, confidence -- equals our reference on the
-converted output; each misreading of :meth:`specfmt.algorithms.dspark.DSpark.readings` (SpecForge's own ``spec_generate``
-reading, one slot later, among them) does not.
+(``specforge/algorithms/common/dflash_family_model.py`` ``OnlineDSparkModel``). SpecForge's own ``DSparkDraftModel``
+(SpecForge 0.2.0 from PyPI, installed by the test into a folder of its own, ``tests/specforge_env.py``; or a checkout
+named by ``SPECFORGE_SRC``, a6b6b02 checked first) loads the source strictly and its float64 block -- backbone, sequential Markov drafting, confidence -- equals our reference on the converted output;
+each misreading of :meth:`specfmt.algorithms.dspark.DSpark.readings` (SpecForge's own ``spec_generate`` reading, one slot
+later, among them) does not.
 """
 
 from __future__ import annotations
@@ -151,14 +151,21 @@ torch.save({"ids": ids[0], "logits": logits[0], "conf": conf[0]}, out)
 
 
 @pytest.fixture(scope="module")
-def specforge_src():
+def run_specforge():
+    """``run_specforge(*args)``: :data:`SPECFORGE` run with ``args`` after the folder holding the ``specforge`` package --
+    ``SPECFORGE_SRC`` (a checkout) when set, else SpecForge 0.2.0 from PyPI in its test env (built on first use,
+    ``tests/specforge_env.py``). Never a skip: SpecForge installs and imports on the CPU."""
     src = os.environ.get("SPECFORGE_SRC")
-    if not src or not (Path(src) / "specforge" / "modeling" / "draft" / "dspark.py").is_file():
-        pytest.skip("SPECFORGE_SRC (a checkout of sgl-project/SpecForge, a6b6b02 checked) is not set")
-    return src
+    if src:
+        assert (Path(src) / "specforge" / "modeling" / "draft" / "dspark.py").is_file(), f"SPECFORGE_SRC={src} holds no specforge/modeling/draft/dspark.py"
+        return lambda *args: subprocess.run([sys.executable, "-c", SPECFORGE, src, *map(str, args)], capture_output=True, text=True, timeout=300)
+    from specforge_env import specforge_env
+
+    env = specforge_env()
+    return lambda *args: env.run("-c", SPECFORGE, env.root, *args)
 
 
-def test_specforges_dspark_draft_model_equals_the_reference_on_the_converted_output_and_each_misreading_does_not(specforge_src, tmp_path):
+def test_specforges_dspark_draft_model_equals_the_reference_on_the_converted_output_and_each_misreading_does_not(run_specforge, tmp_path):
     from specfmt.algorithms.reference import VerifierStates
 
     native(tmp_path / "src")
@@ -172,8 +179,7 @@ def test_specforges_dspark_draft_model_equals_the_reference_on_the_converted_out
     states = VerifierStates([torch.randn(T, H, generator=g, dtype=torch.float64) for _ in range(N + 1)], torch.zeros(T, V, dtype=torch.float64))
     torch.save({"target_hidden": torch.cat([states.hidden[i + 1][:T] for i in IDS], -1), "noise": torch.tensor([tokens[-1]] + [MASK] * (B - 1)),
                 "embed": embed, "head": head}, tmp_path / "inputs.pt")
-    r = subprocess.run([sys.executable, "-c", SPECFORGE, specforge_src, tmp_path / "src", tmp_path / "inputs.pt", tmp_path / "theirs.pt"],
-                       capture_output=True, text=True, timeout=300)
+    r = run_specforge(tmp_path / "src", tmp_path / "inputs.pt", tmp_path / "theirs.pt")
     assert r.returncode == 0, r.stderr[-3000:]
     theirs = torch.load(tmp_path / "theirs.pt")
     algo = get("dspark")

@@ -5,7 +5,11 @@
   checkpoint folders of every layout with random edits (any JSON value at any path of config.json,
   deletions, unknown keys, raw bytes as config.json, files removed or truncated). Each answer is
   exit 0/1 or one ``specfmt: error:`` line with exit 2 -- never another exception --, a refusal
-  leaves no output and no temporary file, and no input changes.
+  leaves no output and no temporary file, and no input changes. Issue 35 added every entry point that
+  reads a data file or a datagen folder, or runs a draft: ``validate --run`` on damaged drafts (a static
+  failure stops it before the verifier's weights load), ``datagen`` on fuzzed ``--data`` and on damaged
+  existing outputs (exit 0 leaves what a fresh run writes, no stale file kept), ``regenerate --data`` and
+  ``train ALGO --hidden-states`` on damaged datagen folders; no model is loaded and no engine starts.
 * **The readers**: specfmt configs through the schema, the semantic rules, the version check and
   the tensor list; verifier configs through ``VerifierInfo.from_config``.
 
@@ -29,7 +33,7 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase
 
 from conftest import WORLD
-from fuzz_targets import ENTRIES, Case, Fuzzer, describe, edited_config
+from fuzz_targets import BASES, DATA, ENTRIES, Case, Fuzzer, describe, edited_config
 from specfmt.errors import ConfigSchemaError, SpecfmtError
 
 SEED = 23
@@ -45,9 +49,12 @@ def database(test: str):
     database key) would delete each other's finds."""
     db = DirectoryBasedExampleDatabase(DB_PATH / test.replace(" ", "_").replace("-", ""))
     return db if os.environ.get("SPECFMT_FUZZ_DB") == "write" else ReadOnlyDatabase(db)
-#: examples per command in CI (each also runs every case of FOUND); train --init loads the verifier
+#: examples per command in CI (each also runs every case of FOUND that fits it); train --init loads the verifier; the
+#: entries of issue 35 (no models, but datasets written and read back) a third, the fuzz benchmark runs 10,000 each
 PER_COMMAND = int(os.environ.get("SPECFMT_FUZZ_EXAMPLES", 0)) or 100
-EXAMPLES = {"specfmt config": 600, "verifier config": 200, **{name: PER_COMMAND // (2 if name == "train --init" else 1) for name in ENTRIES}}
+ISSUE_35 = ("validate --run", "datagen --data", "datagen OUT", "regenerate --data", "train --hidden-states")
+EXAMPLES = {"specfmt config": 600, "verifier config": 200,
+            **{name: PER_COMMAND // (2 if name == "train --init" else 3 if name in ISSUE_35 else 1) for name in ENTRIES}}
 COUNTS = dict.fromkeys(EXAMPLES, 0)
 
 #: every input that ever crashed a command, minimised by hand (the issue that found it)
@@ -92,18 +99,65 @@ FOUND = (
     Case("eagle", (("set", ("rope_theta",), None),)),
     Case("eagle", (("set", ("rms_norm_eps",), None),)),
     Case("eagle", (("set", ("architectures",), [[]]),)),
+    # issue 35 (the new entries' fuzzing): a datagen manifest that is null or not of its types (layout.py: .get of None)
+    Case("datagen", (("config-bytes", b"null"),)),
+    Case("datagen", (("set", ("layers",), {}),)),
+    # issue 35: a datagen folder's dataset damaged -- its data file removed or cut (FileNotFoundError, pyarrow's OSError), its
+    # state.json another dataset's or not UTF-8 (KeyError '_data_files', UnicodeDecodeError) -- given to datagen or train --hidden-states
+    Case("datagen", (("remove", "data-00000-of-00001.arrow"),)),
+    Case("datagen", (("cut", "data-00000-of-00001.arrow", 763),)),
+    Case("datagen", (("stray", "state.json", b"{}"),)),
+    Case("datagen", (("swap", "hidden_states/hs_2.safetensors", "state.json"),)),
+    # issue 35: token_freq.pt damaged or stale (train's torch.load UnpicklingError; datagen kept a stale one), a hidden-states
+    # file cut (train: SafetensorError reading its shape)
+    Case("datagen", (("scribble", "token_freq.pt", 53, 34),)),
+    Case("datagen", (("stray", "token_freq.pt", b"stray"),)),
+    Case("datagen", (("cut", "hidden_states/hs_0.safetensors", 47),)),
+    # issue 35: stale hidden states kept by a resumed datagen: another row's file; a file beyond the dataset; a folder datagen did not make
+    Case("datagen", (("swap", "hidden_states/hs_1.safetensors", "hidden_states/hs_0.safetensors"),)),
+    Case("datagen", (("stray", "hidden_states/hs_99.safetensors", b"stray"),)),
+    Case("eagle3", (("set", ("architectures",), None),)),
+    # issue 35: regenerate's data not UTF-8 (jsonl_objects: UnicodeDecodeError), a turn's role a list (regenerate.py: unhashable)
+    Case("data", (("content", ".jsonl", b"\x02\xbd\xb1\n"),)),
+    Case("data", (("content", ".jsonl", b'{"messages": [{"role": "user", "content": "x"}, {"role": [], "content": "y"}]}\n'),), 1),
+    # issue 35: validate --run -- speculators_config a number (run.py: .get of an int); a truncated or NaN weight file, which
+    # loaded the verifier and ran the reference (a SafetensorError traceback after it, or 86 s of a meaningless run)
+    Case("spec-eagle3", (("set", ("speculators_config",), 142),)),
+    Case("specfmt-medusa", (("cut", "model.safetensors", 204),)),
+    Case("specfmt-eagle3", (("cut", "model.safetensors", 500),)),
+    Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)),
+    # issue 35 (fuzz benchmark, validate --run): a .bin whose first bytes are not a zip's is read as a legacy pickle, and
+    # torch's weights-only unpickler met the damaged stream with an IndexError (checkpoint/reader.py; inspect, convert too)
+    Case("eagle3", (("poke", "pytorch_model.bin", 0, b"r\xedW7"),)),
 )
 
 
-def found(test):
-    for case in reversed(FOUND):
-        test = example(case=case)(test)
-    return test
+def fits(entry, case: Case) -> bool:
+    """Whether ``entry`` reads ``case``'s kind of input: a data file, or a folder among those it is given."""
+    if entry.data or case.base == DATA:
+        return entry.data and case.base == DATA
+    return case.base in entry.bases + (entry.any_bases or BASES)
+
+
+def found(entry):
+    """Every case of FOUND that fits ``entry``, as explicit examples."""
+    def add(test):
+        for case in reversed([c for c in FOUND if fits(entry, c)]):
+            test = example(case=case)(test)
+        return test
+    return add
 
 
 @pytest.fixture(scope="module")
 def fuzzer(tmp_path_factory) -> Fuzzer:
-    return Fuzzer(tmp_path_factory.mktemp("fuzz"))
+    """The fuzzer, with torch on one thread while it runs: its tensors are tiny, and on a loaded machine a second thread
+    makes ``train --hidden-states``' two steps 4x slower (OpenMP threads waiting for a core)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Fuzzer(tmp_path_factory.mktemp("fuzz"))
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("name", list(ENTRIES))
@@ -111,7 +165,7 @@ def test_every_command_answers_fuzzed_inputs_cleanly(fuzzer, name):
     """A clean answer (see the module's docstring) from ``name`` on every generated input and on every input of FOUND."""
     entry = ENTRIES[name]
 
-    @found
+    @found(entry)
     @settings(FUZZ, max_examples=EXAMPLES[name], database=database(name))
     @seed(SEED)
     @given(case=fuzzer.strategy(entry))
@@ -144,6 +198,31 @@ def test_found_inputs_get_the_answer_meant_for_them(fuzzer):
     assert "the draft is damaged: layers.0.mlp.down_proj.weight has 32 NaN/Inf values" in answer(
         "train --init", Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),)))
     assert "has 32 NaN/Inf value(s); the checkpoint is damaged" in answer("convert --from eagle3", Case("eagle3", (("scribble", "pytorch_model.bin", 500, 64),)))
+    # issue 35
+    assert "the datagen manifest is malformed (not a JSON object)" in answer("datagen OUT", Case("datagen", (("config-bytes", b"null"),)))
+    assert "the datagen manifest is malformed (a wrong type: layers)" in answer("train --hidden-states", Case("datagen", (("set", ("layers",), {}),)))
+    for name in ("datagen OUT", "train --hidden-states"):
+        for ops in ((("remove", "data-00000-of-00001.arrow"),), (("cut", "data-00000-of-00001.arrow", 763),), (("stray", "state.json", b"{}"),)):
+            assert "the preprocessed dataset does not load" in answer(name, Case("datagen", ops)), (name, ops)
+    assert "token_freq.pt does not load as a torch-saved {token id: count} dict" in answer(
+        "train --hidden-states", Case("datagen", (("scribble", "token_freq.pt", 53, 34),)))
+    assert "sample 0: the hidden-states file does not open" in answer("train --hidden-states", Case("datagen", (("cut", "hidden_states/hs_0.safetensors", 47),)))
+    # a stale token_freq.pt and another row's hidden states are made anew (ok: the output equals a fresh run's, judged by the entry)
+    assert answer("datagen OUT", Case("datagen", (("stray", "token_freq.pt", b"stray"),))) == "ok"
+    assert answer("datagen OUT", Case("datagen", (("swap", "hidden_states/hs_1.safetensors", "hidden_states/hs_0.safetensors"),))) == "ok"
+    # a file no reader takes for data is left as it is (the entry judges that every file that opens is a row's)
+    assert answer("datagen OUT", Case("datagen", (("stray", "hidden_states/hs_99.safetensors", b"stray"),))) == "ok"
+    assert "the output folder is not empty and holds no datagen output (no specfmt_datagen.json)" in answer(
+        "datagen OUT", Case("eagle3", (("set", ("architectures",), None),)))
+    assert "is not UTF-8 text" in answer("regenerate --data", Case("data", (("content", ".jsonl", b"\x02\xbd\xb1\n"),)))
+    assert "messages[1] needs a role" in answer("regenerate --data", Case(
+        "data", (("content", ".jsonl", b'{"messages": [{"role": "user", "content": "x"}, {"role": [], "content": "y"}]}\n'),), 1))
+    # validate --run: a static failure is a failed validation (exit 1) before the verifier's weights load (no "reached")
+    for case in (Case("spec-eagle3", (("set", ("speculators_config",), 142),)), Case("specfmt-medusa", (("cut", "model.safetensors", 204),)),
+                 Case("specfmt-eagle3", (("scribble", "model.safetensors", 500, 64),))):
+        assert answer("validate --run", case) == "ok", case
+    assert answer("validate --run", Case("specfmt-eagle3", (), 1)) == "reached"  # a sound draft gets there
+    assert "cannot read the pickle: list index out of range" in answer("inspect", Case("eagle3", (("poke", "pytorch_model.bin", 0, b"r\xedW7"),)))
 
 
 @pytest.fixture(scope="module")

@@ -127,11 +127,13 @@ def test_train_keeps_the_best_heldout_evaluation_and_records_it(hs, tmp_path):
     seen = []
     req = TrainRequest(str(tmp_path / "out"), str(WORLD / "verifier"), algorithm="eagle3", hidden_states=str(hs), device="cpu",
                        validate=False, taps=TAPS)
-    opts = TrainOptions(steps=4, batch_size=2, seq_len=T, lr=3e-2, seed=5, save_every=0, heldout=0.25, eval_every=1)
+    # a rate so high the held-out figures fall after step 1: the best evaluation is not the last, so the written weights
+    # tell a trainer that keeps the best from one that keeps the last
+    opts = TrainOptions(steps=4, batch_size=2, seq_len=T, lr=0.3, seed=5, save_every=0, heldout=0.25, eval_every=1)
     res = train_draft(req, opts, evaluated=seen.append)
     s = res.stats
     assert [e.step for e in seen] == [1, 2, 3, 4] and s.evaluations == seen and len({tuple(e.accuracy) for e in seen}) > 1
-    assert s.kept == max(seen, key=lambda e: e.estimated_acceptance_length)
+    assert s.kept == max(seen, key=lambda e: e.estimated_acceptance_length) and s.kept.step != seen[-1].step
     train = json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]
     assert train["heldout"] == {"share": 0.25, "evaluations": 4, "kept_by": "best", "kept": s.kept.to_json()}
     # the weights written are the kept evaluation's: evaluated again, they give its figures
@@ -147,7 +149,8 @@ def test_train_keeps_the_best_heldout_evaluation_and_records_it(hs, tmp_path):
     draft = module_of(res.draft, torch.device("cpu"))
     algo = get("eagle3").training
     run = _start(algo, draft, ends, opts, algo.train_options(), None, None, None, None)
-    assert evaluate(run, ends, HiddenStateHeldOut(data, data.held[:EVAL_WINDOWS]), s.kept.step) == s.kept
+    again = evaluate(run, ends, HiddenStateHeldOut(data, data.held[:EVAL_WINDOWS]), s.kept.step)
+    assert again == s.kept and (again.loss, again.accuracy) != (seen[-1].loss, seen[-1].accuracy)
 
 
 def test_heldout_refuses_a_folder_of_one_sample(tmp_path):

@@ -356,8 +356,13 @@ def test_out_never_overlaps_a_hub_input_in_the_cache(ws, monkeypatch, command, l
     before = snapshot(ws)
     code, text = cli(*[a.format(**paths) for a in HUB_COMMANDS[(command, label)]], "-o", out, "--force")
     assert code == 2, text
-    named = [f"{label} {paths[key]}"] if place != "the whole cache" else [f"SRC {paths['src']}", f"--verifier {paths['ver']}"]  # it holds both
+    # the whole cache holds every Hub input of the command (SRC and --verifier; train eagle3 has no SRC): the line names one
+    # of them, the one the command checks first; elsewhere OUT meets the case's input, and that one is named
+    held = [f"{lab} {paths[k]}" for lab, k in (("SRC", "src"), ("--verifier", "ver")) if "{" + k + "}" in HUB_COMMANDS[(command, label)]]
+    named = [f"{label} {paths[key]}"] if place != "the whole cache" else held
+    others = [f"{lab} {paths[k]}" for lab, k in (("SRC", "src"), ("--verifier", "ver"))] + ["SRC me/eagle3"]
     assert "the output folder" in text and any(n in text for n in named), text
+    assert not any(n in text for n in others if n not in named), text  # nothing OUT does not hold, nothing of another command
     assert snapshot(ws) == before
 
 

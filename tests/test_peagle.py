@@ -304,10 +304,11 @@ def test_speculators_own_peagle_output_is_upgraded_and_validates_and_without_a_m
     assert refused.returncode != 0 and "mask_token_id" in refused.stdout + refused.stderr
 
 
+@pytest.mark.vllm
 def test_vllm_reads_our_peagle_config_as_parallel_eagle3_with_our_mask_token():
     """vLLM 0.32's own speculators reader on our config (no engine): method ``eagle3`` with ``parallel_drafting``,
-    ``PeagleLlamaForCausalLM`` / ``PeagleQwen3ForCausalLM``, ``pard_token`` = ``mask_token_id``, our taps and norm order."""
-    pytest.importorskip("vllm")
+    ``PeagleLlamaForCausalLM`` / ``PeagleQwen3ForCausalLM``, ``pard_token`` = ``mask_token_id``, our taps and norm order.
+    Marked ``vllm``: without vLLM it fails (conftest), never skips."""
     from vllm.transformers_utils.configs.speculators.algos import SUPPORTED_SPECULATORS_TYPES
     from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 

@@ -207,11 +207,14 @@ def test_fit_logs_and_reports_the_hand_counted_figures():
 
 
 def _fit_heldout(tmp_path=None, *, steps=4, keep_last=False, resume=False, draft=None):
+    """A run evaluated at every step, at a rate so high that the held-out figures fall after step 2: the best evaluation
+    is not the last (step 2 of 4 and of 3: estimated acceptance length 1.040 against 1.028 and 1.013), so a trainer that
+    kept the last weights is told apart from one that keeps the best."""
     held = _windows(seed=9, n_tokens=100, fixed=True)
     verifier, heldout = FakeVerifier(), HeldOut(held, list(range(held.n)))
     draft = draft if draft is not None else tiny_draft(1)
     seen: list[Evaluation] = []
-    opts = TrainOptions(steps=steps, batch_size=2, seq_len=12, lr=3e-2, save_every=0, eval_every=1, keep_last=keep_last)
+    opts = TrainOptions(steps=steps, batch_size=2, seq_len=12, lr=1.0, save_every=0, eval_every=1, keep_last=keep_last)
     stats = fit("eagle3", draft, verifier, _windows(), opts, heldout=heldout, evaluated=seen.append,
                 state_dir=tmp_path, resume=resume)
     return stats, seen, draft, verifier, heldout
@@ -221,7 +224,7 @@ def test_the_draft_ends_with_the_weights_of_its_best_heldout_evaluation():
     stats, seen, draft, verifier, heldout = _fit_heldout()
     assert [e.step for e in seen] == [1, 2, 3, 4] and stats.evaluations == seen
     best = max(seen, key=lambda e: e.estimated_acceptance_length)
-    assert stats.kept == best
+    assert stats.kept == best and best.step != seen[-1].step  # the fixture's point: the best is not the last
     assert best.estimated_acceptance_length == acceptance_estimate(best.accuracy)
     # the weights it holds give the kept figures again (evaluation is deterministic)
     from specfmt.training.loop import _start, evaluate
@@ -231,15 +234,16 @@ def test_the_draft_ends_with_the_weights_of_its_best_heldout_evaluation():
     run = _start(algo, draft, verifier, TrainOptions(steps=4, seq_len=12, batch_size=2), algo.train_options(), None, None, None, None)
     again = evaluate(run, verifier, heldout, best.step)
     assert again == best
+    assert evaluate(run, verifier, heldout, seen[-1].step) != seen[-1]  # not the last step's weights
     assert len({tuple(e.accuracy) for e in seen}) > 1  # the evaluations differ: choosing among them means something
 
 
 def test_keep_last_keeps_the_last_step_and_resume_keeps_the_best(tmp_path):
     stats, seen, *_ = _fit_heldout(keep_last=True)
-    assert stats.kept == seen[-1]
+    assert stats.kept == seen[-1] != max(seen, key=lambda e: e.estimated_acceptance_length)
     stats, seen, *_ = _fit_heldout(tmp_path, steps=3)
     resumed, seen_again, *_ = _fit_heldout(tmp_path, steps=3, resume=True)
-    assert seen_again == [] and resumed.evaluations == seen and resumed.kept == stats.kept
+    assert seen_again == [] and resumed.evaluations == seen and resumed.kept == stats.kept != seen[-1]
 
 
 # --------------------------------------------------------------------------- specfmt train: the split, the provenance
@@ -270,13 +274,30 @@ def _train_world(out, data, opts, **kw):
                        evaluated=seen.append), seen
 
 
-def test_train_sets_aside_the_default_share_and_records_the_kept_checkpoint(tmp_path, documents):
+def test_train_sets_aside_the_default_share_and_records_the_kept_checkpoint(tmp_path, documents, monkeypatch):
+    """The split, the record, and the file: the draft written holds the weights the kept evaluation measured (each
+    evaluation's weights captured as it runs); here the best evaluation is step 1 of 3, so the last weights would differ."""
     import json
 
+    from safetensors.torch import load_file
+
+    from specfmt.training import loop
+
+    weights_at, evaluate = {}, loop.evaluate
+
+    def capture(run, verifier, heldout, step, *a, **k):
+        weights_at[step] = {n: t.detach().clone() for n, t in run.draft.state_dict().items()}
+        return evaluate(run, verifier, heldout, step, *a, **k)
+
+    monkeypatch.setattr(loop, "evaluate", capture)
     res, seen = _train_world(tmp_path / "out", documents, {"eval_every": 1})
     s = res.stats
     assert [e.step for e in seen] == [1, 2, 3] and s.evaluations == seen
-    assert s.kept == max(seen, key=lambda e: e.estimated_acceptance_length)
+    assert s.kept == max(seen, key=lambda e: e.estimated_acceptance_length) and s.kept.step != 3
+    written = load_file(str(tmp_path / "out" / "model.safetensors"))
+    kept, last = weights_at[s.kept.step], weights_at[3]
+    trained = [n for n in kept if n in written and not torch.equal(kept[n], last[n])]
+    assert trained and all(torch.equal(written[n], kept[n].to(written[n].dtype)) for n in kept if n in written)
     train = json.loads((tmp_path / "out" / "config.json").read_text())["specfmt"]["train"]
     assert train["heldout"] == {"share": 0.05, "evaluations": 3, "kept_by": "best", "kept": s.kept.to_json()}
     assert train["top1_agreement"] == [round(a, 4) for a in s.accuracy]

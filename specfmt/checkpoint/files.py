@@ -159,9 +159,13 @@ def jsonl_objects(path: str | Path, text: str | None = None) -> Iterator[tuple[s
     """Yield ``(where, obj)`` for every non-blank line of a jsonl file, ``where`` = ``path:line``.
 
     Raises:
-        InputError: a line is not JSON (named ``path:line``).
+        InputError: the file is not UTF-8; a line is not JSON (named ``path:line``).
     """
-    text = Path(path).read_text(encoding="utf-8") if text is None else text
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"the file is not UTF-8 text ({e.reason} at byte {e.start})", where=str(path)) from None
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue

@@ -235,7 +235,9 @@ class CheckpointReader:
                 where=str(path),
                 hint="specfmt only loads pickles with weights_only=True; ask the author for a safetensors file",
             ) from None
-        except (RuntimeError, EOFError, OSError, ValueError) as e:
+        except (RuntimeError, EOFError, OSError, ValueError, IndexError, KeyError, TypeError, AttributeError) as e:
+            # a damaged stream: torch's weights-only unpickler meets it with any of these (an IndexError for a MEMOIZE
+            # on an empty stack, issue 35's fuzzing)
             raise InputError(f"cannot read the pickle: {str(e).splitlines()[0] if str(e) else type(e).__name__}", where=str(path)) from None
         if not isinstance(sd, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sd.items()):
             raise InputError("the pickle is not a flat state dict of name -> tensor", where=str(path))

@@ -190,7 +190,14 @@ def load_preprocessed(root: str | Path) -> Any:
     if not has_preprocessed(root):
         raise InputError("no preprocessed dataset (datasets' state.json) in the folder", where=str(root),
                          hint="give a folder made by specfmt datagen or speculators prepare-data")
-    ds = _datasets().load_from_disk(str(root))
+    datasets = _datasets()
+    try:
+        ds = datasets.load_from_disk(str(root))
+    except Exception as e:  # noqa: BLE001 - datasets, pyarrow and json raise many kinds for a damaged folder
+        raise InputError(f"the preprocessed dataset does not load ({type(e).__name__}: {_first_line(e)})", where=str(root),
+                         hint="make it again: specfmt datagen into a new folder") from None
+    if not isinstance(ds, datasets.Dataset):  # a DatasetDict's folder
+        raise InputError("the folder holds a dataset dictionary, not one preprocessed dataset", where=str(root))
     missing = [c for c in ("input_ids", "loss_mask") if c not in ds.column_names]
     if missing:
         raise InputError(f"the preprocessed dataset has no {', '.join(missing)} column", where=str(root))
@@ -206,12 +213,24 @@ def read_preprocessed(root: str | Path) -> list[Sample]:
     """
     root = Path(root)
     ds = load_preprocessed(root).with_format(None)
+    try:
+        columns = zip(ds["input_ids"], ds["loss_mask"])
+    except Exception as e:  # noqa: BLE001 - pyarrow reads the columns now: a damaged data file fails here
+        raise InputError(f"the preprocessed dataset does not read ({type(e).__name__}: {_first_line(e)})", where=str(root),
+                         hint="make it again: specfmt datagen into a new folder") from None
     out = []
-    for i, (ids, mask) in enumerate(zip(ds["input_ids"], ds["loss_mask"])):
-        if len(ids) != len(mask):
-            raise InputError(f"sample {i} has {len(ids)} input ids but {len(mask)} loss-mask entries", where=str(root))
-        out.append(Sample(ids, mask))
+    for i, (ids, mask) in enumerate(columns):
+        try:
+            if len(ids) != len(mask):
+                raise InputError(f"sample {i} has {len(ids)} input ids but {len(mask)} loss-mask entries", where=str(root))
+            out.append(Sample(ids, mask))
+        except (TypeError, ValueError):
+            raise InputError(f"sample {i}'s input_ids and loss_mask are not lists of integers", where=str(root)) from None
     return out
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else ""
 
 
 def existing_samples(folder: str | Path) -> list[int]:

@@ -124,7 +124,7 @@ def _turns(obj: Any, where: str) -> list[dict[str, str]]:
     for i, m in enumerate(obj):
         role = m.get("role", m.get("from")) if isinstance(m, dict) else None
         content = m.get("content", m.get("value")) if isinstance(m, dict) else None
-        if role not in ROLES or not isinstance(content, str):
+        if not isinstance(role, str) or role not in ROLES or not isinstance(content, str):
             raise InputError(f"messages[{i}] needs a role (system, user, assistant) and a string content", where=where,
                              hint='write each turn as {"role": "user", "content": "..."}')
         if ROLES[role] != "assistant":

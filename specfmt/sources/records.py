@@ -53,7 +53,8 @@ def normalize_turns(messages: list[Any], where: str) -> list[dict]:
     for n, turn in enumerate(messages):
         if not isinstance(turn, dict):
             raise InputError(f"turn {n} is not an object", where=where)
-        role = ROLES.get(turn.get("role", turn.get("from", "")))
+        given = turn.get("role", turn.get("from", ""))
+        role = ROLES.get(given) if isinstance(given, str) else None  # a list or dict role is no role (fuzz, issue 35)
         if role is None:
             raise InputError(f"turn {n} has role {turn.get('role', turn.get('from'))!r}", where=where,
                              hint="roles are " + ", ".join(sorted(set(ROLES))))

@@ -166,8 +166,12 @@ class HiddenStateBatches:
 
         if not self.path(i).is_file():
             raise InputError(f"sample {i} has no hidden states file {self.path(i)}", hint="generate the data's hidden states first")
-        with safe_open(str(self.path(i)), framework="pt") as f:
-            shape = f.get_slice("hidden_states").get_shape()
+        try:
+            with safe_open(str(self.path(i)), framework="pt") as f:
+                shape = f.get_slice("hidden_states").get_shape()
+        except Exception as e:  # noqa: BLE001 - safetensors' errors have no common class
+            raise InputError(f"sample {i}: the hidden-states file does not open ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})",
+                             where=str(self.path(i)), hint="make it again (specfmt datagen resumes and remakes it)") from None
         if len(shape) != 3:
             raise InputError(f"hidden_states is {list(shape)}, not [T, layers, H]", where=str(self.path(i)))
         return shape[1], shape[2]
@@ -205,8 +209,14 @@ class HiddenStateBatches:
         """
         from safetensors import safe_open
 
-        row = self.data[i]
-        ids, mask = row["input_ids"].long(), row["loss_mask"].bool()
+        try:
+            row = self.data[i]
+            ids, mask = row["input_ids"].long(), row["loss_mask"].bool()
+        except Exception as e:  # noqa: BLE001 - pyarrow reads the row now: a damaged data file, or columns of another type
+            raise InputError(f"sample {i} of the preprocessed dataset does not read as token ids and a loss mask ({type(e).__name__})",
+                             where=str(self.folder), hint="make the data again with specfmt datagen") from None
+        if ids.dim() != 1 or mask.shape != ids.shape:
+            raise InputError(f"sample {i} has input_ids {list(ids.shape)} and loss_mask {list(mask.shape)}; both must be [T]", where=str(self.folder))
         path = self.path(i)
         if not path.is_file():
             raise InputError(f"sample {i} has no hidden states file {path}", hint="generate the data's hidden states first")

@@ -504,7 +504,9 @@ def _run_verifier(folder: Path, verifier: "str | Verifier | None") -> tuple[Any,
         vref, ver = verifier.ref, verifier
     if vref is None:
         try:
-            vref = ((read_json(folder / CONFIG_FILE).get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+            spec = read_json(folder / CONFIG_FILE).get("speculators_config")
+            named = spec.get("verifier") if isinstance(spec, dict) else None
+            vref = named.get("name_or_path") if isinstance(named, dict) else None
             vref = relative_to(vref, folder) if isinstance(vref, str) else vref  # relative: the draft folder's
         except SpecfmtError:
             vref = None  # the static checks report the config
