@@ -21,13 +21,15 @@ A package named here covers all its modules; ``specfmt`` alone is this ``__init_
    proposer, the checks built on them, and how vLLM serves a draft;
 5. ``specfmt.converters``, ``specfmt.convert``, ``specfmt.detect``, ``specfmt.draft``, ``specfmt.export``: producing a draft,
    and writing one in another engine's layout (``specfmt export --to sglang``);
-6. ``specfmt.validation``, ``specfmt.methods``: checking a draft, and running it (``validate --run``); the proposal
-   methods behind one interface (a speculators draft, a draft LM), found by one registry;
-7. ``specfmt.datagen``: training data made by the verifier (hidden states, loss masks: ``specfmt datagen``;
+6. ``specfmt.validation.report``, ``specfmt.validation.static``: the checks' report, and the static checks of a draft;
+7. ``specfmt.methods``: the proposal methods behind one interface (a speculators draft, a draft LM, the methods
+   without weights), found by one registry; each method's static checks are the ones below it;
+8. ``specfmt.validation``: running a draft or any proposal method (``validate --run``, ``compare``);
+9. ``specfmt.datagen``: training data made by the verifier (hidden states, loss masks: ``specfmt datagen``;
    the verifier's own responses: ``specfmt regenerate``);
-8. ``specfmt.training``: training a draft (it reads datagen's output; datagen never imports the trainer);
-9. ``specfmt.hub``: publishing to the Hugging Face Hub;
-10. ``specfmt.cli``, ``specfmt.__main__``: the command line.
+10. ``specfmt.training``: training a draft (it reads datagen's output; datagen never imports the trainer);
+11. ``specfmt.hub``: publishing to the Hugging Face Hub;
+12. ``specfmt.cli``, ``specfmt.__main__``: the command line.
 """
 
 __version__ = "0.1.0"

@@ -383,8 +383,7 @@ def validate_run(
         tolerance: largest allowed difference of any per-position acceptance rate between
             vLLM and the reference, for two float32 runs; 16-bit runs get
             :func:`agreement_tolerance` (the rule and its source are there).
-        use_vllm: False runs the reference only.
-        timeout: seconds allowed for each vLLM child.
+        use_vllm: False runs the reference only. timeout: seconds allowed for each vLLM child.
         write: write :data:`VALIDATION_FILE` into a local checkpoint folder, keeping what an
             earlier run of the same draft measured and this one did not (:func:`keep_earlier`).
         placement: the verifier's device, run dtype and device map for the reference run
@@ -429,10 +428,10 @@ def validate_run(
         _skip(rep, _RUN_CHECKS[1:], "no verifier")
         return _finish(folder, result, write)
     tensors, ref_res = done
-    if not use_vllm:
-        _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], "--no-vllm")
-    elif algo.cpu_build_refusal and (installed_distribution() or ("",))[0] == CPU_BUILD:
-        _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], f"vLLM's CPU build cannot run {algo.title}: {algo.cpu_build_refusal}")
+    why_not = "--no-vllm" if not use_vllm else (f"vLLM's CPU build cannot run {algo.title}: {algo.cpu_build_refusal}"
+                                                 if algo.cpu_build_refusal and (installed_distribution() or ("",))[0] == CPU_BUILD else None)
+    if why_not:
+        _skip(rep, ["vllm", "vllm_exact", "agreement", "vllm_weights"], why_not)
     else:
         _give_back_gpu(placement, ver)
         _vllm_checks(result, algo, cfg, res_folder.name_or_path, ver, k, ref_res, tensors, tolerance, timeout,
