@@ -173,7 +173,15 @@ def intersection(verifier_tok: Any, draft_tok: Any, verifier_rows: int, draft_ro
         return _vllm_like(verifier_tok, draft_tok, verifier_rows, draft_rows)
     import vllm
 
-    m = VocabMapping(verifier_tok, draft_tok, verifier_rows, draft_rows, "cpu")
+    import logging
+
+    log = logging.getLogger(VocabMapping.__module__)  # vLLM's init_logger: a logger per module
+    level = log.level
+    log.setLevel(logging.ERROR)  # its notes (a missing unk token) are vLLM's to print when it serves, not ours
+    try:
+        m = VocabMapping(verifier_tok, draft_tok, verifier_rows, draft_rows, "cpu")
+    finally:
+        log.setLevel(level)
     return Intersection(m.target_to_draft_ids.tolist(), m.draft_to_target_ids.tolist(), m.intersection_size,
                         m.draft_unk_token_id, m.target_unk_token_id, f"vllm {vllm.__version__}")
 
