@@ -21,7 +21,12 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
+from ..training.loop import TrainOptions
+from ..training.optim import OPTIMIZERS
 from .common import checks_table, err, figures_table, out, parse_layers, print_serving, reports_errors
+
+#: the shared options' defaults (:class:`~specfmt.training.loop.TrainOptions`: one place, chosen by the trainer benchmark)
+_DEFAULTS = TrainOptions()
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -118,10 +123,13 @@ def _shared_before() -> list[inspect.Parameter]:
         ("data", Optional[list[Path]], typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\".")),
         ("init", Optional[str], typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft).")),
         ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto')}).")),
-        ("steps", int, typer.Option(500, "--steps", help="Optimizer steps.")),
-        ("batch_size", int, typer.Option(8, "--batch-size", help="Windows per step (per process).")),
-        ("seq_len", int, typer.Option(256, "--seq-len", help="Tokens per window.")),
-        ("lr", float, typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW; warmup, then cosine decay to 10 %).")),
+        ("steps", int, typer.Option(_DEFAULTS.steps, "--steps", help="Optimizer steps.")),
+        ("batch_size", int, typer.Option(_DEFAULTS.batch_size, "--batch-size", help="Windows per step (per process).")),
+        ("seq_len", int, typer.Option(_DEFAULTS.seq_len, "--seq-len", help="Tokens per window.")),
+        ("lr", float, typer.Option(_DEFAULTS.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then cosine decay to 10 %).")),
+        ("optimizer", str, typer.Option(_DEFAULTS.optimizer, "--optimizer",
+                                        help=f"{' or '.join(OPTIMIZERS)}. muon: Muon on the draft's 2-D weight matrices, AdamW on norms, biases, embeddings and the output head "
+                                             "(speculators' split); adamw: AdamW on everything.")),
         ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps).")),
         ("seed", int, typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights.")),
     )
@@ -222,7 +230,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
         from ..training.pipeline import TrainRequest
 
         own = _own_values(options, given)
-        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every", "heldout",
+        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "optimizer", "warmup", "seed", "save_every", "heldout",
                                                           "eval_every", "keep_last")})
         data, cache, prompts, hs = given.pop("data"), given.pop("cache"), given.pop("prompts"), given.pop("hidden_states")
         req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],
