@@ -71,6 +71,9 @@ RESULTS = Path(__file__).with_suffix(".results.json")
 TRAINERS = ("specfmt", "speculators")
 #: the seed of every run but a seed sweep's (``--seed``); the shipped world's recipe uses it too
 SEED = 1237
+#: the world's 16 held-out prompts (``make_world.make_prompts``; CI's set) and the larger set that separates 0.05 AL
+#: (``make_world.tile_prompts``, ``--prompts``): a run's reference figures are kept per prompts file
+SMALL_PROMPTS, LARGE_PROMPTS = "prompts.jsonl", "prompts-heldout.jsonl"
 #: each trainer's learning-rate sweep: specfmt's around its 3e-3; speculators' default 1e-3 (Muon and AdamW,
 #: speculators/train/config/schema.py ``lr``, ``muon_lr`` unset -> ``lr``) and x/÷ 3
 DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  # each default first
@@ -209,10 +212,11 @@ def specfmt_child(spec: dict) -> dict:
     stamps: list[float] = []
     losses: list[float] = []
     req = TrainRequest(spec["out"], spec["verifier"], options=algo, **req_kw)
-    train_draft(req, TrainOptions(**topts), log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
+    opts = TrainOptions(**topts)
+    train_draft(req, opts, log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
     timed = len(stamps) - 1 - spec["warmup"]
     seconds = stamps[-1] - stamps[spec["warmup"]]
-    return {"train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
+    return {"optimizer": opts.optimizer, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
             "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4)}
 
 
@@ -293,17 +297,26 @@ def vocab_of(draft: Path) -> tuple[list[int], list[int]]:
     return found["d2t"].tolist(), found["t2d"].nonzero().flatten().tolist()
 
 
-def measure(draft: Path, world: Path, use_vllm: bool) -> dict:
-    """AL of a specfmt draft on the world's held-out prompts (``validate --run``'s reference run, or vLLM's)."""
+def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMPTS) -> dict:
+    """AL of a specfmt draft on the world's held-out ``prompts`` (``validate --run``'s reference run, or vLLM's); the
+    reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+    run = validate_run(str(draft), prompts=str(world / prompts), max_tokens=32, num_speculative_tokens=3,
                        use_vllm=use_vllm, write=False)
     fig = run.vllm if use_vllm else run.reference
     if fig is None:
         sys.exit(f"validate --run measured nothing for {draft}: " + "; ".join(c.detail for c in run.report.checks if c.status == "fail"))
-    return {"al": round(fig["mean_acceptance_length"], 4),
-            "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
+    out = {"al": round(fig["mean_acceptance_length"], 4), "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
+    if not use_vllm:
+        out["rows"] = [[p["drafts"], p["accepted"]] for p in run.diagnosis["per_prompt"]]
+    return out
+
+
+def figures_on(rec: dict, prompts: str) -> dict | None:
+    """A run's reference figures on the world's ``prompts`` file: ``reference`` for :data:`SMALL_PROMPTS` (the set
+    every run was measured on first), else ``evals[prompts]``; None when not measured there."""
+    return rec.get("reference") if prompts == SMALL_PROMPTS else rec.get("evals", {}).get(prompts)
 
 
 def specfmt_tree() -> str:
@@ -393,9 +406,17 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
         for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
             key = run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed) + (f"|first{args.max_samples}" if args.max_samples else "")
-            if key in results["runs"] and not args.force:
-                print(f"have {key}", flush=True)
-                continue
+            old = results["runs"].get(key)
+            if old is not None and not args.force:
+                if figures_on(old, args.prompts) is not None:
+                    print(f"have {key}", flush=True)
+                    continue
+                if (Path(old["draft"]) / "config.json").is_file():  # a kept draft: measured on the new set, not trained again
+                    print(f"measuring {key} on {args.prompts}", flush=True)
+                    old.setdefault("evals", {})[args.prompts] = measure(Path(old["draft"]), world, False, args.prompts)
+                    _save(Path(args.json), results)
+                    continue
+                print(f"{key}: no figures on {args.prompts} and its draft is gone: training it again", flush=True)
             run_dir = work / "runs" / _slug(key)
             spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
                     "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
@@ -407,14 +428,22 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
             figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
             d2t, used = vocab_of(draft)
             assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
+            if trainer == "speculators":  # its --optimizer, default muon (speculators/train/config/schema.py OptimizerArgs)
+                figures["optimizer"] = "adamw" if "--optimizer adamw" in " ".join(options) else "muon"
             rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
                    "specfmt_tree": specfmt_tree(),
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
+            if old is not None and old["reference"]["al"] != rec["reference"]["al"]:
+                rec["earlier_reference_al"] = old["reference"]["al"]  # the same run trained again gave another draft
+            if args.prompts != SMALL_PROMPTS:
+                rec["evals"] = {args.prompts: measure(draft, world, False, args.prompts)}
             results["runs"][key] = rec
             _save(Path(args.json), results)
-            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}  "
-                  f"{rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
+            big = figures_on(rec, args.prompts)
+            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}"
+                  + (f", on {args.prompts} {big['al']:.3f}" if args.prompts != SMALL_PROMPTS else "")
+                  + f"  {rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
     if args.vllm:
         run_vllm(args, world, results)
 
@@ -426,21 +455,23 @@ def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
             runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
                     == (world.name, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
                     and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
+            runs = [r for r in runs if figures_on(r, args.prompts) is not None]
             if not runs:
                 continue
-            best = max(runs, key=lambda r: r["reference"]["al"])
-            if "vllm" in best and not args.force:
+            best = max(runs, key=lambda r: figures_on(r, args.prompts)["al"])
+            field = "vllm" if args.prompts == SMALL_PROMPTS else f"vllm:{args.prompts}"
+            if field in best and not args.force:
                 continue
-            print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g}", flush=True)
-            best["vllm"] = measure(Path(best["draft"]), world, use_vllm=True)
+            print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g} on {args.prompts}", flush=True)
+            best[field] = measure(Path(best["draft"]), world, True, args.prompts)
             _save(Path(args.json), results)
 
 
-def per_prompt(draft: Path, world: Path) -> list[tuple[int, int]]:
+def per_prompt(draft: Path, world: Path, prompts: str = SMALL_PROMPTS) -> list[tuple[int, int]]:
     """``(drafts, accepted)`` of each held-out prompt in the reference run of ``draft`` (``validate --run``'s diagnosis)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+    run = validate_run(str(draft), prompts=str(world / prompts), max_tokens=32, num_speculative_tokens=3,
                        use_vllm=False, write=False)
     return [(p["drafts"], p["accepted"]) for p in run.diagnosis["per_prompt"]]
 
@@ -463,21 +494,117 @@ def paired_bootstrap(a: list[tuple[int, int]], b: list[tuple[int, int]], resampl
             "high": round(diffs[int(0.975 * resamples)], 4), "prompts": n, "resamples": resamples}
 
 
-def compare(results: dict, keys: list[str], world: Path) -> None:
-    """``--paired A,B``: the paired bootstrap of two recorded runs' reference AL, printed and saved under ``paired``."""
+def compare(results: dict, keys: list[str], world: Path, prompts: str = SMALL_PROMPTS) -> None:
+    """``--paired A,B``: the paired bootstrap of two recorded runs' reference AL on ``prompts`` (their recorded
+    per-prompt figures, else a new reference run of each draft), printed and saved under ``paired``."""
     missing = [k for k in keys if k not in results["runs"]]
     if len(keys) != 2 or missing:
         sys.exit(f"--paired takes two keys of the results file; not there: {missing}" if missing else "--paired takes two keys")
-    rows = [per_prompt(Path(results["runs"][k]["draft"]), world) for k in keys]
-    out = {"a": keys[0], "b": keys[1], **paired_bootstrap(*rows)}
-    results.setdefault("paired", {})[" - ".join(keys)] = out
+    rows = []
+    for k in keys:
+        fig = figures_on(results["runs"][k], prompts)
+        rows.append([tuple(r) for r in fig["rows"]] if fig and "rows" in fig
+                    else per_prompt(Path(results["runs"][k]["draft"]), world, prompts))
+    out = {"a": keys[0], "b": keys[1], "prompts_file": prompts, **paired_bootstrap(*rows)}
+    results.setdefault("paired", {})[" - ".join(keys) + ("" if prompts == SMALL_PROMPTS else f" @ {prompts}")] = out
     print(f"{keys[0]} - {keys[1]}: {out['difference']:+.4f}, 95 % interval {out['low']:+.4f} to {out['high']:+.4f} "
           f"({out['prompts']} prompts, {out['resamples']:,} resamplings)")
 
 
+def _al(rows: list) -> float:
+    return 1 + sum(a for _, a in rows) / max(1, sum(d for d, _ in rows))
+
+
+def settings(results: dict, prompts: str, world: str = "world") -> dict[tuple, list[dict]]:
+    """The runs measured on ``prompts``, by setting ``(trainer, steps, optimizer, options, lr)``, each setting's runs one
+    per seed (of several runs of one seed, the last in the file: a newer specfmt tree). ``options`` leaves out the
+    optimizer, which is its own field (``optimizer=...`` for specfmt, ``--optimizer ...`` for speculators)."""
+    found: dict[tuple, dict[int, dict]] = {}
+    for r in results["runs"].values():
+        if r["world"] != world or figures_on(r, prompts) is None:
+            continue
+        opts = tuple(o for o in r["options"] if not o.replace("--", "").startswith("optimizer"))
+        optimizer = r.get("optimizer") or ("muon" if r["trainer"] == "speculators" else "adamw")  # runs before issue 38: AdamW in specfmt
+        found.setdefault((r["trainer"], r["steps"], optimizer, opts, r["lr"]), {})[r.get("seed", SEED)] = r
+    return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
+
+
+def seed_mean(runs: list[dict], prompts: str) -> float:
+    return sum(figures_on(r, prompts)["al"] for r in runs) / len(runs)
+
+
+def best_setting(results: dict, prompts: str, trainer: str, steps: int, seeds: int = 3, optimizer: str | None = None,
+                 options: tuple = ()) -> tuple[tuple, list[dict]] | None:
+    """The setting of ``trainer`` at ``steps`` (with ``options``; of ``optimizer`` when given) with at least ``seeds``
+    seeds measured on ``prompts`` and the best mean AL over them; None when no setting has that many seeds."""
+    found = [(k, v) for k, v in settings(results, prompts).items() if k[0] == trainer and k[1] == steps and k[3] == options
+             and (optimizer is None or k[2] == optimizer) and len(v) >= seeds]
+    return max(found, key=lambda kv: seed_mean(kv[1], prompts)) if found else None
+
+
+def defaults_from_results(results: dict, steps: int = 1500, prompts: str = LARGE_PROMPTS) -> dict:
+    """``specfmt train``'s ``--optimizer`` and ``--lr`` by this benchmark: specfmt's setting with every other option at its
+    default and the best three-seed mean AL on the larger held-out set at ``steps`` (the README's budget)
+    (``tests/test_trainer_bench.py`` holds :class:`specfmt.training.loop.TrainOptions`'s defaults to it).
+
+    Raises:
+        LookupError: no specfmt setting at ``steps`` has three seeds measured on ``prompts``.
+    """
+    best = best_setting(results, prompts, "specfmt", steps)
+    if best is None:
+        raise LookupError(f"no specfmt setting at {steps} steps has three seeds measured on {prompts}")
+    (_, _, optimizer, _, lr), _ = best
+    return {"optimizer": optimizer, "lr": lr}
+
+
+def paired_means(a: list[dict], b: list[dict], prompts: str, resamples: int = 10_000, seed: int = 0) -> dict:
+    """The difference of two settings' seed-mean AL on ``prompts``, with its 95 % interval from a paired bootstrap over
+    the prompts (every seed's draft of both settings on the same resampled prompts); the seeds' spread beside it."""
+    import random
+    import statistics
+
+    import numpy as np
+
+    rows_a = [figures_on(r, prompts)["rows"] for r in a]
+    rows_b = [figures_on(r, prompts)["rows"] for r in b]
+    n = len(rows_a[0])
+    rng = random.Random(seed)
+    idx = np.array([[rng.randrange(n) for _ in range(n)] for _ in range(resamples)])  # [resamples, n]
+
+    def mean_al(rows: list, take: "np.ndarray") -> "np.ndarray":
+        arr = np.array(rows, dtype=np.float64)  # [runs, n, 2]
+        got = arr[:, take]  # [runs, ..., n, 2]
+        return (1 + got[..., 1].sum(-1) / np.maximum(1, got[..., 0].sum(-1))).mean(0)
+
+    def diff(take: "np.ndarray") -> "np.ndarray":
+        return mean_al(rows_a, take) - mean_al(rows_b, take)
+
+    diffs = sorted(diff(idx).tolist())
+    sd = lambda rows: statistics.stdev(_al(r) for r in rows) if len(rows) > 1 else 0.0  # noqa: E731
+    return {"difference": round(float(diff(np.arange(n))), 4), "low": round(diffs[int(0.025 * resamples)], 4),
+            "high": round(diffs[int(0.975 * resamples)], 4), "prompts": n, "resamples": resamples,
+            "seeds": [len(a), len(b)], "seed_sd": [round(sd(rows_a), 4), round(sd(rows_b), 4)]}
+
+
+def head_to_head(results: dict, prompts: str = LARGE_PROMPTS) -> dict:
+    """At each budget, each trainer's best three-seed setting on ``prompts`` and the paired difference of their means
+    (specfmt minus speculators); saved under ``head_to_head`` and rendered in the docs."""
+    out = {}
+    for steps in sorted({r["steps"] for r in results["runs"].values()}):
+        a, b = best_setting(results, prompts, "specfmt", steps), best_setting(results, prompts, "speculators", steps)
+        if a is None or b is None:
+            continue
+        out[str(steps)] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
+                                       "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
+                           "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
+                                           "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
+                           "paired": paired_means(a[1], b[1], prompts)}
+    return out
+
+
 def table(results: dict) -> str:
-    rows = ["| world | steps | trainer | lr | AL reference (per position) | AL vLLM | tokens/s | train s |",
-            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    rows = [f"| world | steps | trainer | lr | AL reference (per position) | AL vLLM | AL on {LARGE_PROMPTS} | tokens/s | train s |",
+            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     runs = sorted(results["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"]))
     for r in runs:
         best = max((x["reference"]["al"] for x in runs if (x["world"], x["steps"], x["trainer"]) == (r["world"], r["steps"], r["trainer"])))
@@ -485,7 +612,11 @@ def table(results: dict) -> str:
         pp = " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"])
         vl = f"{r['vllm']['al']:.3f}" if "vllm" in r else ""
         opts = (f" {' '.join(r['options'])}" if r["options"] else "") + (f" ({r['specfmt_tree']})" if r["trainer"] == "specfmt" else "")
-        rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts} | {r['lr']:g} | {al} ({pp}) | {vl} | "
+        big = figures_on(r, LARGE_PROMPTS)
+        seed = f" seed {r['seed']}" if r.get("seed", SEED) != SEED else ""
+        opts += f" {r['optimizer']}" if "optimizer" in r and not any("optimizer" in o for o in r["options"]) else ""
+        large = f"{big['al']:.3f}" if big else ""
+        rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts}{seed} | {r['lr']:g} | {al} ({pp}) | {vl} | {large} | "
                     f"{r['tokens_per_second']:,.0f} | {r['train_seconds']:.0f} |")
     return "\n".join(rows)
 
@@ -504,6 +635,9 @@ def main() -> None:
                     help="token_freq.pt counts: the verifier's top-1 at every training position, or the training tokens")
     ap.add_argument("--max-samples", type=int, default=None,
                     help="only the first N windows (a quick check of the harness; its results are not comparable)")
+    ap.add_argument("--prompts", default=SMALL_PROMPTS,
+                    help=f"the world's held-out prompts file each draft is measured on besides {SMALL_PROMPTS} (the larger set: "
+                         f"{LARGE_PROMPTS}); a recorded run without figures there is measured (its draft kept) or trained again")
     ap.add_argument("--seed", type=int, default=SEED, help="a seed other than the default is part of the run's key")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5, help="steps not timed")
@@ -529,11 +663,14 @@ def main() -> None:
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     if args.paired:
-        compare(results, args.paired.split(","), world)
+        compare(results, args.paired.split(","), world, args.prompts)
         _save(path, results)
         return
     results["meta"] = _meta(args)
     run_all(args, world, results)
+    _save(path, results)
+    results = json.loads(path.read_text())  # with what another harness added meanwhile
+    results["head_to_head"] = head_to_head(results)
     _save(path, results)
     print()
     print(table(results))
