@@ -268,7 +268,7 @@ def position_weights(kind: str, elementwise: "torch.Tensor", mask: "torch.Tensor
     S = mask.shape[-1]
     j = torch.arange(S, device=mask.device, dtype=elementwise.dtype)
     if kind == "exp":
-        return torch.exp(-(j - 1).clamp(min=0) / gamma) * (j != 0).to(elementwise.dtype)
+        return (torch.exp(-(j - 1).clamp(min=0) / gamma) * (j != 0).to(elementwise.dtype)).expand_as(mask)
     with torch.no_grad():
         q = torch.exp(-elementwise).float()
         smooth = torch.where(mask > 0, (1.0 - alpha) * q + alpha, torch.ones_like(q))
