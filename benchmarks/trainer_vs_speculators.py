@@ -81,6 +81,13 @@ DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  
 SPECULATORS_FIXED = ["--speculator-type", "eagle3", "--num-layers", "1", "--draft-arch", "llama",
                      "--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--hidden-states-dtype", "float32",
                      "--train-data-ratio", "0.999", "--num-workers", "0", "--on-missing", "raise", "--epochs", "1000"]
+#: ``--algorithm dflash`` (issue 38): the DFlash shape both trainers are given (the Qwen3 world's draft: one Qwen3 layer, a
+#: block of 4 so that k = 3, the full vocabulary, the mask token each resolves from the tokenizer, the pad: 2), and each
+#: trainer's DFlash defaults otherwise (speculators: D-PACE with cross-entropy, 512 anchors per row, Muon; specfmt: the same
+#: objective, ``specfmt train dflash``'s defaults)
+DFLASH_SHAPE = {"block_size": 4, "layers": 1}
+SPECULATORS_DFLASH = ["--speculator-type", "dflash", "--num-layers", str(DFLASH_SHAPE["layers"]), "--draft-arch", "qwen3",
+                      "--block-size", str(DFLASH_SHAPE["block_size"]), *SPECULATORS_FIXED[6:]]
 
 
 def _tests_on_path() -> None:
@@ -202,8 +209,9 @@ def specfmt_child(spec: dict) -> dict:
     request_fields = set(TrainRequest.__dataclass_fields__)
     topts = {"steps": spec["steps"], "batch_size": spec["batch"], "seq_len": spec["seq_len"], "lr": spec["lr"], "seed": spec["seed"],
              "save_every": 0}
-    req_kw: dict = {"algorithm": "eagle3", "hidden_states": spec["data"], "device": "cpu", "validate": False, "force": True}
-    algo: dict = {"draft_vocab": spec["draft_vocab"]}
+    algorithm = spec.get("algorithm", "eagle3")
+    req_kw: dict = {"algorithm": algorithm, "hidden_states": spec["data"], "device": "cpu", "validate": False, "force": True}
+    algo: dict = {"draft_vocab": spec["draft_vocab"]} if algorithm == "eagle3" else dict(DFLASH_SHAPE)
     for item in spec["options"]:
         name, _, value = item.partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
@@ -250,9 +258,11 @@ def run_speculators(spec: dict, work: Path) -> dict:
     _, env = patched_speculators(work)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     epochs = -(-spec["steps"] * spec["batch"] // spec["samples"])
-    args = [sys.executable, "-m", "speculators.train", *SPECULATORS_FIXED[:-1], str(epochs),
+    dflash = spec.get("algorithm", "eagle3") == "dflash"
+    fixed = SPECULATORS_DFLASH if dflash else SPECULATORS_FIXED
+    args = [sys.executable, "-m", "speculators.train", *fixed[:-1], str(epochs),
             "--verifier-name-or-path", spec["verifier"], "--data-path", spec["data"], "--target-layer-ids",
-            *map(str, spec["layers"][:-1]), "--draft-vocab-size", str(spec["draft_vocab"]),
+            *map(str, spec["layers"][:-1]), *([] if dflash else ["--draft-vocab-size", str(spec["draft_vocab"])]),
             "--total-seq-len", str(spec["batch"] * spec["seq_len"]), "--max-steps", str(spec["steps"]),
             "--lr", str(spec["lr"]), "--seed", str(spec["seed"]), "--save-path", spec["ckpt"], "--log-dir", spec["ckpt"] + "-logs",
             *[a for item in spec["options"] for a in item.split()]]
@@ -329,10 +339,12 @@ def specfmt_tree() -> str:
     return tree + ("" if git("diff", "--quiet", "HEAD", "--", "specfmt").returncode == 0 else "+dirty")
 
 
-def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str], seed: int = SEED) -> str:
-    """The results file's key of one run; a seed other than :data:`SEED` is part of it (a seed sweep)."""
+def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str], seed: int = SEED,
+            algorithm: str = "eagle3") -> str:
+    """The results file's key of one run; a seed other than :data:`SEED` and an algorithm other than EAGLE-3 are part of it."""
     code = [f"specfmt-tree:{specfmt_tree()}"] if trainer == "specfmt" else []
-    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code, *([f"seed:{seed}"] if seed != SEED else [])])
+    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code, *([f"seed:{seed}"] if seed != SEED else []),
+                     *([f"algorithm:{algorithm}"] if algorithm != "eagle3" else [])])
 
 
 def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
@@ -405,7 +417,8 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     for steps in map(int, args.steps.split(",")):
         for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
-            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed) + (f"|first{args.max_samples}" if args.max_samples else "")
+            key = (run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed, args.algorithm)
+                   + (f"|first{args.max_samples}" if args.max_samples else ""))
             old = results["runs"].get(key)
             if old is not None and not args.force:
                 if figures_on(old, args.prompts) is not None:
@@ -420,17 +433,18 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
             run_dir = work / "runs" / _slug(key)
             spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
                     "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
-                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
+                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data), "algorithm": args.algorithm,
                     "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
             print(f"training {key}", flush=True)
             load = os.getloadavg()[0]
             figures, draft = train_one(trainer, spec, work)
             figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
-            d2t, used = vocab_of(draft)
-            assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
+            if args.algorithm == "eagle3":  # a DFlash draft has the full vocabulary
+                d2t, used = vocab_of(draft)
+                assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
             if trainer == "speculators":  # its --optimizer, default muon (speculators/train/config/schema.py OptimizerArgs)
                 figures["optimizer"] = "adamw" if "--optimizer adamw" in " ".join(options) else "muon"
-            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
+            rec = {"world": world.name, **({"algorithm": args.algorithm} if args.algorithm != "eagle3" else {}), "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
                    "specfmt_tree": specfmt_tree(),
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
@@ -452,8 +466,8 @@ def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
     """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget, among the runs of ``--seed``."""
     for steps in map(int, args.steps.split(",")):
         for trainer in args.trainers.split(","):
-            runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
-                    == (world.name, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
+            runs = [r for r in results["runs"].values() if (r["world"], r.get("algorithm", "eagle3"), r["trainer"], r["steps"], r["vocab_from"])
+                    == (world.name, args.algorithm, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
                     and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
             runs = [r for r in runs if figures_on(r, args.prompts) is not None]
             if not runs:
@@ -515,13 +529,13 @@ def _al(rows: list) -> float:
     return 1 + sum(a for _, a in rows) / max(1, sum(d for d, _ in rows))
 
 
-def settings(results: dict, prompts: str, world: str = "world") -> dict[tuple, list[dict]]:
+def settings(results: dict, prompts: str, world: str = "world", algorithm: str = "eagle3") -> dict[tuple, list[dict]]:
     """The runs measured on ``prompts``, by setting ``(trainer, steps, optimizer, options, lr)``, each setting's runs one
     per seed (of several runs of one seed, the last in the file: a newer specfmt tree). ``options`` leaves out the
     optimizer, which is its own field (``optimizer=...`` for specfmt, ``--optimizer ...`` for speculators)."""
     found: dict[tuple, dict[int, dict]] = {}
     for r in results["runs"].values():
-        if r["world"] != world or figures_on(r, prompts) is None:
+        if r["world"] != world or r.get("algorithm", "eagle3") != algorithm or figures_on(r, prompts) is None:
             continue
         opts = tuple(o for o in r["options"] if not o.replace("--", "").startswith("optimizer"))
         optimizer = r.get("optimizer") or ("muon" if r["trainer"] == "speculators" else "adamw")  # runs before issue 38: AdamW in specfmt
@@ -534,10 +548,10 @@ def seed_mean(runs: list[dict], prompts: str) -> float:
 
 
 def best_setting(results: dict, prompts: str, trainer: str, steps: int, seeds: int = 3, optimizer: str | None = None,
-                 options: tuple = ()) -> tuple[tuple, list[dict]] | None:
+                 options: tuple = (), world: str = "world", algorithm: str = "eagle3") -> tuple[tuple, list[dict]] | None:
     """The setting of ``trainer`` at ``steps`` (with ``options``; of ``optimizer`` when given) with at least ``seeds``
     seeds measured on ``prompts`` and the best mean AL over them; None when no setting has that many seeds."""
-    found = [(k, v) for k, v in settings(results, prompts).items() if k[0] == trainer and k[1] == steps and k[3] == options
+    found = [(k, v) for k, v in settings(results, prompts, world, algorithm).items() if k[0] == trainer and k[1] == steps and k[3] == options
              and (optimizer is None or k[2] == optimizer) and len(v) >= seeds]
     return max(found, key=lambda kv: seed_mean(kv[1], prompts)) if found else None
 
@@ -590,11 +604,13 @@ def head_to_head(results: dict, prompts: str = LARGE_PROMPTS) -> dict:
     """At each budget, each trainer's best three-seed setting on ``prompts`` and the paired difference of their means
     (specfmt minus speculators); saved under ``head_to_head`` and rendered in the docs."""
     out = {}
-    for steps in sorted({r["steps"] for r in results["runs"].values()}):
-        a, b = best_setting(results, prompts, "specfmt", steps), best_setting(results, prompts, "speculators", steps)
+    combos = sorted({(r["world"], r.get("algorithm", "eagle3"), r["steps"]) for r in results["runs"].values()})
+    for world, algorithm, steps in combos:
+        a = best_setting(results, prompts, "specfmt", steps, world=world, algorithm=algorithm)
+        b = best_setting(results, prompts, "speculators", steps, world=world, algorithm=algorithm)
         if a is None or b is None:
             continue
-        out[str(steps)] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
+        out[str(steps) if (world, algorithm) == ("world", "eagle3") else f"{world}|{algorithm}|{steps}"] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
                                        "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
                            "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
                                            "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
@@ -625,6 +641,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", default=str(REPO / "examples" / "world"), help="world folder (examples/world, examples/world-qwen3)")
     ap.add_argument("--trainers", default=",".join(TRAINERS))
+    ap.add_argument("--algorithm", choices=("eagle3", "dflash"), default="eagle3",
+                    help=f"the draft both trainers train (dflash: {DFLASH_SHAPE}, the full vocabulary)")
     ap.add_argument("--steps", default="150,1500", help="step budgets, comma-separated")
     ap.add_argument("--lrs", default=None, help="learning rates for every selected trainer (default: each trainer's sweep, "
                     + "; ".join(f"{t} {v}" for t, v in DEFAULT_LRS.items()) + ")")
