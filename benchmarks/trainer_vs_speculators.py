@@ -124,11 +124,12 @@ def _top1_counts(engine, folder: Path, n: int, vocab_size: int) -> dict[int, int
 
     model = engine._load()
     norm, head = model.get_decoder().norm, model.get_output_embeddings()
+    device = head.weight.device
     counts = torch.zeros(vocab_size, dtype=torch.long)
     with torch.no_grad():
         for i in range(n):
-            last = load_file(str(sample_path(folder, i)))["hidden_states"][:, -1]
-            counts += torch.bincount(head(norm(last)).argmax(-1), minlength=vocab_size)
+            last = load_file(str(sample_path(folder, i)))["hidden_states"][:, -1].to(device)
+            counts += torch.bincount(head(norm(last)).argmax(-1), minlength=vocab_size).cpu()
     return {t: int(c) for t, c in enumerate(counts.tolist())}
 
 
@@ -138,8 +139,10 @@ def ordered_counts(counts: dict[int, int]) -> dict[int, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None) -> dict:
-    """Make (once) ``root``: the preprocessed dataset, the hidden states and ``token_freq.pt``; returns its facts."""
+def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None, *, device: str = "cpu",
+                 dtype: str = "float32") -> dict:
+    """Make (once) ``root``: the preprocessed dataset, the hidden states (extracted on ``device`` in ``dtype``) and
+    ``token_freq.pt``; returns its facts."""
     import torch
 
     from specfmt.algorithms.eagle3 import default_taps
@@ -162,7 +165,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_sam
     t0 = time.perf_counter()
     layout.write_preprocessed(samples, root)
     folder = layout.hidden_states_folder(root)
-    engine = TransformersEngine(verifier, dtype="float32")
+    engine = TransformersEngine(verifier, dtype=dtype, device=device)
     for _ in engine.extract(list(enumerate(windows)), layers, folder):
         pass
     counts = (_top1_counts(engine, folder, len(windows), V) if vocab_from == "verifier"
@@ -171,7 +174,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_sam
     files = layout.existing_samples(folder)
     layout.write_manifest(root, layout.Manifest(
         verifier=str(world / "verifier"), layers=layers, hidden_size=verifier.info.hidden_size, engine="transformers",
-        seq_len=seq_len, dtype="float32", samples=len(samples), tokens=sum(map(len, samples)), files=len(files),
+        seq_len=seq_len, dtype=dtype, samples=len(samples), tokens=sum(map(len, samples)), files=len(files),
         bytes=sum(layout.sample_path(folder, i).stat().st_size for i in files)))
     facts = {"seq_len": seq_len, "vocab_from": vocab_from, "samples": len(samples), "tokens": len(samples) * seq_len,
              "layers": layers, "vocab_size": V, "files": len(train_files()), "seconds": round(time.perf_counter() - t0, 1)}
@@ -210,7 +213,8 @@ def specfmt_child(spec: dict) -> dict:
     topts = {"steps": spec["steps"], "batch_size": spec["batch"], "seq_len": spec["seq_len"], "lr": spec["lr"], "seed": spec["seed"],
              "save_every": 0}
     algorithm = spec.get("algorithm", "eagle3")
-    req_kw: dict = {"algorithm": algorithm, "hidden_states": spec["data"], "device": "cpu", "validate": False, "force": True}
+    req_kw: dict = {"algorithm": algorithm, "hidden_states": spec["data"], "device": spec.get("device", "cpu"), "validate": False, "force": True,
+                    **({"verifier_dtype": spec["verifier_dtype"]} if spec.get("verifier_dtype") else {})}
     algo: dict = {"draft_vocab": spec["draft_vocab"]} if algorithm == "eagle3" else dict(DFLASH_SHAPE)
     for item in spec["options"]:
         name, _, value = item.partition("=")
@@ -224,8 +228,9 @@ def specfmt_child(spec: dict) -> dict:
     train_draft(req, opts, log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
     timed = len(stamps) - 1 - spec["warmup"]
     seconds = stamps[-1] - stamps[spec["warmup"]]
+    peak = {"peak_cuda_allocated_bytes": torch.cuda.max_memory_allocated()} if str(req_kw["device"]).startswith("cuda") else {}
     return {"optimizer": opts.optimizer, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
-            "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4)}
+            "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4), **peak}
 
 
 def patched_speculators(work: Path) -> tuple[Path, dict]:
@@ -260,6 +265,8 @@ def run_speculators(spec: dict, work: Path) -> dict:
     epochs = -(-spec["steps"] * spec["batch"] // spec["samples"])
     dflash = spec.get("algorithm", "eagle3") == "dflash"
     fixed = SPECULATORS_DFLASH if dflash else SPECULATORS_FIXED
+    if spec.get("hs_dtype"):  # the GPU bench: bf16 hidden states and autocast (speculators' recommended setting)
+        fixed = [spec["hs_dtype"] if a == "float32" and fixed[i - 1] == "--hidden-states-dtype" else a for i, a in enumerate(fixed)]
     args = [sys.executable, "-m", "speculators.train", *fixed[:-1], str(epochs),
             "--verifier-name-or-path", spec["verifier"], "--data-path", spec["data"], "--target-layer-ids",
             *map(str, spec["layers"][:-1]), *([] if dflash else ["--draft-vocab-size", str(spec["draft_vocab"])]),

@@ -475,12 +475,16 @@ def bench_trainer_vs_speculators(data: dict) -> str:
     for r in (r for r in runs if r.get("seed", seed) == seed):  # a seed sweep's runs are not a rate's best
         k = (r["world"], r["steps"], r["trainer"])
         best[k] = max(best.get(k, 0.0), r["reference"]["al"])
-    rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+    large = "prompts-heldout.jsonl"  # the larger held-out set (issue 38): a run's figures there, when measured
+    rows = [[r["world"] + (f" ({r['algorithm']})" if r.get("algorithm") else ""), r["steps"],
+             r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+             + (f" {r['optimizer']}" if r.get("optimizer") and not any("optimizer" in o for o in r["options"]) else "")
              + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else "")
              + (f", seed {r['seed']}" if r.get("seed", seed) != seed else ""), f"{r['lr']:g}",
              (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best.get((r["world"], r["steps"], r["trainer"]))
               else f"{r['reference']['al']:.3f}"),
              " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
+             f"{r['evals'][large]['al']:.3f}" if large in r.get("evals", {}) else "",
              f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
             for r in runs]
     m = data.get("meta", {})
@@ -492,8 +496,17 @@ def bench_trainer_vs_speculators(data: dict) -> str:
             "Bold: each trainer's best learning rate per budget.")
     paired = [f"- `{p['a']}` minus `{p['b']}`: {p['difference']:+.3f}, 95 % interval {p['low']:+.3f} to {p['high']:+.3f} "
               f"(paired bootstrap over the {p['prompts']} prompts, {p['resamples']:,} resamplings; `--paired`)" for p in data.get("paired", {}).values()]
-    return head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", "tokens/s", "train (s)",
-                                   "load average before / after"], rows, "lrlrrlrrrl") + ("\n\n" + "\n".join(paired) if paired else "")
+    h2h = [f"- {k if '|' in k else 'world, EAGLE-3, ' + k + ' steps'}: specfmt {v['specfmt']['optimizer']} lr {v['specfmt']['lr']:g} "
+           f"mean **{v['specfmt']['mean']:.3f}** ({' / '.join(f'{x:.3f}' for x in v['specfmt']['seeds'])}), speculators "
+           f"{v['speculators']['optimizer']} lr {v['speculators']['lr']:g} mean **{v['speculators']['mean']:.3f}** "
+           f"({' / '.join(f'{x:.3f}' for x in v['speculators']['seeds'])}); specfmt minus speculators {v['paired']['difference']:+.3f}, "
+           f"95 % interval {v['paired']['low']:+.3f} to {v['paired']['high']:+.3f} (paired bootstrap over the {v['paired']['prompts']} "
+           f"prompts of `{large}`, every seed's draft on the same resampled prompts)"
+           for k, v in data.get("head_to_head", {}).items()]
+    return (head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", f"AL `{large}`", "tokens/s",
+                                     "train (s)", "load average before / after"], rows, "lrlrrlrrrrl")
+            + ("\n\n" + "\n".join(paired) if paired else "")
+            + ("\n\n**Three seeds at each trainer's best setting** (mean AL on `" + large + "`):\n\n" + "\n".join(h2h) if h2h else ""))
 
 
 def bench_vocab_coverage(data: dict) -> str:

@@ -1,6 +1,6 @@
 """``specfmt train``: the command-line layer over :mod:`specfmt.training.pipeline`.
 
-``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source): one command
+``specfmt train eagle3|eagle|medusa|dflash`` trains a draft (new, or ``--init`` from any source): one command
 per trainable algorithm, built from the shared options and the algorithm's own
 (:attr:`specfmt.algorithms.base.Training.train_options`), so that ``train medusa --help`` offers no
 EAGLE-3 option, and an option of another algorithm is a usage error naming it.
