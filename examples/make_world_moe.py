@@ -122,7 +122,7 @@ def make_draft(out: Path, train: dict, steps: int) -> dict:
         manifest = json.loads((hs / "manifest.json").read_text()) if (hs / "manifest.json").is_file() else {}
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
-                          "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--draft-vocab", DRAFT_VOCAB,
+                          "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--optimizer", "muon", "--draft-vocab", DRAFT_VOCAB,
                           "--seed", mw.SEED, "--device", "cpu", "--no-validate")
     validate_s = specfmt("validate", out / DRAFT_DIR, "--run", "--prompts", out / "prompts.jsonl", "--max-tokens", 32, engine=True)
     v = json.loads((out / DRAFT_DIR / "validation.json").read_text())

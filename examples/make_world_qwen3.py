@@ -476,7 +476,8 @@ def train_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tupl
         req = TrainRequest(out=str(Path(tmp) / "dflash"), verifier=str(verifier_dir), algorithm="dflash", data=[str(stdlib / n) for n in sorted(train)],
                            device="cpu", validate=False, block_size=cfg["block_size"], layers=cfg["transformer_layer_config"]["num_hidden_layers"],
                            taps=cfg["aux_hidden_state_layer_ids"], mask_token=cfg["mask_token_id"])
-        opts = TrainOptions(steps=steps, batch_size=DFLASH_BATCH, seq_len=DFLASH_SEQ, lr=DFLASH_TRAIN_LR, seed=mw.SEED, save_every=0)
+        opts = TrainOptions(steps=steps, batch_size=DFLASH_BATCH, seq_len=DFLASH_SEQ, lr=DFLASH_TRAIN_LR, optimizer="muon", seed=mw.SEED,
+                            save_every=0)
         res = train_draft(req, opts, log=lambda step, loss, acc: print(f"dflash step {step}: loss {loss:.3f}") if step % 100 == 0 else None)
         tensors = load_file(str(Path(tmp) / "dflash" / "model.safetensors"))
     s = res.stats
