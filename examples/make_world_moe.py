@@ -119,13 +119,18 @@ def make_draft(out: Path, train: dict, steps: int) -> dict:
         hs = tmp / "hs"
         datagen_s = specfmt("datagen", "-o", hs, "--verifier", out / "verifier", "--data", tmp / "train.jsonl", "--engine", "vllm",
                             "--seq-len", SEQ_LEN, "--dtype", "float32", engine=True)
-        manifest = json.loads((hs / "manifest.json").read_text()) if (hs / "manifest.json").is_file() else {}
+        manifest = json.loads((hs / "specfmt_datagen.json").read_text())
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
                           "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--optimizer", "muon", "--draft-vocab", DRAFT_VOCAB,
                           "--seed", mw.SEED, "--device", "cpu", "--no-validate")
     validate_s = specfmt("validate", out / DRAFT_DIR, "--run", "--prompts", out / "prompts.jsonl", "--max-tokens", 32, engine=True)
-    v = json.loads((out / DRAFT_DIR / "validation.json").read_text())
+    full = json.loads((out / DRAFT_DIR / "validation.json").read_text())
+    keep = ("num_drafts", "num_accepted_tokens", "acceptance_rate_per_position", "mean_acceptance_length", "engine", "dtype", "method",
+            "draft_class", "form")
+    v = {"passed": full.get("passed"), "checks": {c["name"]: c["status"] for c in full["checks"]},
+         "reference": {k: x for k, x in (full.get("reference") or {}).items() if k in keep},
+         "vllm": {k: x for k, x in (full.get("vllm") or {}).items() if k in keep}}
     return {"random_reference": random_reference(out), "datagen": {"engine": "vllm", "samples": n, "seconds": datagen_s, "manifest": manifest},
             "train": {"steps": steps, "batch": 8, "seq_len": SEQ_LEN, "lr": DRAFT_LR, "draft_vocab": DRAFT_VOCAB, "seconds": train_s},
             "validate_seconds": validate_s, "validation": v}

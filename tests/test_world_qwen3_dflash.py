@@ -1,6 +1,6 @@
-"""The Qwen3 world's DFlash draft (``examples/world-qwen3/dflash-speculators``, issue 25): one Qwen3 layer drafting
+"""The Qwen3 world's DFlash draft (``examples/world-qwen3/dflash-speculators``, issues 25 and 38): one Qwen3 layer drafting
 a block of 4 (the anchor and 3 mask slots, non-causal) over the verifier's taps [2, 4, 6], the verifier's embedding
-and ``lm_head``; trained by ``make_world_qwen3.py --dflash`` with specfmt's DFlash module, saved as speculators 0.9
+and ``lm_head``; trained by ``make_world_qwen3.py --dflash`` with ``specfmt train dflash``, saved as speculators 0.9
 saves a DFlash draft.
 
 * the layout is speculators' own (speculators loads it as ``DFlashDraftModel`` and saves the same bytes);
@@ -68,6 +68,16 @@ def test_reference_figures_are_the_worlds_and_clearly_above_a_random_draft(conve
     # first slot, proposes the same greedy tokens on these prompts either way
     assert by_label["causal block mask"] <= got["mean_acceptance_length"]
 
+
+
+def test_specfmt_train_dflash_trained_it_and_beats_the_plain_loop():
+    """Issue 38: the shipped draft is ``specfmt train dflash``'s (speculators' objective, make_world_qwen3.py ``train_dflash``),
+    and its held-out figures (asserted above against the reference run) are above those of the plain loop that built the
+    draft before (issue 25, every anchor of 8 x 128-token windows, AdamW: world.json ``dflash_plain_loop``)."""
+    new, plain = MANIFEST["dflash"], MANIFEST["dflash_plain_loop"]
+    assert new["trainer"] == "specfmt train dflash" and new["optimizer"] == "muon"
+    assert new["heldout"]["mean_acceptance_length"] >= plain["heldout"]["mean_acceptance_length"] + 0.1, (new["heldout"], plain["heldout"])
+    assert new["heldout"]["acceptance_rate_per_position"][1] > plain["heldout"]["acceptance_rate_per_position"][1]
 
 
 @pytest.mark.vllm
