@@ -111,14 +111,14 @@ def specfmt(*args: str, engine: bool = False) -> float:
     return round(time.time() - t0, 1)
 
 
-def make_draft(out: Path, train: dict, steps: int) -> dict:
+def make_draft(out: Path, train: dict, steps: int, samples: int | None = None) -> dict:
     """datagen (vLLM) -> train eagle3 -> validate --run (vLLM): the draft in ``OUT/eagle3-specfmt`` and its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         n = chunks_file(train, tmp / "train.jsonl")
         hs = tmp / "hs"
         datagen_s = specfmt("datagen", "-o", hs, "--verifier", out / "verifier", "--data", tmp / "train.jsonl", "--engine", "vllm",
-                            "--seq-len", SEQ_LEN, "--dtype", "float32", engine=True)
+                            "--seq-len", SEQ_LEN, "--dtype", "float32", *(["--max-samples", samples] if samples else []), engine=True)
         manifest = json.loads((hs / "specfmt_datagen.json").read_text())
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=VERIFIER_STEPS, help="verifier training steps")
     ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS)
     ap.add_argument("--draft-only", action="store_true", help="keep the verifier and prompts in --out")
+    ap.add_argument("--datagen-samples", type=int, default=None, help="hidden states of the first N samples only (a quick check)")
     args = ap.parse_args(argv)
     t0 = time.time()
     mw.seed_everything()
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         manifest = {"verifier_steps": args.steps, "verifier_lr": VERIFIER_LR, "experts": NUM_EXPERTS, "top_k": TOP_K,
                     "moe_intermediate_size": MOE_INTER, "verifier": make_verifier(out, train, heldout, args.steps)}
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    manifest["draft"] = make_draft(out, train, args.draft_steps)
+    manifest["draft"] = make_draft(out, train, args.draft_steps, args.datagen_samples)
     manifest["bytes"] = mw.dir_size(out)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     assert manifest["bytes"] < SIZE_BUDGET, f"the MoE world is {manifest['bytes'] / 1e6:.1f} MB, over its {SIZE_BUDGET / 1e6:.0f} MB budget"
