@@ -319,7 +319,8 @@ def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMP
     reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / prompts), max_tokens=32, num_speculative_tokens=3,
+    file, tokens = prompt_set(prompts)
+    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=use_vllm, write=False)
     fig = run.vllm if use_vllm else run.reference
     if fig is None:
@@ -328,6 +329,13 @@ def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMP
     if not use_vllm:
         out["rows"] = [[p["drafts"], p["accepted"]] for p in run.diagnosis["per_prompt"]]
     return out
+
+
+def prompt_set(label: str) -> tuple[str, int]:
+    """``(prompts file in the world, tokens generated per prompt)`` of a prompt set's label: ``FILE`` (32 tokens, what every
+    run was measured with first) or ``FILE@TOKENS``."""
+    file, _, tokens = label.partition("@")
+    return file, int(tokens) if tokens else 32
 
 
 def figures_on(rec: dict, prompts: str) -> dict | None:
@@ -492,7 +500,8 @@ def per_prompt(draft: Path, world: Path, prompts: str = SMALL_PROMPTS) -> list[t
     """``(drafts, accepted)`` of each held-out prompt in the reference run of ``draft`` (``validate --run``'s diagnosis)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / prompts), max_tokens=32, num_speculative_tokens=3,
+    file, tokens = prompt_set(prompts)
+    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=False, write=False)
     return [(p["drafts"], p["accepted"]) for p in run.diagnosis["per_prompt"]]
 

@@ -82,18 +82,19 @@ def make_verifier(out: Path, train: dict, heldout: dict, steps: int) -> dict:
     return {k: v for k, v in stats.items() if k != "embed"}
 
 
-def chunks_file(train: dict, path: Path) -> int:
-    """The training text as jsonl samples of about CHUNK_CHARS characters (whole lines); how many."""
+def chunks_file(train: dict, path: Path, limit: int | None = None) -> int:
+    """The training text as jsonl samples of about CHUNK_CHARS characters (whole lines), the first ``limit`` only when given;
+    how many."""
     n = 0
     with open(path, "w") as f:
         for name in sorted(train):
             text, part = train[name], ""
             for line in text.splitlines(keepends=True):
                 part += line
-                if len(part) >= CHUNK_CHARS:
+                if len(part) >= CHUNK_CHARS and (limit is None or n < limit):
                     f.write(json.dumps({"text": part}) + "\n")
                     n, part = n + 1, ""
-            if part.strip():
+            if part.strip() and (limit is None or n < limit):
                 f.write(json.dumps({"text": part}) + "\n")
                 n += 1
     return n
@@ -115,10 +116,10 @@ def make_draft(out: Path, train: dict, steps: int, samples: int | None = None) -
     """datagen (vLLM) -> train eagle3 -> validate --run (vLLM): the draft in ``OUT/eagle3-specfmt`` and its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        n = chunks_file(train, tmp / "train.jsonl")
+        n = chunks_file(train, tmp / "train.jsonl", samples)
         hs = tmp / "hs"
         datagen_s = specfmt("datagen", "-o", hs, "--verifier", out / "verifier", "--data", tmp / "train.jsonl", "--engine", "vllm",
-                            "--seq-len", SEQ_LEN, "--dtype", "float32", *(["--max-samples", samples] if samples else []), engine=True)
+                            "--seq-len", SEQ_LEN, "--dtype", "float32", engine=True)
         manifest = json.loads((hs / "specfmt_datagen.json").read_text())
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
