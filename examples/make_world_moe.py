@@ -14,7 +14,7 @@ end to end with specfmt: ``datagen`` -> ``train eagle3`` -> ``validate --run`` w
   ``token_freq.pt``, ``specfmt train``'s defaults otherwise), DRAFT_STEPS steps of 8 x 256 tokens.
 * ``prompts.jsonl``, ``prompts-heldout.jsonl``: the example world's held-out prompts (``make_world.make_prompts``,
   ``tile_prompts``).
-* ``world.json``: the figures (verifier losses, the draft's training, ``validate --run`` with vLLM).
+* ``world.json``: the figures (verifier losses, the draft's training, ``validate --run`` with vLLM); ``README.md`` from them.
 
 Usage::
 
@@ -159,6 +159,34 @@ def random_reference(out: Path) -> dict:
     return {k: run.reference[k] for k in ("mean_acceptance_length", "acceptance_rate_per_position")}
 
 
+def write_readme(out: Path, m: dict) -> None:
+    """``OUT/README.md`` from ``world.json``."""
+    v, d = m["verifier"], m["draft"]
+    val, rnd = d["validation"], d["random_reference"]
+    fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
+    ref, vl = val["reference"], val["vllm"]
+    text = f"""# The MoE world (issue 38)
+
+Built by `python examples/make_world_moe.py` ({m['bytes'] / 1e6:.2f} MB; budget {SIZE_BUDGET / 1e6:.0f} MB). Everything else in the
+examples is dense; this world proves that specfmt generates data from, trains against, validates against and serves with a
+mixture-of-experts verifier.
+
+| path | what |
+| --- | --- |
+| `verifier/` | `Qwen3MoeForCausalLM`: hidden 128, 8 layers, 4 heads of 32 (2 KV heads), every MLP {m['experts']} experts of {m['moe_intermediate_size']} with {m['top_k']} per token, vocabulary 2048 (the example world's tokenizer); warm-started from the Qwen3 world's verifier (embedding, attention, norms, `lm_head`), the router and experts new; {m['verifier_steps']} steps, lr {m['verifier_lr']:g}: training loss {v['train_loss']:.3f}, held-out {v['heldout_loss']:.3f} |
+| `eagle3-specfmt/` | an EAGLE-3 draft: `specfmt datagen` with vLLM's CPU engine ({d['datagen']['samples']} samples of the training files, {d['datagen']['seconds']:.0f} s), then `specfmt train eagle3 --hidden-states` ({d['train']['steps']} steps of {d['train']['batch']} x {d['train']['seq_len']} tokens, Muon, lr {d['train']['lr']:g}, draft vocabulary {d['train']['draft_vocab']}, {d['train']['seconds']:.0f} s) |
+| `prompts.jsonl`, `prompts-heldout.jsonl` | the example world's held-out prompts |
+| `world.json` | the figures |
+
+`specfmt validate eagle3-specfmt --run` (16 held-out prompts x 32 tokens, k = 3): reference (float32) mean acceptance length
+**{ref['mean_acceptance_length']:.3f}** (per position {fmt(ref['acceptance_rate_per_position'])}); vLLM's CPU engine
+({vl.get('draft_class')}, method {vl.get('method')}) **{vl['mean_acceptance_length']:.3f}** (per position
+{fmt(vl['acceptance_rate_per_position'])}); checks: {', '.join(f'{k} {x}' for k, x in val['checks'].items())}. The same draft
+with random weights (its `d2t`/`t2d` kept): {rnd['mean_acceptance_length']:.3f}.
+"""
+    (out / "README.md").write_text(text)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(HERE / "world-moe"))
@@ -185,6 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     manifest["draft"] = make_draft(out, train, args.draft_steps, args.datagen_samples)
     manifest["bytes"] = mw.dir_size(out)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_readme(out, manifest)
     assert manifest["bytes"] < SIZE_BUDGET, f"the MoE world is {manifest['bytes'] / 1e6:.1f} MB, over its {SIZE_BUDGET / 1e6:.0f} MB budget"
     print(f"wrote {out} ({manifest['bytes'] / 1e6:.2f} MB) in {time.time() - t0:.0f}s")
 
