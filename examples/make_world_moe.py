@@ -112,7 +112,7 @@ def specfmt(*args: str, engine: bool = False) -> float:
     return round(time.time() - t0, 1)
 
 
-def make_draft(out: Path, train: dict, steps: int, samples: int | None = None) -> dict:
+def make_draft(out: Path, train: dict, steps: int, samples: int | None = None, draft_vocab: int = DRAFT_VOCAB) -> dict:
     """datagen (vLLM) -> train eagle3 -> validate --run (vLLM): the draft in ``OUT/eagle3-specfmt`` and its figures."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -123,7 +123,7 @@ def make_draft(out: Path, train: dict, steps: int, samples: int | None = None) -
         manifest = json.loads((hs / "specfmt_datagen.json").read_text())
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
-                          "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--optimizer", "muon", "--draft-vocab", DRAFT_VOCAB,
+                          "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--optimizer", "muon", "--draft-vocab", draft_vocab,
                           "--seed", mw.SEED, "--device", "cpu", "--no-validate")
     validate_s = specfmt("validate", out / DRAFT_DIR, "--run", "--prompts", out / "prompts.jsonl", "--max-tokens", 32, engine=True)
     full = json.loads((out / DRAFT_DIR / "validation.json").read_text())
@@ -133,7 +133,7 @@ def make_draft(out: Path, train: dict, steps: int, samples: int | None = None) -
          "reference": {k: x for k, x in (full.get("reference") or {}).items() if k in keep},
          "vllm": {k: x for k, x in (full.get("vllm") or {}).items() if k in keep}}
     return {"random_reference": random_reference(out), "datagen": {"engine": "vllm", "samples": n, "seconds": datagen_s, "manifest": manifest},
-            "train": {"steps": steps, "batch": 8, "seq_len": SEQ_LEN, "lr": DRAFT_LR, "draft_vocab": DRAFT_VOCAB, "seconds": train_s},
+            "train": {"steps": steps, "batch": 8, "seq_len": SEQ_LEN, "lr": DRAFT_LR, "draft_vocab": draft_vocab, "seconds": train_s},
             "validate_seconds": validate_s, "validation": v}
 
 
@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS)
     ap.add_argument("--draft-only", action="store_true", help="keep the verifier and prompts in --out")
     ap.add_argument("--datagen-samples", type=int, default=None, help="hidden states of the first N samples only (a quick check)")
+    ap.add_argument("--draft-vocab", type=int, default=DRAFT_VOCAB)
     args = ap.parse_args(argv)
     t0 = time.time()
     mw.seed_everything()
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         manifest = {"verifier_steps": args.steps, "verifier_lr": VERIFIER_LR, "experts": NUM_EXPERTS, "top_k": TOP_K,
                     "moe_intermediate_size": MOE_INTER, "verifier": make_verifier(out, train, heldout, args.steps)}
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-    manifest["draft"] = make_draft(out, train, args.draft_steps, args.datagen_samples)
+    manifest["draft"] = make_draft(out, train, args.draft_steps, args.datagen_samples, args.draft_vocab)
     manifest["bytes"] = mw.dir_size(out)
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     write_readme(out, manifest)
