@@ -316,8 +316,13 @@ def vocab_of(draft: Path) -> tuple[list[int], list[int]]:
 
 def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMPTS) -> dict:
     """AL of a specfmt draft on the world's held-out ``prompts`` (``validate --run``'s reference run, or vLLM's); the
-    reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples)."""
+    reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples).
+    Another set than :data:`SMALL_PROMPTS` is measured by :func:`reference_only` (the larger set: the misreadings would
+    multiply its cost about sevenfold)."""
     from specfmt.validation.run import validate_run
+
+    if not use_vllm and prompts != SMALL_PROMPTS:
+        return reference_only(draft, world, prompts)
 
     file, tokens = prompt_set(prompts)
     run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
@@ -329,6 +334,37 @@ def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMP
     if not use_vllm:
         out["rows"] = [[p["drafts"], p["accepted"]] for p in run.diagnosis["per_prompt"]]
     return out
+
+
+def reference_only(draft: Path, world: Path, prompts: str) -> dict:
+    """The reference run of ``draft`` as written, alone: what ``validate_run`` measures first (the same verifier load, prompts,
+    proposer and :func:`specfmt.validation.acceptance.run_chains`), without the misreadings it simulates beside it (about 7
+    readings for EAGLE-3; ``tests/test_trainer_bench.py`` checks that the figures are ``validate_run``'s). ``{al, per_position,
+    rows}``."""
+    import torch
+
+    from specfmt.algorithms import get
+    from specfmt.algorithms.base import Variant
+    from specfmt.convert import load_draft
+    from specfmt.sources.placement import resolve_placement
+    from specfmt.sources.verifier import Verifier
+    from specfmt.validation.acceptance import group_size, run_chains
+    from specfmt.validation.prompts import load_prompts
+
+    file, tokens = prompt_set(prompts)
+    d = load_draft(str(draft))
+    cfg, algo = d.config, get(d.config["speculators_model_type"])
+    verifier = Verifier.load(str(world / "verifier"))
+    ids = load_prompts(str(world / file), verifier.tokenizer()).ids
+    model = verifier.load_model(resolve_placement("cpu", "float32", None, None))
+    embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    tensors = {n: t.float() if t.is_floating_point() else t for n, t in d.tensors.items()}
+    k = 3
+    with torch.no_grad():
+        proposer = algo.proposer(Variant(None, "as written", cfg), tensors, embed, head)
+        res = run_chains(model, ids, [proposer], k, tokens, group=group_size(model, max(map(len, ids)) + tokens + k))[0]
+    return {"al": round(res.mean_acceptance_length, 4), "per_position": [round(x, 4) for x in res.acceptance_rate_per_position],
+            "rows": [[a, b] for a, b in zip(res.drafts_per_prompt, res.accepted_per_prompt)]}
 
 
 def prompt_set(label: str) -> tuple[str, int]:

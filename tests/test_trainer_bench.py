@@ -102,3 +102,22 @@ def test_the_trainer_defaults_are_the_benchmarks_best_setting():
     want = bench.defaults_from_results(results)
     d = TrainOptions()
     assert {"optimizer": d.optimizer, "lr": d.lr} == want
+
+
+def test_the_lean_reference_run_is_validate_runs_reference(tmp_path):
+    """The larger set is measured by the reference run alone (no misreadings): its figures, prompt by prompt, are what
+    ``validate_run`` measures for the draft as written."""
+    from specfmt.convert import convert
+    from specfmt.validation.run import validate_run
+
+    shipped = REPO / "examples" / "world"
+    world = tmp_path / "world"  # the example world's verifier and 4 of its held-out prompts
+    world.mkdir()
+    (world / "verifier").symlink_to(shipped / "verifier")
+    (world / "p.jsonl").write_text("".join((shipped / "prompts.jsonl").read_text().splitlines(keepends=True)[:4]))
+    draft = convert("eagle3", str(shipped / "eagle3-safeailab"), tmp_path / "d", str(shipped / "verifier")).out
+    lean = bench.reference_only(Path(draft), world, "p.jsonl@12")
+    full = validate_run(str(draft), prompts=str(world / "p.jsonl"), max_tokens=12, num_speculative_tokens=3, use_vllm=False, write=False)
+    assert lean["al"] == round(full.reference["mean_acceptance_length"], 4) and lean["al"] > 1.2
+    assert lean["rows"] == [[p["drafts"], p["accepted"]] for p in full.diagnosis["per_prompt"]] and len(lean["rows"]) == 4
+    assert bench.prompt_set("prompts-heldout.jsonl@128") == ("prompts-heldout.jsonl", 128) and bench.prompt_set("x.jsonl") == ("x.jsonl", 32)
