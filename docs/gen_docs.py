@@ -516,7 +516,31 @@ def bench_vocab_coverage(data: dict) -> str:
     return head + "\n\n" + table(["draft vocabulary", "verifier top-1 covered (training positions)", "held-out AL", "per position"], rows, "lrrl")
 
 
-BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
+def bench_draft_layers(data: dict) -> str:
+    m = data.get("meta", {})
+    runs = sorted(data["runs"].values(), key=lambda r: (r["budget"] != "steps", r["layers"]))
+    rows = [[r["budget"], r["layers"], r["steps"], f"{r['train_seconds']:.0f}", f"{r['al_heldout']:.3f}",
+             f"{r['served']['vllm_al']:.3f}" if r.get("served") and r["served"].get("vllm_al") is not None else "",
+             ", ".join(f"{k} {v}" for k, v in r.get("served", {}).get("checks", {}).items()),
+             f"{r['cost']['params'] / 1e6:.2f} M", f"{r['cost']['draft_pass_ms']:.1f}", f"{r['cost']['verifier_pass_ms']:.1f}"]
+            for r in runs]
+    head = (f"`python benchmarks/draft_layers.py --steps {m.get('steps')} --lr {m.get('lr')} --optimizer {m.get('optimizer')}`: "
+            "AL on the 312 held-out prompts (reference); vLLM on the 16 held-out prompts (`validate --run`); the draft pass and "
+            "the verifier's forward over a 256-token window, one thread, median of 20.")
+    return head + "\n\n" + table(["budget", "layers", "steps", "train (s)", "AL (312 prompts)", "AL vLLM (16)", "vLLM checks",
+                                     "draft parameters", "draft pass (ms)", "verifier pass (ms)"], rows, "lrrrrrlrrr")
+
+
+def bench_gpu_train(data: dict) -> str:
+    m = data["meta"]
+    rows = [[t, f"{r['tokens_per_second']:,.0f}", f"{r.get('peak_gpu_used_mib', 0):,} MiB",
+             f"{r['peak_cuda_allocated_bytes'] / 2**30:.2f} GiB" if "peak_cuda_allocated_bytes" in r else ""] for t, r in data["runs"].items()]
+    return (f"{m['gpu']}, {m['size']} verifier ({m['shapes']['hidden_size']} wide, {m['shapes']['num_hidden_layers']} layers), {m['dtype']}, "
+            f"{m['batch']} x {m['seq_len']} tokens per step, {m['steps']} steps.\n\n"
+            + table(["trainer", "tokens/s", "peak GPU memory (nvidia-smi)", "peak allocated (torch)"], rows, "lrrr"))
+
+
+BENCHES: dict[str, Callable[[dict], str]] = {"draft_layers": bench_draft_layers, "gpu_train_bench": bench_gpu_train, "convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
                                              "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage}

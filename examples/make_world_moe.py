@@ -160,7 +160,7 @@ def random_reference(out: Path) -> dict:
 
 
 def write_readme(out: Path, m: dict) -> None:
-    """``OUT/README.md`` from ``world.json``."""
+    """The world's README (``README.md`` in ``out``) from ``world.json``."""
     v, d = m["verifier"], m["draft"]
     val, rnd = d["validation"], d["random_reference"]
     fmt = lambda xs: ", ".join(f"{x:.3f}" for x in xs)  # noqa: E731
