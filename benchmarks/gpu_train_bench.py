@@ -122,7 +122,7 @@ def main() -> None:
 
     gpu = args.device.startswith("cuda")
     dtype = "bfloat16" if gpu else "float32"
-    work = Path(args.work).expanduser() / args.size
+    work = Path(args.work).expanduser().resolve() / args.size  # absolute: speculators' trainer runs in another directory
     world = make_world(work, args.size, dtype)
     data = work / f"data-{args.seq_len}"
     facts = tvs.prepare_data(world, data, args.seq_len, "verifier", args.samples, device=args.device, dtype=dtype)
@@ -138,6 +138,7 @@ def main() -> None:
                 "verifier": str(world / "verifier"), "data": str(data), "out": str(work / "runs" / trainer / "draft"),
                 "ckpt": str(work / "runs" / trainer / "speculators"), "options": [], "device": args.device,
                 "verifier_dtype": dtype if gpu else None, "hs_dtype": dtype if gpu else None}
+        (work / "runs" / trainer).mkdir(parents=True, exist_ok=True)
         with GpuPeak() as peak:
             figures, _ = tvs.train_one(trainer, spec, work)
         figures["peak_gpu_used_mib"] = peak.peak
