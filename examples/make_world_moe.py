@@ -18,7 +18,7 @@ end to end with specfmt: ``datagen`` -> ``train eagle3`` -> ``validate --run`` w
 
 Usage::
 
-    python examples/make_world_moe.py [--out examples/world-moe] [--steps 600] [--draft-steps 1500]   # vLLM runs under flock
+    python examples/make_world_moe.py [--out examples/world-moe] [--steps 600] [--draft-steps 600]   # vLLM runs under flock
     python examples/make_world_moe.py --draft-only      # keep the verifier; datagen, train and validate again
 """
 
@@ -44,7 +44,7 @@ QWEN3_VERIFIER = HERE / "world-qwen3" / "verifier" / "model.safetensors"
 TOKENIZER = HERE / "world" / "verifier"
 NUM_EXPERTS, TOP_K, MOE_INTER = 4, 2, 128
 VERIFIER_STEPS, VERIFIER_LR = 600, 1e-3
-DRAFT_STEPS, DRAFT_VOCAB, DRAFT_LR = 1500, 1024, 2e-2
+DRAFT_STEPS, DRAFT_VOCAB, DRAFT_LR = 600, 1024, 2e-2
 CHUNK_CHARS = 1000
 SEQ_LEN = 256
 DRAFT_DIR = "eagle3-specfmt"
