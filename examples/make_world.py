@@ -167,16 +167,17 @@ def make_prompts(heldout: dict[str, str], n: int = N_PROMPTS, seed: int = SEED) 
 HELDOUT_PROMPTS = "prompts-heldout.jsonl"
 
 
-def tile_prompts(heldout: dict[str, str], lo: int = 100, hi: int = 300) -> list[dict]:
+def tile_prompts(heldout: dict[str, str], lo: int = 30, hi: int = 300) -> list[dict]:
     """The held-out sources tiled into disjoint prompts, in file order: from the first non-blank line, whole lines up to
-    ``lo``..``hi`` characters (as :func:`make_prompts` cuts them); the next prompt starts on the line after. A line that
-    cannot start such a prompt (a block longer than ``hi``) is skipped. Every prompt is other text, so the per-prompt
+    ``lo``..``hi`` characters (as :func:`make_prompts` cuts them, shorter); the next prompt starts on the line after. A line
+    that cannot start such a prompt (a block longer than ``hi``) is skipped. Every prompt is other text, so the per-prompt
     acceptance figures are as independent as the sources allow (the benchmarks' paired bootstrap resamples them).
 
-    For the Python 3.11 sources: 312 prompts (fnmatch.py, shlex.py, textwrap.py). Sized by the paired difference of two
-    drafts' AL (issue 38, docs/measured.md): its per-prompt standard deviation was 0.49 for the shipped EAGLE-3 and
-    EAGLE-1 drafts, so 312 prompts give a 95 % half-width of 1.96 x 0.49 / sqrt(312) = 0.054 for two drafts as unlike
-    as those, and less for two drafts of one algorithm."""
+    Sized by the paired difference of two drafts' AL over the prompts (issue 38, docs/commands/validate.md): for two EAGLE-3
+    drafts of the trainer benchmark (Muon, 150 steps, lr 1e-2 and 3e-2) its per-prompt standard deviation was 0.61 on the
+    first tiling (312 prompts of at least 100 characters, 32 tokens each: a 95 % half-width of 0.068), so a half-width under
+    0.05 needs (1.96 x 0.61 / 0.05)^2 = 574 prompts. 64 tokens per prompt did not narrow it (0.078: the two drafts part
+    further down a longer continuation). Prompts of at least 30 characters tile the three files (Python 3.11) into 719."""
     prompts = []
     for name in sorted(heldout):
         lines = heldout[name].splitlines(keepends=True)
