@@ -514,6 +514,22 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
         run_vllm(args, world, results)
 
 
+def remeasure(args: argparse.Namespace, world: Path, results: dict) -> None:
+    """``--remeasure``: every recorded run of the selected trainers and budgets whose draft is still on disk and has no figures on
+    ``--prompts``, measured there (nothing is trained: a run's key names the code that trained it, and that code may be gone)."""
+    trainers, budgets = args.trainers.split(","), set(map(int, args.steps.split(",")))
+    for key, rec in results["runs"].items():
+        if (rec["world"] != world.name or rec["trainer"] not in trainers or rec["steps"] not in budgets
+                or rec.get("algorithm", "eagle3") != args.algorithm or figures_on(rec, args.prompts) is not None):
+            continue
+        if not (Path(rec["draft"]) / "config.json").is_file():
+            print(f"{key}: its draft is gone", flush=True)
+            continue
+        print(f"measuring {key} on {args.prompts}", flush=True)
+        rec.setdefault("evals", {})[args.prompts] = measure(Path(rec["draft"]), world, False, args.prompts)
+        _save(Path(args.json), results)
+
+
 def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
     """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget, among the runs of ``--seed``."""
     for steps in map(int, args.steps.split(",")):
@@ -718,6 +734,8 @@ def main() -> None:
                     help="extra flags for python -m speculators.train")
     ap.add_argument("--vllm", action="store_true", help="also vLLM's AL for each trainer's best lr per budget (~1 min each)")
     ap.add_argument("--force", action="store_true", help="run again what the results file holds")
+    ap.add_argument("--remeasure", action="store_true", help="train nothing: measure every recorded run of --trainers and --steps "
+                    "whose draft is kept on --prompts, where it has no figures")
     ap.add_argument("--work", default="~/.cache/specfmt/bench/trainer_vs_speculators", help="data, drafts and logs")
     ap.add_argument("--json", default=str(RESULTS))
     ap.add_argument("--paired", default=None, metavar="KEY_A,KEY_B",
@@ -738,7 +756,10 @@ def main() -> None:
         _save(path, results)
         return
     results["meta"] = _meta(args)
-    run_all(args, world, results)
+    if args.remeasure:
+        remeasure(args, world, results)
+    else:
+        run_all(args, world, results)
     _save(path, results)
     results = json.loads(path.read_text())  # with what another harness added meanwhile
     results["head_to_head"] = head_to_head(results)
