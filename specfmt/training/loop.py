@@ -389,7 +389,6 @@ def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", ca
 def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, options: AlgorithmOptions, embed: Any, subset: list[int] | None,
            state_dir: str | Path | None, fingerprint: dict[str, Any] | None) -> _Run:
     """The objective (wrapped in ``DistributedDataParallel`` under torchrun), its optimizer and what the steps share."""
-    import torch
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized()
