@@ -19,7 +19,7 @@ What is run, and how:
 
 Results go to ``draft_layers.results.json`` as each measurement ends; ``docs/measured.md`` renders them. Usage::
 
-    flock /tmp/specfmt-vllm.lock nice -n 10 python benchmarks/draft_layers.py [--steps 1500] [--lr 2e-2] [--optimizer muon]
+    nice -n 10 python benchmarks/draft_layers.py [--steps 1500] [--lr 2e-2] [--optimizer muon]   # vLLM under the flock
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 RESULTS = HERE / "draft_layers.results.json"
+#: the lock every vLLM engine on this shared machine takes (``flock /tmp/specfmt-vllm.lock``); training runs without it
+VLLM_LOCK = "/tmp/specfmt-vllm.lock"
 sys.path.insert(0, str(HERE))
 
 import trainer_vs_speculators as tvs  # noqa: E402
@@ -105,9 +107,14 @@ def draft_cost(draft: Path, world: Path) -> dict:
 
 def served(draft: Path, world: Path) -> dict:
     """``validate_run`` with vLLM on the world's 16 held-out prompts: AL both ways and the checks that say it is served right."""
+    import fcntl
+
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / tvs.SMALL_PROMPTS), max_tokens=32, num_speculative_tokens=3, use_vllm=True, write=False)
+    with open(VLLM_LOCK, "a") as lock:  # one vLLM engine at a time on a shared machine (what `flock` takes)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        run = validate_run(str(draft), prompts=str(world / tvs.SMALL_PROMPTS), max_tokens=32, num_speculative_tokens=3, use_vllm=True,
+                           write=False)
     checks = {c.name: c.status for c in run.report.checks}
     return {"reference_al": round(run.reference["mean_acceptance_length"], 4) if run.reference else None,
             "vllm_al": round(run.vllm["mean_acceptance_length"], 4) if run.vllm else None,
