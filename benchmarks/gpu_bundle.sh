@@ -8,6 +8,13 @@
 #     specfmt validate DRAFT --run --no-vllm --device cuda            # bf16 by default on the GPU
 #     specfmt train eagle3 --verifier V --data D -o OUT --device cuda
 #
+# WITH_SPECULATORS=1 adds speculators 0.9.0 and what it imports (tests/speculators_env.py PACKAGES), so that the GPU machine
+# can run the trainer benchmark against it (issue 38): bf16 training tokens/s and peak memory of both trainers on a
+# real-size verifier (random weights, Llama-3.2-1B's shapes):
+#     pip install --no-index --find-links OUT specfmt speculators==0.9.0 hs-connectors==0.9.0 datasets==5.1.0 ...
+#     (or: pip install --no-index --find-links OUT --target SPEC_ENV --no-deps OUT/*speculators* ... as tests/speculators_env.py builds it)
+#     python benchmarks/gpu_train_bench.py --size 1b --steps 60 --batch-size 4 --seq-len 2048    # writes gpu_train_bench.results.json
+#
 # How: pip resolves specfmt's requirements for the target's Python and platform (`pip install --dry-run
 # --report`), the result minus torch and its CUDA/triton packages is downloaded as binary wheels for that
 # target (`pip download --no-deps --only-binary=:all:`), and specfmt itself is built as a wheel (`pip wheel`).
@@ -49,5 +56,11 @@ EOF
 # 3. those wheels, for the target
 $PY -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version "$PYVER" --platform "$PLATFORM" -d "$OUT" "${PINS[@]}"
+# 4. WITH_SPECULATORS=1: speculators 0.9.0 and its imports, pinned as its test env pins them
+if [ "${WITH_SPECULATORS:-0}" = 1 ]; then
+  mapfile -t SPEC < <($PY -c 'import sys; sys.path.insert(0, "tests"); from speculators_env import PACKAGES; print("\n".join(PACKAGES))')
+  $PY -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+      --python-version "$PYVER" --platform "$PLATFORM" -d "$OUT" "${SPEC[@]}"
+fi
 echo "wrote $(ls "$OUT" | wc -l) wheels to $OUT (Python $PYVER, $PLATFORM; torch not included):"
 ls "$OUT"

@@ -71,6 +71,9 @@ RESULTS = Path(__file__).with_suffix(".results.json")
 TRAINERS = ("specfmt", "speculators")
 #: the seed of every run but a seed sweep's (``--seed``); the shipped world's recipe uses it too
 SEED = 1237
+#: the world's 16 held-out prompts (``make_world.make_prompts``; CI's set) and the larger set that separates 0.05 AL
+#: (``make_world.tile_prompts``, ``--prompts``): a run's reference figures are kept per prompts file
+SMALL_PROMPTS, LARGE_PROMPTS = "prompts.jsonl", "prompts-heldout.jsonl"
 #: each trainer's learning-rate sweep: specfmt's around its 3e-3; speculators' default 1e-3 (Muon and AdamW,
 #: speculators/train/config/schema.py ``lr``, ``muon_lr`` unset -> ``lr``) and x/÷ 3
 DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  # each default first
@@ -78,6 +81,13 @@ DEFAULT_LRS = {"specfmt": "3e-3,1e-3,1e-2", "speculators": "1e-3,3.3e-4,3e-3"}  
 SPECULATORS_FIXED = ["--speculator-type", "eagle3", "--num-layers", "1", "--draft-arch", "llama",
                      "--draft-attn-impl", "sdpa", "--loss-implementation", "eager", "--hidden-states-dtype", "float32",
                      "--train-data-ratio", "0.999", "--num-workers", "0", "--on-missing", "raise", "--epochs", "1000"]
+#: ``--algorithm dflash`` (issue 38): the DFlash shape both trainers are given (the Qwen3 world's draft: one Qwen3 layer, a
+#: block of 4 so that k = 3, the full vocabulary, the mask token each resolves from the tokenizer, the pad: 2), and each
+#: trainer's DFlash defaults otherwise (speculators: D-PACE with cross-entropy, 512 anchors per row, Muon; specfmt: the same
+#: objective, ``specfmt train dflash``'s defaults)
+DFLASH_SHAPE = {"block_size": 4, "layers": 1}
+SPECULATORS_DFLASH = ["--speculator-type", "dflash", "--num-layers", str(DFLASH_SHAPE["layers"]), "--draft-arch", "qwen3",
+                      "--block-size", str(DFLASH_SHAPE["block_size"]), *SPECULATORS_FIXED[6:]]
 
 
 def _tests_on_path() -> None:
@@ -114,11 +124,12 @@ def _top1_counts(engine, folder: Path, n: int, vocab_size: int) -> dict[int, int
 
     model = engine._load()
     norm, head = model.get_decoder().norm, model.get_output_embeddings()
+    device = head.weight.device
     counts = torch.zeros(vocab_size, dtype=torch.long)
     with torch.no_grad():
         for i in range(n):
-            last = load_file(str(sample_path(folder, i)))["hidden_states"][:, -1]
-            counts += torch.bincount(head(norm(last)).argmax(-1), minlength=vocab_size)
+            last = load_file(str(sample_path(folder, i)))["hidden_states"][:, -1].to(device)
+            counts += torch.bincount(head(norm(last)).argmax(-1), minlength=vocab_size).cpu()
     return {t: int(c) for t, c in enumerate(counts.tolist())}
 
 
@@ -128,8 +139,10 @@ def ordered_counts(counts: dict[int, int]) -> dict[int, int]:
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None) -> dict:
-    """Make (once) ``root``: the preprocessed dataset, the hidden states and ``token_freq.pt``; returns its facts."""
+def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_samples: int | None = None, *, device: str = "cpu",
+                 dtype: str = "float32") -> dict:
+    """Make (once) ``root``: the preprocessed dataset, the hidden states (extracted on ``device`` in ``dtype``) and
+    ``token_freq.pt``; returns its facts."""
     import torch
 
     from specfmt.algorithms.eagle3 import default_taps
@@ -152,7 +165,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_sam
     t0 = time.perf_counter()
     layout.write_preprocessed(samples, root)
     folder = layout.hidden_states_folder(root)
-    engine = TransformersEngine(verifier, dtype="float32")
+    engine = TransformersEngine(verifier, dtype=dtype, device=device)
     for _ in engine.extract(list(enumerate(windows)), layers, folder):
         pass
     counts = (_top1_counts(engine, folder, len(windows), V) if vocab_from == "verifier"
@@ -161,7 +174,7 @@ def prepare_data(world: Path, root: Path, seq_len: int, vocab_from: str, max_sam
     files = layout.existing_samples(folder)
     layout.write_manifest(root, layout.Manifest(
         verifier=str(world / "verifier"), layers=layers, hidden_size=verifier.info.hidden_size, engine="transformers",
-        seq_len=seq_len, dtype="float32", samples=len(samples), tokens=sum(map(len, samples)), files=len(files),
+        seq_len=seq_len, dtype=dtype, samples=len(samples), tokens=sum(map(len, samples)), files=len(files),
         bytes=sum(layout.sample_path(folder, i).stat().st_size for i in files)))
     facts = {"seq_len": seq_len, "vocab_from": vocab_from, "samples": len(samples), "tokens": len(samples) * seq_len,
              "layers": layers, "vocab_size": V, "files": len(train_files()), "seconds": round(time.perf_counter() - t0, 1)}
@@ -199,8 +212,10 @@ def specfmt_child(spec: dict) -> dict:
     request_fields = set(TrainRequest.__dataclass_fields__)
     topts = {"steps": spec["steps"], "batch_size": spec["batch"], "seq_len": spec["seq_len"], "lr": spec["lr"], "seed": spec["seed"],
              "save_every": 0}
-    req_kw: dict = {"algorithm": "eagle3", "hidden_states": spec["data"], "device": "cpu", "validate": False, "force": True}
-    algo: dict = {"draft_vocab": spec["draft_vocab"]}
+    algorithm = spec.get("algorithm", "eagle3")
+    req_kw: dict = {"algorithm": algorithm, "hidden_states": spec["data"], "device": spec.get("device", "cpu"), "validate": False, "force": True,
+                    **({"verifier_dtype": spec["verifier_dtype"]} if spec.get("verifier_dtype") else {})}
+    algo: dict = {"draft_vocab": spec["draft_vocab"]} if algorithm == "eagle3" else dict(DFLASH_SHAPE)
     for item in spec["options"]:
         name, _, value = item.partition("=")
         name = name.strip().lstrip("-").replace("-", "_")
@@ -209,11 +224,13 @@ def specfmt_child(spec: dict) -> dict:
     stamps: list[float] = []
     losses: list[float] = []
     req = TrainRequest(spec["out"], spec["verifier"], options=algo, **req_kw)
-    train_draft(req, TrainOptions(**topts), log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
+    opts = TrainOptions(**topts)
+    train_draft(req, opts, log=lambda s, loss, acc: (stamps.append(time.perf_counter()), losses.append(float(loss))))
     timed = len(stamps) - 1 - spec["warmup"]
     seconds = stamps[-1] - stamps[spec["warmup"]]
-    return {"train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
-            "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4)}
+    peak = {"peak_cuda_allocated_bytes": torch.cuda.max_memory_allocated()} if str(req_kw["device"]).startswith("cuda") else {}
+    return {"optimizer": opts.optimizer, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
+            "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4), **peak}
 
 
 def patched_speculators(work: Path) -> tuple[Path, dict]:
@@ -246,9 +263,13 @@ def run_speculators(spec: dict, work: Path) -> dict:
     _, env = patched_speculators(work)
     env["OMP_NUM_THREADS"] = str(spec["threads"])
     epochs = -(-spec["steps"] * spec["batch"] // spec["samples"])
-    args = [sys.executable, "-m", "speculators.train", *SPECULATORS_FIXED[:-1], str(epochs),
+    dflash = spec.get("algorithm", "eagle3") == "dflash"
+    fixed = SPECULATORS_DFLASH if dflash else SPECULATORS_FIXED
+    if spec.get("hs_dtype"):  # the GPU bench: bf16 hidden states and autocast (speculators' recommended setting)
+        fixed = [spec["hs_dtype"] if a == "float32" and fixed[i - 1] == "--hidden-states-dtype" else a for i, a in enumerate(fixed)]
+    args = [sys.executable, "-m", "speculators.train", *fixed[:-1], str(epochs),
             "--verifier-name-or-path", spec["verifier"], "--data-path", spec["data"], "--target-layer-ids",
-            *map(str, spec["layers"][:-1]), "--draft-vocab-size", str(spec["draft_vocab"]),
+            *map(str, spec["layers"][:-1]), *([] if dflash else ["--draft-vocab-size", str(spec["draft_vocab"])]),
             "--total-seq-len", str(spec["batch"] * spec["seq_len"]), "--max-steps", str(spec["steps"]),
             "--lr", str(spec["lr"]), "--seed", str(spec["seed"]), "--save-path", spec["ckpt"], "--log-dir", spec["ckpt"] + "-logs",
             *[a for item in spec["options"] for a in item.split()]]
@@ -293,17 +314,70 @@ def vocab_of(draft: Path) -> tuple[list[int], list[int]]:
     return found["d2t"].tolist(), found["t2d"].nonzero().flatten().tolist()
 
 
-def measure(draft: Path, world: Path, use_vllm: bool) -> dict:
-    """AL of a specfmt draft on the world's held-out prompts (``validate --run``'s reference run, or vLLM's)."""
+def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMPTS) -> dict:
+    """AL of a specfmt draft on the world's held-out ``prompts`` (``validate --run``'s reference run, or vLLM's); the
+    reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples).
+    Another set than :data:`SMALL_PROMPTS` is measured by :func:`reference_only` (the larger set: the misreadings would
+    multiply its cost about sevenfold)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+    if not use_vllm and prompts != SMALL_PROMPTS:
+        return reference_only(draft, world, prompts)
+
+    file, tokens = prompt_set(prompts)
+    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=use_vllm, write=False)
     fig = run.vllm if use_vllm else run.reference
     if fig is None:
         sys.exit(f"validate --run measured nothing for {draft}: " + "; ".join(c.detail for c in run.report.checks if c.status == "fail"))
-    return {"al": round(fig["mean_acceptance_length"], 4),
-            "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
+    out = {"al": round(fig["mean_acceptance_length"], 4), "per_position": [round(x, 4) for x in fig["acceptance_rate_per_position"]]}
+    if not use_vllm:
+        out["rows"] = [[p["drafts"], p["accepted"]] for p in run.diagnosis["per_prompt"]]
+    return out
+
+
+def reference_only(draft: Path, world: Path, prompts: str) -> dict:
+    """The reference run of ``draft`` as written, alone: what ``validate_run`` measures first (the same verifier load, prompts,
+    proposer and :func:`specfmt.validation.acceptance.run_chains`), without the misreadings it simulates beside it (about 7
+    readings for EAGLE-3; ``tests/test_trainer_bench.py`` checks that the figures are ``validate_run``'s). ``{al, per_position,
+    rows}``."""
+    import torch
+
+    from specfmt.algorithms import get
+    from specfmt.algorithms.base import Variant
+    from specfmt.convert import load_draft
+    from specfmt.sources.placement import resolve_placement
+    from specfmt.sources.verifier import Verifier
+    from specfmt.validation.acceptance import group_size, run_chains
+    from specfmt.validation.prompts import load_prompts
+
+    file, tokens = prompt_set(prompts)
+    d = load_draft(str(draft))
+    cfg, algo = d.config, get(d.config["speculators_model_type"])
+    verifier = Verifier.load(str(world / "verifier"))
+    ids = load_prompts(str(world / file), verifier.tokenizer()).ids
+    model = verifier.load_model(resolve_placement("cpu", "float32", None, None))
+    embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
+    tensors = {n: t.float() if t.is_floating_point() else t for n, t in d.tensors.items()}
+    k = 3
+    with torch.no_grad():
+        proposer = algo.proposer(Variant(None, "as written", cfg), tensors, embed, head)
+        res = run_chains(model, ids, [proposer], k, tokens, group=group_size(model, max(map(len, ids)) + tokens + k))[0]
+    return {"al": round(res.mean_acceptance_length, 4), "per_position": [round(x, 4) for x in res.acceptance_rate_per_position],
+            "rows": [[a, b] for a, b in zip(res.drafts_per_prompt, res.accepted_per_prompt)]}
+
+
+def prompt_set(label: str) -> tuple[str, int]:
+    """``(prompts file in the world, tokens generated per prompt)`` of a prompt set's label: ``FILE`` (32 tokens, what every
+    run was measured with first) or ``FILE@TOKENS``."""
+    file, _, tokens = label.partition("@")
+    return file, int(tokens) if tokens else 32
+
+
+def figures_on(rec: dict, prompts: str) -> dict | None:
+    """A run's reference figures on the world's ``prompts`` file: ``reference`` for :data:`SMALL_PROMPTS` (the set
+    every run was measured on first), else ``evals[prompts]``; None when not measured there."""
+    return rec.get("reference") if prompts == SMALL_PROMPTS else rec.get("evals", {}).get(prompts)
 
 
 def specfmt_tree() -> str:
@@ -316,10 +390,12 @@ def specfmt_tree() -> str:
     return tree + ("" if git("diff", "--quiet", "HEAD", "--", "specfmt").returncode == 0 else "+dirty")
 
 
-def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str], seed: int = SEED) -> str:
-    """The results file's key of one run; a seed other than :data:`SEED` is part of it (a seed sweep)."""
+def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, options: list[str], seed: int = SEED,
+            algorithm: str = "eagle3") -> str:
+    """The results file's key of one run; a seed other than :data:`SEED` and an algorithm other than EAGLE-3 are part of it."""
     code = [f"specfmt-tree:{specfmt_tree()}"] if trainer == "specfmt" else []
-    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code, *([f"seed:{seed}"] if seed != SEED else [])])
+    return "|".join([world, trainer, str(steps), f"{lr:g}", vocab_from, " ".join(options), *code, *([f"seed:{seed}"] if seed != SEED else []),
+                     *([f"algorithm:{algorithm}"] if algorithm != "eagle3" else [])])
 
 
 def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
@@ -365,7 +441,8 @@ def _save(path: Path, results: dict) -> None:
             mine = results.get(part, {})
             results[part] = {**disk.get(part, {}), **{k: {**disk.get(part, {}).get(k, {}), **v} for k, v in mine.items()}}
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
+        # a prompt's [drafts, accepted] on one line: 312 lines per measurement on the larger set, not 1,248
+        tmp.write_text(re.sub(r"\[\s+(\d+),\s+(\d+)\s+\]", r"[\1, \2]", json.dumps(results, indent=2)) + "\n")
         os.replace(tmp, path)
 
 
@@ -392,55 +469,92 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
     for steps in map(int, args.steps.split(",")):
         for trainer, lr in [(t, v[i]) for i in range(max(map(len, lrs.values()))) for t, v in lrs.items() if i < len(v)]:
             options = args.specfmt_option if trainer == "specfmt" else args.speculators_arg
-            key = run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed) + (f"|first{args.max_samples}" if args.max_samples else "")
-            if key in results["runs"] and not args.force:
-                print(f"have {key}", flush=True)
-                continue
+            key = (run_key(world.name, trainer, steps, lr, args.vocab_from, options, args.seed, args.algorithm)
+                   + (f"|first{args.max_samples}" if args.max_samples else ""))
+            old = results["runs"].get(key)
+            if old is not None and not args.force:
+                if figures_on(old, args.prompts) is not None:
+                    print(f"have {key}", flush=True)
+                    continue
+                if (Path(old["draft"]) / "config.json").is_file():  # a kept draft: measured on the new set, not trained again
+                    print(f"measuring {key} on {args.prompts}", flush=True)
+                    old.setdefault("evals", {})[args.prompts] = measure(Path(old["draft"]), world, False, args.prompts)
+                    _save(Path(args.json), results)
+                    continue
+                print(f"{key}: no figures on {args.prompts} and its draft is gone: training it again", flush=True)
             run_dir = work / "runs" / _slug(key)
             spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
                     "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
-                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data),
+                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data), "algorithm": args.algorithm,
                     "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
             print(f"training {key}", flush=True)
             load = os.getloadavg()[0]
             figures, draft = train_one(trainer, spec, work)
             figures["load_average"] = [round(load, 2), round(os.getloadavg()[0], 2)]  # 1-min, before and after: a shared machine
-            d2t, used = vocab_of(draft)
-            assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
-            rec = {"world": world.name, "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
+            if args.algorithm == "eagle3":  # a DFlash draft has the full vocabulary
+                d2t, used = vocab_of(draft)
+                assert (d2t, used) == (want_d2t, want_used), f"{key}: the draft's d2t/t2d differ from the shared vocabulary"
+            if trainer == "speculators":  # its --optimizer, default muon (speculators/train/config/schema.py OptimizerArgs)
+                figures["optimizer"] = "adamw" if "--optimizer adamw" in " ".join(options) else "muon"
+            rec = {"world": world.name, **({"algorithm": args.algorithm} if args.algorithm != "eagle3" else {}), "trainer": trainer, "steps": steps, "lr": lr, "seed": args.seed, "vocab_from": args.vocab_from, "threads": args.threads,
                    "specfmt_tree": specfmt_tree(),
                    "options": options, "tokens": steps * args.batch_size * args.seq_len, **figures,
                    "reference": measure(draft, world, use_vllm=False), "draft": str(draft)}
+            if old is not None and old["reference"]["al"] != rec["reference"]["al"]:
+                rec["earlier_reference_al"] = old["reference"]["al"]  # the same run trained again gave another draft
+            if args.prompts != SMALL_PROMPTS:
+                rec["evals"] = {args.prompts: measure(draft, world, False, args.prompts)}
             results["runs"][key] = rec
             _save(Path(args.json), results)
-            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}  "
-                  f"{rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
+            big = figures_on(rec, args.prompts)
+            print(f"  AL {rec['reference']['al']:.3f} {rec['reference']['per_position']}"
+                  + (f", on {args.prompts} {big['al']:.3f}" if args.prompts != SMALL_PROMPTS else "")
+                  + f"  {rec['tokens_per_second']:,.0f} tokens/s  {rec['train_seconds']:.0f} s", flush=True)
     if args.vllm:
         run_vllm(args, world, results)
+
+
+def remeasure(args: argparse.Namespace, world: Path, results: dict) -> None:
+    """``--remeasure``: every recorded run of the selected trainers and budgets whose draft is still on disk and has no figures on
+    ``--prompts``, measured there (nothing is trained: a run's key names the code that trained it, and that code may be gone)."""
+    trainers, budgets = args.trainers.split(","), set(map(int, args.steps.split(",")))
+    for key, rec in results["runs"].items():
+        if (rec["world"] != world.name or rec["trainer"] not in trainers or rec["steps"] not in budgets
+                or rec.get("algorithm", "eagle3") != args.algorithm or figures_on(rec, args.prompts) is not None):
+            continue
+        if not (Path(rec["draft"]) / "config.json").is_file():
+            print(f"{key}: its draft is gone", flush=True)
+            continue
+        print(f"measuring {key} on {args.prompts}", flush=True)
+        rec.setdefault("evals", {})[args.prompts] = measure(Path(rec["draft"]), world, False, args.prompts)
+        _save(Path(args.json), results)
 
 
 def run_vllm(args: argparse.Namespace, world: Path, results: dict) -> None:
     """vLLM's AL for the best learning rate (by the reference AL) of each selected trainer and budget, among the runs of ``--seed``."""
     for steps in map(int, args.steps.split(",")):
         for trainer in args.trainers.split(","):
-            runs = [r for r in results["runs"].values() if (r["world"], r["trainer"], r["steps"], r["vocab_from"])
-                    == (world.name, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
+            runs = [r for r in results["runs"].values() if (r["world"], r.get("algorithm", "eagle3"), r["trainer"], r["steps"], r["vocab_from"])
+                    == (world.name, args.algorithm, trainer, steps, args.vocab_from) and r.get("seed", SEED) == args.seed
                     and (trainer != "specfmt" or r.get("specfmt_tree") == specfmt_tree())]
+            runs = [r for r in runs if figures_on(r, args.prompts) is not None]
             if not runs:
                 continue
-            best = max(runs, key=lambda r: r["reference"]["al"])
-            if "vllm" in best and not args.force:
+            best = max(runs, key=lambda r: figures_on(r, args.prompts)["al"])
+            field = "vllm" if args.prompts == SMALL_PROMPTS else f"vllm:{args.prompts}"
+            if field in best and not args.force:
                 continue
-            print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g}", flush=True)
-            best["vllm"] = measure(Path(best["draft"]), world, use_vllm=True)
+            print(f"vLLM: {trainer} {steps} steps lr {best['lr']:g} on {args.prompts}", flush=True)
+            best[field] = measure(Path(best["draft"]), world, True, args.prompts)
             _save(Path(args.json), results)
 
 
-def per_prompt(draft: Path, world: Path) -> list[tuple[int, int]]:
+def per_prompt(draft: Path, world: Path, prompts: str = SMALL_PROMPTS) -> list[tuple[int, int]]:
     """``(drafts, accepted)`` of each held-out prompt in the reference run of ``draft`` (``validate --run``'s diagnosis)."""
     from specfmt.validation.run import validate_run
 
-    run = validate_run(str(draft), prompts=str(world / "prompts.jsonl"), max_tokens=32, num_speculative_tokens=3,
+    file, tokens = prompt_set(prompts)
+    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=False, write=False)
     return [(p["drafts"], p["accepted"]) for p in run.diagnosis["per_prompt"]]
 
@@ -463,21 +577,119 @@ def paired_bootstrap(a: list[tuple[int, int]], b: list[tuple[int, int]], resampl
             "high": round(diffs[int(0.975 * resamples)], 4), "prompts": n, "resamples": resamples}
 
 
-def compare(results: dict, keys: list[str], world: Path) -> None:
-    """``--paired A,B``: the paired bootstrap of two recorded runs' reference AL, printed and saved under ``paired``."""
+def compare(results: dict, keys: list[str], world: Path, prompts: str = SMALL_PROMPTS) -> None:
+    """``--paired A,B``: the paired bootstrap of two recorded runs' reference AL on ``prompts`` (their recorded
+    per-prompt figures, else a new reference run of each draft), printed and saved under ``paired``."""
     missing = [k for k in keys if k not in results["runs"]]
     if len(keys) != 2 or missing:
         sys.exit(f"--paired takes two keys of the results file; not there: {missing}" if missing else "--paired takes two keys")
-    rows = [per_prompt(Path(results["runs"][k]["draft"]), world) for k in keys]
-    out = {"a": keys[0], "b": keys[1], **paired_bootstrap(*rows)}
-    results.setdefault("paired", {})[" - ".join(keys)] = out
+    rows = []
+    for k in keys:
+        fig = figures_on(results["runs"][k], prompts)
+        rows.append([tuple(r) for r in fig["rows"]] if fig and "rows" in fig
+                    else per_prompt(Path(results["runs"][k]["draft"]), world, prompts))
+    out = {"a": keys[0], "b": keys[1], "prompts_file": prompts, **paired_bootstrap(*rows)}
+    results.setdefault("paired", {})[" - ".join(keys) + ("" if prompts == SMALL_PROMPTS else f" @ {prompts}")] = out
     print(f"{keys[0]} - {keys[1]}: {out['difference']:+.4f}, 95 % interval {out['low']:+.4f} to {out['high']:+.4f} "
           f"({out['prompts']} prompts, {out['resamples']:,} resamplings)")
 
 
+def _al(rows: list) -> float:
+    return 1 + sum(a for _, a in rows) / max(1, sum(d for d, _ in rows))
+
+
+def settings(results: dict, prompts: str, world: str = "world", algorithm: str = "eagle3") -> dict[tuple, list[dict]]:
+    """The runs measured on ``prompts``, by setting ``(trainer, steps, optimizer, options, lr)``, each setting's runs one
+    per seed (of several runs of one seed, the last in the file: a newer specfmt tree). ``options`` leaves out the
+    optimizer, which is its own field (``optimizer=...`` for specfmt, ``--optimizer ...`` for speculators)."""
+    found: dict[tuple, dict[int, dict]] = {}
+    for r in results["runs"].values():
+        if r["world"] != world or r.get("algorithm", "eagle3") != algorithm or figures_on(r, prompts) is None:
+            continue
+        opts = tuple(o for o in r["options"] if not o.replace("--", "").startswith("optimizer"))
+        optimizer = r.get("optimizer") or ("muon" if r["trainer"] == "speculators" else "adamw")  # runs before issue 38: AdamW in specfmt
+        found.setdefault((r["trainer"], r["steps"], optimizer, opts, r["lr"]), {})[r.get("seed", SEED)] = r
+    return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
+
+
+def seed_mean(runs: list[dict], prompts: str) -> float:
+    return sum(figures_on(r, prompts)["al"] for r in runs) / len(runs)
+
+
+def best_setting(results: dict, prompts: str, trainer: str, steps: int, seeds: int = 3, optimizer: str | None = None,
+                 options: tuple = (), world: str = "world", algorithm: str = "eagle3") -> tuple[tuple, list[dict]] | None:
+    """The setting of ``trainer`` at ``steps`` (with ``options``; of ``optimizer`` when given) with at least ``seeds``
+    seeds measured on ``prompts`` and the best mean AL over them; None when no setting has that many seeds."""
+    found = [(k, v) for k, v in settings(results, prompts, world, algorithm).items() if k[0] == trainer and k[1] == steps and k[3] == options
+             and (optimizer is None or k[2] == optimizer) and len(v) >= seeds]
+    return max(found, key=lambda kv: seed_mean(kv[1], prompts)) if found else None
+
+
+def defaults_from_results(results: dict, steps: int = 1500, prompts: str = LARGE_PROMPTS) -> dict:
+    """``specfmt train``'s ``--optimizer`` and ``--lr`` by this benchmark: specfmt's setting with every other option at its
+    default and the best three-seed mean AL on the larger held-out set at ``steps`` (the README's budget)
+    (``tests/test_trainer_bench.py`` holds :class:`specfmt.training.loop.TrainOptions`'s defaults to it).
+
+    Raises:
+        LookupError: no specfmt setting at ``steps`` has three seeds measured on ``prompts``.
+    """
+    best = best_setting(results, prompts, "specfmt", steps)
+    if best is None:
+        raise LookupError(f"no specfmt setting at {steps} steps has three seeds measured on {prompts}")
+    (_, _, optimizer, _, lr), _ = best
+    return {"optimizer": optimizer, "lr": lr}
+
+
+def paired_means(a: list[dict], b: list[dict], prompts: str, resamples: int = 10_000, seed: int = 0) -> dict:
+    """The difference of two settings' seed-mean AL on ``prompts``, with its 95 % interval from a paired bootstrap over
+    the prompts (every seed's draft of both settings on the same resampled prompts); the seeds' spread beside it."""
+    import random
+    import statistics
+
+    import numpy as np
+
+    rows_a = [figures_on(r, prompts)["rows"] for r in a]
+    rows_b = [figures_on(r, prompts)["rows"] for r in b]
+    n = len(rows_a[0])
+    rng = random.Random(seed)
+    idx = np.array([[rng.randrange(n) for _ in range(n)] for _ in range(resamples)])  # [resamples, n]
+
+    def mean_al(rows: list, take: "np.ndarray") -> "np.ndarray":
+        arr = np.array(rows, dtype=np.float64)  # [runs, n, 2]
+        got = arr[:, take]  # [runs, ..., n, 2]
+        return (1 + got[..., 1].sum(-1) / np.maximum(1, got[..., 0].sum(-1))).mean(0)
+
+    def diff(take: "np.ndarray") -> "np.ndarray":
+        return mean_al(rows_a, take) - mean_al(rows_b, take)
+
+    diffs = sorted(diff(idx).tolist())
+    sd = lambda rows: statistics.stdev(_al(r) for r in rows) if len(rows) > 1 else 0.0  # noqa: E731
+    return {"difference": round(float(diff(np.arange(n))), 4), "low": round(diffs[int(0.025 * resamples)], 4),
+            "high": round(diffs[int(0.975 * resamples)], 4), "prompts": n, "resamples": resamples,
+            "seeds": [len(a), len(b)], "seed_sd": [round(sd(rows_a), 4), round(sd(rows_b), 4)]}
+
+
+def head_to_head(results: dict, prompts: str = LARGE_PROMPTS) -> dict:
+    """At each budget, each trainer's best three-seed setting on ``prompts`` and the paired difference of their means
+    (specfmt minus speculators); saved under ``head_to_head`` and rendered in the docs."""
+    out = {}
+    combos = sorted({(r["world"], r.get("algorithm", "eagle3"), r["steps"]) for r in results["runs"].values()})
+    for world, algorithm, steps in combos:
+        a = best_setting(results, prompts, "specfmt", steps, world=world, algorithm=algorithm)
+        b = best_setting(results, prompts, "speculators", steps, world=world, algorithm=algorithm)
+        if a is None or b is None:
+            continue
+        out[str(steps) if (world, algorithm) == ("world", "eagle3") else f"{world}|{algorithm}|{steps}"] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
+                                       "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
+                           "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
+                                           "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
+                           "paired": paired_means(a[1], b[1], prompts)}
+    return out
+
+
 def table(results: dict) -> str:
-    rows = ["| world | steps | trainer | lr | AL reference (per position) | AL vLLM | tokens/s | train s |",
-            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: |"]
+    rows = [f"| world | steps | trainer | lr | AL reference (per position) | AL vLLM | AL on {LARGE_PROMPTS} | tokens/s | train s |",
+            "| --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: |"]
     runs = sorted(results["runs"].values(), key=lambda r: (r["world"], r["steps"], r["trainer"], r["lr"]))
     for r in runs:
         best = max((x["reference"]["al"] for x in runs if (x["world"], x["steps"], x["trainer"]) == (r["world"], r["steps"], r["trainer"])))
@@ -485,7 +697,11 @@ def table(results: dict) -> str:
         pp = " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"])
         vl = f"{r['vllm']['al']:.3f}" if "vllm" in r else ""
         opts = (f" {' '.join(r['options'])}" if r["options"] else "") + (f" ({r['specfmt_tree']})" if r["trainer"] == "specfmt" else "")
-        rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts} | {r['lr']:g} | {al} ({pp}) | {vl} | "
+        big = figures_on(r, LARGE_PROMPTS)
+        seed = f" seed {r['seed']}" if r.get("seed", SEED) != SEED else ""
+        opts += f" {r['optimizer']}" if "optimizer" in r and not any("optimizer" in o for o in r["options"]) else ""
+        large = f"{big['al']:.3f}" if big else ""
+        rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts}{seed} | {r['lr']:g} | {al} ({pp}) | {vl} | {large} | "
                     f"{r['tokens_per_second']:,.0f} | {r['train_seconds']:.0f} |")
     return "\n".join(rows)
 
@@ -494,6 +710,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", default=str(REPO / "examples" / "world"), help="world folder (examples/world, examples/world-qwen3)")
     ap.add_argument("--trainers", default=",".join(TRAINERS))
+    ap.add_argument("--algorithm", choices=("eagle3", "dflash"), default="eagle3",
+                    help=f"the draft both trainers train (dflash: {DFLASH_SHAPE}, the full vocabulary)")
     ap.add_argument("--steps", default="150,1500", help="step budgets, comma-separated")
     ap.add_argument("--lrs", default=None, help="learning rates for every selected trainer (default: each trainer's sweep, "
                     + "; ".join(f"{t} {v}" for t, v in DEFAULT_LRS.items()) + ")")
@@ -504,6 +722,9 @@ def main() -> None:
                     help="token_freq.pt counts: the verifier's top-1 at every training position, or the training tokens")
     ap.add_argument("--max-samples", type=int, default=None,
                     help="only the first N windows (a quick check of the harness; its results are not comparable)")
+    ap.add_argument("--prompts", default=SMALL_PROMPTS,
+                    help=f"the world's held-out prompts file each draft is measured on besides {SMALL_PROMPTS} (the larger set: "
+                         f"{LARGE_PROMPTS}); a recorded run without figures there is measured (its draft kept) or trained again")
     ap.add_argument("--seed", type=int, default=SEED, help="a seed other than the default is part of the run's key")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5, help="steps not timed")
@@ -513,6 +734,8 @@ def main() -> None:
                     help="extra flags for python -m speculators.train")
     ap.add_argument("--vllm", action="store_true", help="also vLLM's AL for each trainer's best lr per budget (~1 min each)")
     ap.add_argument("--force", action="store_true", help="run again what the results file holds")
+    ap.add_argument("--remeasure", action="store_true", help="train nothing: measure every recorded run of --trainers and --steps "
+                    "whose draft is kept on --prompts, where it has no figures")
     ap.add_argument("--work", default="~/.cache/specfmt/bench/trainer_vs_speculators", help="data, drafts and logs")
     ap.add_argument("--json", default=str(RESULTS))
     ap.add_argument("--paired", default=None, metavar="KEY_A,KEY_B",
@@ -529,11 +752,17 @@ def main() -> None:
     path = Path(args.json)
     results = json.loads(path.read_text()) if path.is_file() else {"runs": {}}
     if args.paired:
-        compare(results, args.paired.split(","), world)
+        compare(results, args.paired.split(","), world, args.prompts)
         _save(path, results)
         return
     results["meta"] = _meta(args)
-    run_all(args, world, results)
+    if args.remeasure:
+        remeasure(args, world, results)
+    else:
+        run_all(args, world, results)
+    _save(path, results)
+    results = json.loads(path.read_text())  # with what another harness added meanwhile
+    results["head_to_head"] = head_to_head(results)
     _save(path, results)
     print()
     print(table(results))

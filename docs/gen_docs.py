@@ -570,12 +570,16 @@ def bench_trainer_vs_speculators(data: dict) -> str:
     for r in (r for r in runs if r.get("seed", seed) == seed):  # a seed sweep's runs are not a rate's best
         k = (r["world"], r["steps"], r["trainer"])
         best[k] = max(best.get(k, 0.0), r["reference"]["al"])
-    rows = [[r["world"], r["steps"], r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+    large = "prompts-heldout.jsonl"  # the larger held-out set (issue 38): a run's figures there, when measured
+    rows = [[r["world"] + (f" ({r['algorithm']})" if r.get("algorithm") else ""), r["steps"],
+             r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
+             + (f" {r['optimizer']}" if r.get("optimizer") and not any("optimizer" in o for o in r["options"]) else "")
              + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else "")
              + (f", seed {r['seed']}" if r.get("seed", seed) != seed else ""), f"{r['lr']:g}",
              (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best.get((r["world"], r["steps"], r["trainer"]))
               else f"{r['reference']['al']:.3f}"),
              " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
+             f"{r['evals'][large]['al']:.3f}" if large in r.get("evals", {}) else "",
              f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
             for r in runs]
     m = data.get("meta", {})
@@ -587,8 +591,17 @@ def bench_trainer_vs_speculators(data: dict) -> str:
             "Bold: each trainer's best learning rate per budget.")
     paired = [f"- `{p['a']}` minus `{p['b']}`: {p['difference']:+.3f}, 95 % interval {p['low']:+.3f} to {p['high']:+.3f} "
               f"(paired bootstrap over the {p['prompts']} prompts, {p['resamples']:,} resamplings; `--paired`)" for p in data.get("paired", {}).values()]
-    return head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", "tokens/s", "train (s)",
-                                   "load average before / after"], rows, "lrlrrlrrrl") + ("\n\n" + "\n".join(paired) if paired else "")
+    h2h = [f"- {k if '|' in k else 'world, EAGLE-3, ' + k + ' steps'}: specfmt {v['specfmt']['optimizer']} lr {v['specfmt']['lr']:g} "
+           f"mean **{v['specfmt']['mean']:.3f}** ({' / '.join(f'{x:.3f}' for x in v['specfmt']['seeds'])}), speculators "
+           f"{v['speculators']['optimizer']} lr {v['speculators']['lr']:g} mean **{v['speculators']['mean']:.3f}** "
+           f"({' / '.join(f'{x:.3f}' for x in v['speculators']['seeds'])}); specfmt minus speculators {v['paired']['difference']:+.3f}, "
+           f"95 % interval {v['paired']['low']:+.3f} to {v['paired']['high']:+.3f} (paired bootstrap over the {v['paired']['prompts']} "
+           f"prompts of `{large}`, every seed's draft on the same resampled prompts)"
+           for k, v in data.get("head_to_head", {}).items()]
+    return (head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", f"AL `{large}`", "tokens/s",
+                                     "train (s)", "load average before / after"], rows, "lrlrrlrrrrl")
+            + ("\n\n" + "\n".join(paired) if paired else "")
+            + ("\n\n**Three seeds at each trainer's best setting** (mean AL on `" + large + "`):\n\n" + "\n".join(h2h) if h2h else ""))
 
 
 def bench_vocab_coverage(data: dict) -> str:
@@ -641,6 +654,8 @@ def bench_compare_world(data: dict) -> str:
         lines = [f"- T = {t:g}: " + " > ".join(r) for t, r in ranks.items()]
         out.append("Ranking by vLLM's estimated speedup:\n\n" + "\n".join(lines))
     return "\n\n".join(out)
+
+
 def bench_quickstart_vllm(data: dict) -> str:
     runs, s = data["runs"], data["summary"]
 
@@ -670,7 +685,31 @@ def bench_quickstart_vllm(data: dict) -> str:
                                 "seconds", "load average"], per_run, "rrrlrrlrl")])
 
 
-BENCHES: dict[str, Callable[[dict], str]] = {"convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
+def bench_draft_layers(data: dict) -> str:
+    m = data.get("meta", {})
+    runs = sorted(data["runs"].values(), key=lambda r: (r["budget"] != "steps", r["layers"]))
+    rows = [[r["budget"], r["layers"], r["steps"], f"{r['train_seconds']:.0f}", f"{r['al_heldout']:.3f}",
+             f"{r['served']['vllm_al']:.3f}" if r.get("served") and r["served"].get("vllm_al") is not None else "",
+             ", ".join(f"{k} {v}" for k, v in r.get("served", {}).get("checks", {}).items()),
+             f"{r['cost']['params'] / 1e6:.2f} M", f"{r['cost']['draft_pass_ms']:.1f}", f"{r['cost']['verifier_pass_ms']:.1f}"]
+            for r in runs]
+    head = (f"`python benchmarks/draft_layers.py --steps {m.get('steps')} --lr {m.get('lr')} --optimizer {m.get('optimizer')}`: "
+            "AL on the 312 held-out prompts (reference); vLLM on the 16 held-out prompts (`validate --run`); the draft pass and "
+            "the verifier's forward over a 256-token window, one thread, median of 20.")
+    return head + "\n\n" + table(["budget", "layers", "steps", "train (s)", "AL (312 prompts)", "AL vLLM (16)", "vLLM checks",
+                                     "draft parameters", "draft pass (ms)", "verifier pass (ms)"], rows, "lrrrrrlrrr")
+
+
+def bench_gpu_train(data: dict) -> str:
+    m = data["meta"]
+    rows = [[t, f"{r['tokens_per_second']:,.0f}", f"{r.get('peak_gpu_used_mib', 0):,} MiB",
+             f"{r['peak_cuda_allocated_bytes'] / 2**30:.2f} GiB" if "peak_cuda_allocated_bytes" in r else ""] for t, r in data["runs"].items()]
+    return (f"{m['gpu']}, {m['size']} verifier ({m['shapes']['hidden_size']} wide, {m['shapes']['num_hidden_layers']} layers), {m['dtype']}, "
+            f"{m['batch']} x {m['seq_len']} tokens per step, {m['steps']} steps.\n\n"
+            + table(["trainer", "tokens/s", "peak GPU memory (nvidia-smi)", "peak allocated (torch)"], rows, "lrrr"))
+
+
+BENCHES: dict[str, Callable[[dict], str]] = {"draft_layers": bench_draft_layers, "gpu_train_bench": bench_gpu_train, "convert_bench": bench_convert, "real_configs_bench": bench_real_configs,
                                              "scale_bench": bench_scale, "train_bench": bench_train, "fuzz_bench": bench_fuzz,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
                                              "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,

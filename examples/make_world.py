@@ -20,6 +20,8 @@ minutes.  The output folder (default ``examples/world``) holds:
                         specfmt's trainer (``specfmt.training.pipeline.train_draft``, what
                         ``specfmt train`` runs).
 * ``prompts.jsonl``     prompts cut from held-out stdlib files (never trained on).
+* ``prompts-heldout.jsonl`` the held-out files tiled into disjoint prompts: the larger set
+                        benchmarks compare drafts on (``--heldout-prompts-only`` writes it alone).
 * ``README.md``         what is here, sizes, the measured losses.
 
 Usage::
@@ -159,6 +161,46 @@ def make_prompts(heldout: dict[str, str], n: int = N_PROMPTS, seed: int = SEED) 
                     break
         assert got == k, f"only {got} prompts from {name}"
     return prompts
+
+
+#: the larger held-out prompt set (``tile_prompts``): benchmarks that compare drafts measure on it (issue 38)
+HELDOUT_PROMPTS = "prompts-heldout.jsonl"
+
+
+def tile_prompts(heldout: dict[str, str], lo: int = 30, hi: int = 300) -> list[dict]:
+    """The held-out sources tiled into disjoint prompts, in file order: from the first non-blank line, whole lines up to
+    ``lo``..``hi`` characters (as :func:`make_prompts` cuts them, shorter); the next prompt starts on the line after. A line
+    that cannot start such a prompt (a block longer than ``hi``) is skipped. Every prompt is other text, so the per-prompt
+    acceptance figures are as independent as the sources allow (the benchmarks' paired bootstrap resamples them).
+
+    Sized by the paired difference of two drafts' AL over the prompts (issue 38, docs/commands/validate.md): for two EAGLE-3
+    drafts of the trainer benchmark (Muon, 150 steps, lr 1e-2 and 3e-2) its per-prompt standard deviation was 0.61 on the
+    first tiling (312 prompts of at least 100 characters, 32 tokens each: a 95 % half-width of 0.068), so a half-width under
+    0.05 needs (1.96 x 0.61 / 0.05)^2 = 574 prompts. 64 tokens per prompt did not narrow it (0.078: the two drafts part
+    further down a longer continuation). Prompts of at least 30 characters tile the three files (Python 3.11) into 719."""
+    prompts = []
+    for name in sorted(heldout):
+        lines = heldout[name].splitlines(keepends=True)
+        i = 0
+        while i < len(lines):
+            text, j = "", i
+            while lines[i].strip() and j < len(lines) and len(text) + len(lines[j]) <= hi:
+                text += lines[j]
+                j += 1
+                if len(text) >= lo:
+                    break
+            if lo <= len(text) <= hi:
+                prompts.append({"prompt": text})
+                i = j
+            else:
+                i += 1
+    return prompts
+
+
+def write_prompts(path: Path, prompts: list[dict]) -> None:
+    with open(path, "w") as f:
+        for p in prompts:
+            f.write(json.dumps(p) + "\n")
 
 
 def train_tokenizer(train: dict[str, str], out_dir: Path):
@@ -617,6 +659,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help="EAGLE-3 draft training steps")
     ap.add_argument("--eagle1-steps", type=int, default=EAGLE1_STEPS, help="EAGLE-1 draft training steps")
     ap.add_argument("--medusa-steps", type=int, default=MEDUSA_STEPS, help="Medusa heads training steps")
+    ap.add_argument("--heldout-prompts-only", action="store_true",
+                    help=f"write only {HELDOUT_PROMPTS}, the larger held-out prompt set, into --out (nothing trained)")
     ap.add_argument("--drafts-only", action="store_true",
                     help="keep the verifier, tokenizer and prompts in --out; retrain and rewrite the drafts")
     ap.add_argument("--drafts", default=",".join(DRAFT_DIRS),
@@ -630,6 +674,10 @@ def main(argv: list[str] | None = None) -> None:
     seed_everything()
     out = Path(args.out)
     train, heldout = build_corpus()
+    if args.heldout_prompts_only:
+        write_prompts(out / HELDOUT_PROMPTS, tile_prompts(heldout))
+        print(f"wrote {out / HELDOUT_PROMPTS}")
+        return
     if args.drafts_only:
         from transformers import AutoTokenizer
 
@@ -643,9 +691,8 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(out)
         out.mkdir(parents=True)
         prompts = make_prompts(heldout)
-        with open(out / "prompts.jsonl", "w") as f:
-            for p in prompts:
-                f.write(json.dumps(p) + "\n")
+        write_prompts(out / "prompts.jsonl", prompts)
+        write_prompts(out / HELDOUT_PROMPTS, tile_prompts(heldout))
         tok = train_tokenizer(train, out / "verifier")
     train_docs = encode_docs(tok, train)
     if not args.drafts_only:

@@ -20,6 +20,7 @@ helpers as ``examples/make_world.py`` (imported, not copied). The output folder 
                            ``save_pretrained`` writes it (``Eagle3SpeculatorConfig`` fields,
                            ``auto_map`` + ``config.py``, ``embed_tokens.weight`` in the file).
 * ``prompts.jsonl``        the held-out prompts of ``examples/world`` (same files, same cut).
+* ``prompts-heldout.jsonl`` the larger held-out set of ``examples/world`` (``make_world.tile_prompts``).
 * ``README.md``, ``world.json``  what is here and the measured figures.
 
 Usage::
@@ -356,8 +357,10 @@ def make_peagle(out: Path, train: dict, steps: int) -> dict:
 DFLASH_DIR = "dflash-speculators"
 DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the other drafts
 DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
-DFLASH_STEPS = 400
-DFLASH_LR = 3e-3
+DFLASH_STEPS = 1000              # specfmt train dflash (issue 38); the plain loop below was 400 steps
+DFLASH_LR = 3e-3                 # the plain loop's (fit_dflash); specfmt train dflash: DFLASH_TRAIN_LR
+DFLASH_TRAIN_LR = 2e-2           # with Muon on the matrices (specfmt train's default optimizer after issue 38)
+DFLASH_BATCH, DFLASH_SEQ = 8, 256  # the EAGLE-3 drafts' budget per step (DRAFT_BATCH x DRAFT_SEQ)
 
 
 def dflash_config(verifier_dir: Path) -> dict:
@@ -456,11 +459,48 @@ def fit_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[
             "seconds": round(time.time() - t0), "accuracy": [round(x, 3) for x in (hits / seen).tolist()]}, out
 
 
-def make_dflash(out: Path, train: dict, steps: int) -> dict:
+def train_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
+    """Train the DFlash draft with ``specfmt train dflash`` (``train_draft``; speculators 0.9's objective: 512 anchors per step,
+    D-PACE weights, cross-entropy) over the world's training files, DFLASH_BATCH x DFLASH_SEQ tokens per step, the shape of
+    ``cfg`` (block DFLASH_BLOCK, one Qwen3 layer, taps DFLASH_TAPS, mask token PEAGLE_MASK_TOKEN), lr DFLASH_TRAIN_LR, the
+    trainer's defaults otherwise. Returns ``(figures, tensors)``."""
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    with tempfile.TemporaryDirectory() as tmp:
+        req = TrainRequest(out=str(Path(tmp) / "dflash"), verifier=str(verifier_dir), algorithm="dflash", data=[str(stdlib / n) for n in sorted(train)],
+                           device="cpu", validate=False, block_size=cfg["block_size"], layers=cfg["transformer_layer_config"]["num_hidden_layers"],
+                           taps=cfg["aux_hidden_state_layer_ids"], mask_token=cfg["mask_token_id"])
+        opts = TrainOptions(steps=steps, batch_size=DFLASH_BATCH, seq_len=DFLASH_SEQ, lr=DFLASH_TRAIN_LR, optimizer="muon", seed=mw.SEED,
+                            save_every=0)
+        res = train_draft(req, opts, log=lambda step, loss, acc: print(f"dflash step {step}: loss {loss:.3f}") if step % 100 == 0 else None)
+        tensors = load_file(str(Path(tmp) / "dflash" / "model.safetensors"))
+    s = res.stats
+    figures = {"trainer": "specfmt train dflash", "steps": steps, "batch": DFLASH_BATCH, "window": DFLASH_SEQ, "lr": DFLASH_TRAIN_LR,
+               "optimizer": opts.optimizer, "seconds": round(s.seconds), "accuracy": [round(a, 3) for a in s.accuracy]}
+    if s.kept is not None:
+        figures["kept"] = s.kept.to_json()
+    return figures, {n: t for n, t in tensors.items() if n in {k for k in get_dflash_names(cfg)}}
+
+
+def get_dflash_names(cfg: dict) -> set[str]:
+    """The tensors speculators saves for ``cfg`` (the module's state dict: no embedding, no lm_head at the full vocabulary)."""
+    from specfmt.algorithms import get
+
+    return set(get("dflash").module(cfg).state_dict())
+
+
+def make_dflash(out: Path, train: dict, steps: int, plain: bool = False) -> dict:
     """The DFlash draft ``OUT/dflash-speculators`` (saved as speculators 0.9.0's ``DFlashDraftModel.save_pretrained``: no
-    ``embed_tokens``, no ``lm_head`` at the full vocabulary) and its held-out figures."""
+    ``embed_tokens``, no ``lm_head`` at the full vocabulary) and its held-out figures: trained by ``specfmt train dflash``
+    (:func:`train_dflash`), or by the plain loop of issue 25 (:func:`fit_dflash`, ``plain``)."""
     cfg = dflash_config(out / "verifier")
-    stats, trained = fit_dflash(cfg, out / "verifier", train, steps)
+    stats, trained = fit_dflash(cfg, out / "verifier", train, steps) if plain else train_dflash(cfg, out / "verifier", train, steps)
     shutil.rmtree(out / DFLASH_DIR, ignore_errors=True)
     save_speculators(cfg, trained, out / DFLASH_DIR, config_py=SPECULATORS_DFLASH_CONFIG_PY)
     stats["mask_token_id"] = PEAGLE_MASK_TOKEN
@@ -659,19 +699,28 @@ as `vllm serve OUT` ({vl.get('form')} form) attached `{vl.get('draft_class')}`, 
 reference (float32) mean acceptance length **{ref['mean_acceptance_length']:.3f}** (per position {fmt(ref['acceptance_rate_per_position'])}),
 {vl.get('engine')} CPU ({vl.get('dtype')}) **{vl['mean_acceptance_length']:.3f}** (per position {fmt(vl['acceptance_rate_per_position'])});
 largest per-position gap {max(gaps):.3f} (tolerance 0.1). Checks: {', '.join(f'{k} {x}' for k, x in run['checks'].items())}."""
+    if p.get("trainer"):
+        trained = (f"""Trained by `{p['trainer']}` (speculators 0.9's DFlash objective: anchor blocks, D-PACE weights, cross-entropy; issue
+38) from a new draft over the world's training files: {p['steps']} steps of {p['batch']} windows x {p['window']} tokens, 512
+anchors per step, {p['optimizer']} lr {p['lr']:g}, {p['seconds']} s; top-1 agreement over the last 50 steps per slot:
+{fmt(p['accuracy'])}.""")
+    else:
+        trained = (f"""Trained from its initialisation with specfmt's DFlash module (`specfmt.algorithms.dflash_nn`): {p['steps']} steps of
+{p['batch']} windows x {p['window']} tokens, every one of {p['anchors']} anchors per window in one pass (speculators' anchor-block
+mask), AdamW lr {p['lr']:g}, {p['seconds']} s; top-1 agreement over the last 50 steps per slot: {fmt(p['accuracy'])}.""")
+    old = manifest.get("dflash_plain_loop")
+    plain_line = (f""" The plain loop of issue 25 (`--dflash-plain`: every anchor of 8 windows x 128 tokens, AdamW,
+{old['steps']} steps) reached {old['heldout']['mean_acceptance_length']:.3f}.""" if old and p.get("trainer") else "")
     return f"""
-## `{DFLASH_DIR}/`: a DFlash draft (issue 25)
+## `{DFLASH_DIR}/`: a DFlash draft (issues 25, 38)
 
 Built with `python examples/make_world_qwen3.py --dflash` (everything else is kept as it is). One Qwen3 layer of the
 verifier's shapes drafting a block of {DFLASH_BLOCK} (the anchor and {DFLASH_BLOCK - 1} mask slots, non-causal) over the taps
 `aux_hidden_state_layer_ids: {DFLASH_TAPS}` (vLLM reads the outputs of layers {[t - 1 for t in DFLASH_TAPS]}), mask token
 {p['mask_token_id']}, the verifier's embedding and `lm_head` (full vocabulary: speculators saves neither). Saved as speculators
-0.9.0's `DFlashDraftModel.save_pretrained` writes it (`config.py`: its `models/dflash/config.py`, vendored). Trained
-from its initialisation with specfmt's DFlash module (`specfmt.algorithms.dflash_nn`): {p['steps']} steps of {p['batch']}
-windows x {p['window']} tokens, every one of {p['anchors']} anchors per window in one pass (speculators' anchor-block
-mask), AdamW lr {p['lr']:g}, {p['seconds']} s; top-1 agreement over the last 50 steps per slot: {fmt(p['accuracy'])}.
+0.9.0's `DFlashDraftModel.save_pretrained` writes it (`config.py`: its `models/dflash/config.py`, vendored). {trained}
 Held-out reference run (k = 3): mean acceptance length **{h['mean_acceptance_length']:.3f}**, per position
-{fmt(h['acceptance_rate_per_position'])}: short training on a shared 2-core machine; the point is the engine's agreement.
+{fmt(h['acceptance_rate_per_position'])}.{plain_line}
 
 ### In vLLM
 
@@ -693,6 +742,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--peagle", action="store_true", help="keep the verifier and the EAGLE-3 draft in --out; (re)build the P-EAGLE draft")
     ap.add_argument("--dflash", action="store_true", help="keep the verifier and the other drafts in --out; (re)build the DFlash draft")
     ap.add_argument("--dflash-steps", type=int, default=DFLASH_STEPS, help="DFlash training steps")
+    ap.add_argument("--dflash-plain", action="store_true", help="with --dflash: the plain loop of issue 25 (fit_dflash), not specfmt train dflash")
     ap.add_argument("--peagle-steps", type=int, default=PEAGLE_STEPS, help="P-EAGLE training steps")
     args = ap.parse_args(argv)
 
@@ -715,7 +765,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.dflash:
         manifest = json.loads((out / MANIFEST).read_text())
         manifest.pop("dflash_validate_run", None)  # measured on the previous DFlash draft
-        manifest["dflash"] = make_dflash(out, train, args.dflash_steps)
+        if manifest.get("dflash", {}).get("trainer") is None and "dflash" in manifest:  # the plain loop's draft: kept for comparison
+            manifest["dflash_plain_loop"] = manifest["dflash"]
+        manifest["dflash"] = make_dflash(out, train, args.dflash_steps, plain=args.dflash_plain)
         (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         write_readme(out, manifest)
         return
@@ -732,9 +784,8 @@ def main(argv: list[str] | None = None) -> None:
         if out.exists():
             shutil.rmtree(out)
         (out / "verifier").mkdir(parents=True)
-        with open(out / "prompts.jsonl", "w") as f:
-            for p in mw.make_prompts(heldout):
-                f.write(json.dumps(p) + "\n")
+        mw.write_prompts(out / "prompts.jsonl", mw.make_prompts(heldout))
+        mw.write_prompts(out / mw.HELDOUT_PROMPTS, mw.tile_prompts(heldout))
         for name in TOKENIZER_FILES:
             shutil.copyfile(SHIPPED_TOKENIZER / name, out / "verifier" / name)
         from safetensors.torch import load_file

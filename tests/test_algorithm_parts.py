@@ -50,7 +50,7 @@ def _declared(name: str) -> set[str]:
 
 
 def test_an_algorithm_is_asked_for_its_parts_and_each_but_the_format_is_optional():
-    for name in ("eagle3", "eagle", "medusa"):
+    for name in ("eagle3", "eagle", "medusa", "dflash"):
         algo = get(name)
         assert algo.reference is algo and algo.training is algo and algo.card is algo
 
@@ -62,8 +62,8 @@ def test_an_algorithm_is_asked_for_its_parts_and_each_but_the_format_is_optional
     assert bare.reference is None and bare.training is None and bare.card is None
     register(FormatOnly)
     try:
-        assert [a.name for a in trainable()] == ["eagle3", "eagle", "medusa"]  # no training part, no `specfmt train`
-        with pytest.raises(InputError, match="unknown algorithm 'format-only-test'; train eagle3, eagle or medusa"):
+        assert [a.name for a in trainable()] == ["eagle3", "eagle", "medusa", "dflash"]  # no training part, no `specfmt train`
+        with pytest.raises(InputError, match="unknown algorithm 'format-only-test'; train eagle3, eagle, medusa or dflash"):
             check_request(TrainRequest(out="o", verifier="v", algorithm="format-only-test"))
         with pytest.raises(InputError, match="format-only-test drafts cannot be trained"):
             fit("format-only-test", None, None, None, TrainOptions())
@@ -79,10 +79,10 @@ def test_train_help_offers_the_algorithms_own_options_and_no_other_algorithms(mo
     # enough, every name shows whole and the algorithms' shared options read alike
     monkeypatch.setattr("typer.rich_utils.MAX_WIDTH", 400)
     shared = _flags(_cli("train", "eagle3", "--help")[1]) - _declared("eagle3")
-    for name in ("eagle3", "eagle", "medusa"):
+    for name in ("eagle3", "eagle", "medusa", "dflash"):
         code, text = _cli("train", name, "--help")
         assert code == 0, text
-        others = set().union(*(_declared(o) for o in ("eagle3", "eagle", "medusa") if o != name)) - _declared(name)
+        others = set().union(*(_declared(o) for o in ("eagle3", "eagle", "medusa", "dflash") if o != name)) - _declared(name)
         assert _declared(name) <= _flags(text) and not _flags(text) & others, (name, _flags(text) & others)
         assert _flags(text) == shared | _declared(name)  # the same shared options everywhere
     assert "--ttt-steps" not in _flags(_cli("train", "medusa", "--help")[1])

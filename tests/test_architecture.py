@@ -390,7 +390,7 @@ def test_plans_and_inspect_name_layouts_the_same_way(tmp_path):
         assert json.dumps(res.config)  # a whole config was planned
 
 
-@pytest.mark.parametrize("name", ["eagle3", "eagle", "medusa"])
+@pytest.mark.parametrize("name", ["eagle3", "eagle", "medusa", "dflash"])
 def test_every_algorithm_module_provides_the_contract(name):
     from specfmt.algorithms import get
     from specfmt.algorithms.base import Algorithm

@@ -60,3 +60,52 @@ def test_a_harness_saving_its_older_copy_of_a_run_keeps_the_fields_another_added
     bench._save(path, {"runs": {"a": dict(run), "b": {"trainer": "specfmt"}}})
     saved = json.loads(path.read_text())["runs"]
     assert saved == {"a": {**run, "vllm": {"al": 2.43}}, "b": {"trainer": "specfmt"}}
+
+
+def _run(trainer, steps, lr, seed, rows, optimizer=None, options=()):
+    rec = {"world": "world", "trainer": trainer, "steps": steps, "lr": lr, "seed": seed, "options": list(options),
+           "reference": {"al": 0.0}, "evals": {bench.LARGE_PROMPTS: {"al": bench._al(rows), "rows": rows}}}
+    if optimizer:
+        rec["optimizer"] = optimizer
+    return rec
+
+
+def test_settings_take_three_seeds_and_the_best_mean_and_the_paired_interval_resamples_prompts_for_both():
+    """Of two specfmt settings with three seeds, the one with the higher mean wins even where another setting has a better
+    single run; a setting with two seeds does not count; the paired interval of two means brackets their difference."""
+    good = [[4, 2]] * 30
+    runs = {f"m{s}": _run("specfmt", 1500, 0.02, s, [[4, 2 + (s == 1237)]] * 30, "muon") for s in (1237, 1238, 1239)}
+    runs |= {f"a{s}": _run("specfmt", 1500, 0.01, s, good if s != 1238 else [[4, 4]] * 30, "adamw") for s in (1237, 1238, 1239)}
+    runs |= {f"x{s}": _run("specfmt", 1500, 0.05, s, [[4, 4]] * 30, "muon") for s in (1237, 1238)}  # two seeds only
+    runs |= {f"o{s}": _run("specfmt", 1500, 0.05, s, [[4, 4]] * 30, "muon", ["layers=2"]) for s in (1237, 1238, 1239)}  # other options
+    runs |= {f"s{s}": _run("speculators", 1500, 0.03, s, [[4, 1 + s % 2]] * 30) for s in (1237, 1238, 1239)}
+    results = {"runs": runs}
+    assert bench.defaults_from_results(results) == {"optimizer": "adamw", "lr": 0.01}  # mean AL 1.667 against 1.583 (muon, whose seed 1237 alone is best)
+    h = bench.head_to_head(results)["1500"]
+    assert h["specfmt"]["lr"] == 0.01 and h["speculators"]["optimizer"] == "muon"
+    assert h["paired"]["low"] <= h["paired"]["difference"] <= h["paired"]["high"] and h["paired"]["seeds"] == [3, 3]
+    assert h["paired"]["difference"] == round(bench.seed_mean(runs_of(results, "a"), bench.LARGE_PROMPTS)
+                                              - bench.seed_mean(runs_of(results, "s"), bench.LARGE_PROMPTS), 4)
+
+
+def runs_of(results, prefix):
+    return [r for k, r in results["runs"].items() if k.startswith(prefix)]
+
+
+def test_the_lean_reference_run_is_validate_runs_reference(tmp_path):
+    """The larger set is measured by the reference run alone (no misreadings): its figures, prompt by prompt, are what
+    ``validate_run`` measures for the draft as written."""
+    from specfmt.convert import convert
+    from specfmt.validation.run import validate_run
+
+    shipped = REPO / "examples" / "world"
+    world = tmp_path / "world"  # the example world's verifier and 4 of its held-out prompts
+    world.mkdir()
+    (world / "verifier").symlink_to(shipped / "verifier")
+    (world / "p.jsonl").write_text("".join((shipped / "prompts.jsonl").read_text().splitlines(keepends=True)[:4]))
+    draft = convert("eagle3", str(shipped / "eagle3-safeailab"), tmp_path / "d", str(shipped / "verifier")).out
+    lean = bench.reference_only(Path(draft), world, "p.jsonl@12")
+    full = validate_run(str(draft), prompts=str(world / "p.jsonl"), max_tokens=12, num_speculative_tokens=3, use_vllm=False, write=False)
+    assert lean["al"] == round(full.reference["mean_acceptance_length"], 4) and lean["al"] > 1.2
+    assert lean["rows"] == [[p["drafts"], p["accepted"]] for p in full.diagnosis["per_prompt"]] and len(lean["rows"]) == 4
+    assert bench.prompt_set("prompts-heldout.jsonl@128") == ("prompts-heldout.jsonl", 128) and bench.prompt_set("x.jsonl") == ("x.jsonl", 32)

@@ -25,16 +25,18 @@ from ``target_hidden``); vLLM 0.32 ``transformers_utils/configs/speculators/algo
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import Field
 
-from ..errors import Finding
+from ..checkpoint.dtypes import DTYPE_CODES
+from ..errors import Finding, InputError
 from ..format.config import DecoderSizes, DecoderConfig, LayerId, SpeculatorConfig, register_config
 from ..format.model import Forbidden, NonNegativeInt, Nullable, PositiveInt, Schema
 from ..format.tensors import TensorSpec
 from . import layers
-from .base import Algorithm, Card, Proposer, Reference, Variant, register
+from .base import Algorithm, AlgorithmOptions, Card, LossFigures, Proposer, Reference, Training, Variant, option, register
 from .eagle3 import proposable_ids, vocab_map_check, vocab_map_problems
 from .reference import ChainDrafter, VerifierStates
 from .sglang import SGLANG_VERSION, SGLang, SGLangLayout, refuse
@@ -43,7 +45,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from ..checkpoint.reader import CheckpointReader
-    from ..sources.verifier import VerifierInfo
+    from ..sources.verifier import Verifier, VerifierInfo
 
 
 #: why ``sliding_window_non_causal`` must be true when a draft layer has full attention
@@ -304,9 +306,181 @@ class DFlashSGLang(SGLang):
         return ["--speculative-num-draft-tokens", str(k + 1)]
 
 
+# --------------------------------------------------------------------------- training (speculators 0.9's DFlash objective)
+
+
+#: what each loss weighting and loss name means (``--position-weight``, ``--loss``)
+POSITION_WEIGHTS = ("dpace", "exp")
+LOSSES = ("ce", "kl")
+#: speculators' denominator guard (``losses/utils.py`` ``_LOSS_REDUCTION_EPS``)
+LOSS_EPS = 1e-5
+
+
+@dataclass
+class DFlashOptions(AlgorithmOptions):
+    """``specfmt train dflash``'s own options: a new draft's shape and speculators 0.9's DFlash objective
+    (``speculators/train/config/schema.py`` ``DFlashArgs``, ``DataArgs.max_anchors``, ``LossArgs``; the defaults are its
+    ``--speculator-type dflash`` defaults: ``TrainConfig._resolve_derived_defaults``)."""
+
+    block_size: int = option(16, "--block-size", "New draft: B, the anchor and B - 1 mask slots drafted in one pass (k = B - 1; "
+                             "speculators' DFlash default 16).", new_only=True, at_least=2)
+    layers: int = option(5, "--layers", "New draft: decoder layers (speculators' DFlash default 5).", new_only=True, at_least=1)
+    taps: list[int] | None = option(None, "--aux-layers", "New draft: tap layer ids (HF hidden_states ids, vLLM reads id - 1), e.g. "
+                                    "2,16,29 (default: 2, N//2, N-3, speculators' resolve_target_layer_ids).", new_only=True)
+    mask_token: int | None = option(None, "--mask-token-id", "New draft: the token of the block's mask slots (default: the tokenizer's "
+                                    "mask token, else the first id past the tokenizer when the embedding has one, else pad, eos or unk: "
+                                    "speculators' resolve_mask_token_id).", new_only=True)
+    max_anchors: int = option(512, "--max-anchors", "Blocks per step and process, spread evenly over the --batch-size windows "
+                              "(speculators' max_anchors per packed row; 512 of 8 x 256 positions).", at_least=1, recorded=True)
+    position_weight: str = option("dpace", "--position-weight", "Weight of block slot j in the loss: dpace (speculators' DFlash "
+                                  "default: D-PACE's suffix sums of smoothed confidence) or exp (exp(-(j-1)/gamma)).", recorded=True)
+    decay_gamma: float = option(4.0, "--decay-gamma", "gamma of --position-weight exp (speculators' dflash_decay_gamma).", recorded=True)
+    dpace_alpha: float = option(0.5, "--dpace-alpha", "Smoothing of --position-weight dpace, in (0, 1] (speculators').", recorded=True)
+    loss: str = option("ce", "--loss", "ce (cross-entropy on the verifier's top-1; speculators' DFlash default) or kl (KL "
+                       "divergence from the verifier's distribution).", recorded=True)
+
+
+def select_anchors(loss_mask: "torch.Tensor", n: int, block_size: int, generator: "torch.Generator | None") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """Each window's anchors: ``(anchors [B, n] long, valid [B, n] bool)``.
+
+    speculators' rule per window (``models/dflash/utils.py`` ``select_anchors``): the positions under the loss mask but the
+    last ``block_size``, ``min(n, that many)`` of them drawn by ``randperm`` (``generator``), sorted; the rest padded with
+    position 0, not valid. speculators draws over one packed row of several samples and so lets a block near a sample's end
+    reach into the next sample; here a block stays inside its window (for one window the draws are the same).
+    """
+    import torch
+
+    B, T = loss_mask.shape
+    anchors = torch.zeros(B, n, dtype=torch.long, device=loss_mask.device)
+    valid = torch.zeros(B, n, dtype=torch.bool, device=loss_mask.device)
+    for b in range(B):
+        ok = loss_mask[b].bool().clone()
+        ok[max(0, T - block_size):] = False
+        idx = ok.nonzero().squeeze(-1)
+        k = min(n, idx.numel())
+        perm = torch.randperm(idx.numel(), generator=generator).to(idx.device)
+        anchors[b, :k] = idx[perm[:k]].sort().values
+        valid[b, :k] = True
+    return anchors, valid
+
+
+def position_weights(kind: str, elementwise: "torch.Tensor", mask: "torch.Tensor", gamma: float, alpha: float) -> "torch.Tensor":
+    """[..., S] the weight of each block slot in the loss (slot 0, the anchor, proposes nothing and weighs 0).
+
+    ``exp``: ``exp(-(j - 1) / gamma)`` for slot j >= 1 (speculators ``losses/utils.py`` ``dflash_loss_decay``).
+    ``dpace``: D-PACE (``dpace_loss_decay``): with ``q = exp(-loss)`` (the masked per-slot cross-entropy, no gradient)
+    and ``c = (1 - alpha) q + alpha`` (1 where masked), slot j weighs ``mask_j * sum_{i >= j} mask_i * prod_{l <= i} c_l``.
+
+    Args:
+        elementwise: [..., S] the per-slot loss, already multiplied by ``mask``.
+        mask: [..., S] float, the slots that count.
+    """
+    import torch
+
+    S = mask.shape[-1]
+    j = torch.arange(S, device=mask.device, dtype=elementwise.dtype)
+    if kind == "exp":
+        return (torch.exp(-(j - 1).clamp(min=0) / gamma) * (j != 0).to(elementwise.dtype)).expand_as(mask)
+    with torch.no_grad():
+        q = torch.exp(-elementwise).float()
+        smooth = torch.where(mask > 0, (1.0 - alpha) * q + alpha, torch.ones_like(q))
+        prefix = torch.cumprod(smooth, dim=-1)
+        return torch.flip(torch.cumsum(torch.flip(prefix * mask, dims=[-1]), dim=-1), dims=[-1]) * mask
+
+
+def dflash_loss(draft: Any, embed: "torch.Tensor", head: "torch.Tensor", ids: "torch.Tensor", aux: "torch.Tensor", last: "torch.Tensor",
+                options: DFlashOptions, *, generator: "torch.Generator | None" = None, normaliser: Any = None,
+                loss_mask: "torch.Tensor | None" = None, anchors: "tuple[torch.Tensor, torch.Tensor] | None" = None) -> LossFigures:
+    """speculators 0.9's DFlash objective on a batch of windows (``models/dflash/core.py`` ``DFlashDraftModel._backbone_forward``
+    and ``forward``, ``models/dflash/metrics.py`` ``compute_metrics``, ``losses/utils.py`` ``loss_function``):
+
+    * **anchor blocks**: ``max_anchors / B`` anchors per window (:func:`select_anchors`); block a is the anchor's token and
+      ``block_size - 1`` mask tokens (``mask_token_id``), embedded with ``embed``, at positions anchor .. anchor + S - 1;
+    * **the block mask**: each block sees its window's context ``hidden_norm(fc(taps))`` before its anchor and its own
+      slots, non-causal (:meth:`~specfmt.algorithms.dflash_nn.DFlashDraft.blocks`);
+    * **the targets**: slot j >= 1 learns the verifier's distribution at anchor + j - 1 (``head(last)``: the token at
+      anchor + j); slot 0 and padded anchors do not count, nor slots whose position is off the loss mask;
+    * **the loss over the block positions**: cross-entropy on the verifier's top-1 (``ce``) or KL from its distribution
+      (``kl``) per slot, times the loss mask and :func:`position_weights`, summed and divided by the counted slots
+      (+1e-5), as one packed row: every window's slots together.
+
+    Args:
+        draft: the :class:`~specfmt.algorithms.dflash_nn.DFlashDraft` (train mode).
+        embed: [V, H] the verifier's embedding; head: [V, H] its ``lm_head`` weight.
+        ids: [B, T]; aux: [B, T, n_aux·H_t] the taps; last: [B, T, H_t] the verifier's last state after its final norm.
+        normaliser: ``counts -> divisor`` over processes (:func:`specfmt.training.loop.global_normaliser`); None: the count.
+        loss_mask: [B, T] bool, or None for every position.
+        anchors: ``(anchors, valid)`` to use instead of drawing them (tests).
+
+    Returns:
+        :class:`~specfmt.algorithms.base.LossFigures` with per-slot figures for slots 1 .. B - 1: counted are the slots that
+        count, correct those whose top draft token is the verifier's top-1 (the conditional ones among top-1 tokens in the
+        draft vocabulary).
+    """
+    import torch
+
+    B, T = ids.shape
+    S = draft.cfg["block_size"]
+    mask = torch.ones(B, T, dtype=torch.bool, device=ids.device) if loss_mask is None else loss_mask.bool()
+    if anchors is None:
+        anchors = select_anchors(mask, -(-options.max_anchors // B), S, generator)
+    at, valid = anchors
+    A = at.shape[1]
+    slots = at[..., None] + torch.arange(S, device=ids.device)  # [B, A, S]
+    rows = torch.arange(B, device=ids.device)[:, None, None]
+    block_ids = torch.full_like(slots, draft.mask_token_id)
+    block_ids[..., 0] = ids[rows[..., 0], at]
+    hidden = draft.blocks(embed[block_ids].to(aux.dtype), draft.context(aux), at)
+    logits = draft.logits(hidden[:, :, 1:], head).float()  # [B, A, S-1, Vd]
+    with torch.no_grad():
+        target = last[rows, slots[..., :-1]]  # slot j's target: the verifier's state at anchor + j - 1
+        tlogits = (target @ head.to(target.dtype).T).float()
+        if hasattr(draft, "t2d"):
+            tlogits = tlogits[..., draft.t2d]  # the draft vocabulary's rows (speculators: verifier_lm_head = lm_head[t2d])
+    counted_mask = (mask[rows, slots[..., 1:]] & valid[..., None]).float()  # [B, A, S-1]
+    if options.loss == "ce":
+        per = torch.nn.functional.cross_entropy(logits.flatten(0, 2), tlogits.argmax(-1).flatten(), reduction="none").view_as(counted_mask)
+    else:
+        per = torch.nn.functional.kl_div(logits.log_softmax(-1), tlogits.softmax(-1), reduction="none").sum(-1)
+    full_mask = torch.cat([torch.zeros_like(counted_mask[..., :1]), counted_mask], dim=-1)  # slot 0 never counts
+    full_per = torch.cat([torch.zeros_like(per[..., :1]), per * counted_mask], dim=-1)
+    weights = position_weights(options.position_weight, full_per, full_mask, options.decay_gamma, options.dpace_alpha)
+    counts = full_mask.sum().to(torch.float64)[None]
+    divisor = normaliser(counts)[0] if normaliser is not None else counts[0]
+    loss = (full_per * weights).sum() / (divisor.to(full_per.dtype) + LOSS_EPS)
+    with torch.no_grad():
+        pred, top = logits.argmax(-1), tlogits.argmax(-1)
+        hit = (pred == top) & (counted_mask > 0)
+        seen = counted_mask > 0
+        correct = [int(hit[..., j].sum()) for j in range(S - 1)]
+        counted = [int(seen[..., j].sum()) for j in range(S - 1)]
+    return LossFigures(loss, correct, counted)
+
+
+def mask_token_id(verifier: "Verifier", V: int) -> int:
+    """A new draft's mask token by speculators' order (``train/utils.py`` ``resolve_mask_token_id``): the tokenizer's mask
+    token; else the first id past the tokenizer when the embedding has unused rows (speculators adds ``<|MASK|>`` there);
+    else its pad, eos or unk token.
+
+    Raises:
+        InputError: none of them exists (give ``--mask-token-id``).
+    """
+    tok = verifier.tokenizer()
+    if tok.mask_token_id is not None:
+        return int(tok.mask_token_id)
+    if len(tok) < V:
+        return len(tok)
+    for name in ("pad_token_id", "eos_token_id", "unk_token_id"):
+        if getattr(tok, name, None) is not None:
+            return int(getattr(tok, name))
+    raise InputError("the verifier's tokenizer has no mask, pad, eos or unk token and the embedding no unused row",
+                     hint="give --mask-token-id")
+
+
 @register
-class DFlash(Algorithm, Reference, Card, DFlashSGLang):
-    """DFlash: format, checks, reference run (a block per pass) and card. ``specfmt train`` does not train it."""
+class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
+    """DFlash: format, checks, reference run (a block per pass), training (speculators 0.9's objective), card and the
+    SGLang export (:class:`DFlashSGLang`)."""
 
     config = DFlashConfig
     name = DFlashConfig.name
@@ -434,6 +608,67 @@ class DFlash(Algorithm, Reference, Card, DFlashSGLang):
         return _DFlashBlocks(draft, own, lm_head, int(cfg["mask_token_id"]), causal=bool(reading.extra.get("causal")),
                              from_anchor=bool(cfg.get("sample_from_anchor")))
 
+    # -- training --------------------------------------------------------------------------------
+
+    train_summary = "Train a DFlash draft (a block of --block-size drafted in one non-causal pass; speculators 0.9's objective)."
+    train_options = DFlashOptions
+
+    def check_options(self, options: DFlashOptions, *, init: bool) -> None:
+        """The shared checks; ``--position-weight`` and ``--loss`` name one of theirs, D-PACE goes with ``ce``
+        (speculators ``TrainConfig._validate_dpace``) and ``--dpace-alpha`` in (0, 1]."""
+        super().check_options(options, init=init)
+        if options.position_weight not in POSITION_WEIGHTS:
+            raise InputError(f"--position-weight must be {' or '.join(POSITION_WEIGHTS)}, not {options.position_weight!r}")
+        if options.loss not in LOSSES:
+            raise InputError(f"--loss must be {' or '.join(LOSSES)}, not {options.loss!r}")
+        if options.position_weight == "dpace" and options.loss != "ce":
+            raise InputError("--position-weight dpace needs --loss ce (speculators: D-PACE reads the per-slot cross-entropy)",
+                             hint="give --loss ce, or --position-weight exp")
+        if not 0 < options.dpace_alpha <= 1 or options.decay_gamma <= 0:
+            raise InputError("--dpace-alpha must be in (0, 1] and --decay-gamma above 0")
+
+    def new_config(self, verifier: "Verifier", shape: DFlashOptions) -> dict[str, Any]:
+        """A full-vocabulary DFlash draft of Qwen3 layers shaped like one verifier layer, non-causal (``sliding_window_non_causal``
+        true: :data:`CAUSAL_TRAP`), k = B - 1.
+
+        Raises:
+            InputError: taps outside [1, N - 1], or a mask token outside the vocabulary.
+        """
+        info = verifier.info
+        N, V = info.num_hidden_layers, info.vocab_size
+        tlc = layers.decoder_config(layers.verifier_decoder_fields(verifier.text_config, "qwen3"), info.hidden_size,
+                                    verifier.text_config["num_attention_heads"], V, info, DTYPE_CODES[shape.dtype], shape.layers)
+        taps = list(shape.taps) if shape.taps else [2, N // 2, N - 3]
+        if sorted(set(taps)) != taps or taps[0] < 1 or taps[-1] > N - 1:
+            raise InputError(f"tap layer ids {taps} must be distinct, ascending and in [1, {N - 1}] (vLLM reads id - 1)")
+        mask = shape.mask_token if shape.mask_token is not None else mask_token_id(verifier, V)
+        if not 0 <= mask < V:
+            raise InputError(f"--mask-token-id {mask} is outside the verifier's vocabulary of {V}")
+        if shape.speculative_tokens is not None and shape.speculative_tokens != shape.block_size - 1:
+            raise InputError(f"--speculative-tokens {shape.speculative_tokens}: a block of {shape.block_size} proposes {shape.block_size - 1}",
+                             hint="set --block-size to k + 1 instead")
+        return DFlashConfig.build(info, tlc, draft_vocab_size=V, block_size=shape.block_size, taps=taps, mask_token_id=mask,
+                                  sliding_window_non_causal=True, dtype=shape.dtype).dump()
+
+    def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: Any):
+        """A new draft's tensors: the module's initialisation (no lm_head: the verifier's serves the full vocabulary, frozen,
+        as speculators keeps it)."""
+        module = self.module(cfg)
+        return {n: t.detach().clone() for n, t in module.state_dict().items()}, {}
+
+    def feature_taps(self, cfg: dict[str, Any]) -> list[int]:
+        return list(cfg["aux_hidden_state_layer_ids"])
+
+    def train_positions(self, module: Any, options: DFlashOptions) -> int:
+        """The proposing slots of a block: B - 1."""
+        return module.cfg["block_size"] - 1
+
+    def loss(self, module: Any, *, embed: Any, head: Any, ids: Any, aux: Any, last: Any, options: DFlashOptions, generator: Any,
+             subset: list[int] | None, normaliser: Any = None, loss_mask: Any = None) -> LossFigures:
+        """:func:`dflash_loss` (``head``: the verifier's ``lm_head`` module)."""
+        return dflash_loss(module, embed, head.weight, ids, aux, last, options, generator=generator, normaliser=normaliser,
+                           loss_mask=loss_mask)
+
     # -- publishing ------------------------------------------------------------------------------
 
     def card_rows(self, cfg: dict[str, Any]) -> list[tuple[str, str]]:
@@ -449,4 +684,5 @@ class DFlash(Algorithm, Reference, Card, DFlashSGLang):
                 ("draft vocabulary", f"{vd:,} of the verifier's {v:,} ids" + (" (`d2t`/`t2d` map)" if vd != v else ""))] + super().card_rows(cfg)
 
 
-__all__ = ["CAUSAL_TRAP", "CAUSES", "SGLANG_DFLASH_CAPTURE", "DFlash", "DFlashConfig", "DFlashLayerConfig", "DFlashSGLang"]
+__all__ = ["CAUSAL_TRAP", "CAUSES", "SGLANG_DFLASH_CAPTURE", "DFlash", "DFlashConfig", "DFlashLayerConfig", "DFlashOptions", "DFlashSGLang",
+           "dflash_loss", "mask_token_id", "position_weights", "select_anchors"]

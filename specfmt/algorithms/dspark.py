@@ -145,6 +145,11 @@ class DSpark(DFlash):
     causes = CAUSES
     key_causes = {**DFlash.key_causes, "markov_rank": "markov head"}
 
+    @property
+    def training(self) -> None:
+        """None: ``specfmt train`` has no DSpark objective (the issue leaves it optional: vLLM's CPU build cannot serve it)."""
+        return None
+
     def expected_tensors(self, cfg: dict[str, Any]) -> dict[str, TensorSpec]:
         """DFlash's table (:meth:`DFlash.expected_tensors`) and the heads (speculators ``DSparkDraftModel``; vLLM ``qwen3_dspark.py``):
 

@@ -1,6 +1,6 @@
 """``specfmt train``: the command-line layer over :mod:`specfmt.training.pipeline`.
 
-``specfmt train eagle3|eagle|medusa`` trains a draft (new, or ``--init`` from any source): one command
+``specfmt train eagle3|eagle|medusa|dflash`` trains a draft (new, or ``--init`` from any source): one command
 per trainable algorithm, built from the shared options and the algorithm's own
 (:attr:`specfmt.algorithms.base.Training.train_options`), so that ``train medusa --help`` offers no
 EAGLE-3 option, and an option of another algorithm is a usage error naming it.
@@ -21,8 +21,13 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
+from ..training.loop import TrainOptions
+from ..training.optim import OPTIMIZERS
 from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, json_option, name_command, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
+
+#: the shared options' defaults (:class:`~specfmt.training.loop.TrainOptions`: one place, chosen by the trainer benchmark)
+_DEFAULTS = TrainOptions()
 
 train_app = typer.Typer(
     help="Train drafts against a frozen verifier, or fill in what a research checkpoint lacks; writes the specfmt format.",
@@ -141,10 +146,13 @@ def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
         ("data", Optional[list[Path]], typer.Option(None, "--data", help="Training data, repeatable: text files, or jsonl with \"text\" or chat \"messages\".")),
         ("init", Optional[str], typer.Option(None, "--init", help="Start from this draft: a specfmt folder or a research checkpoint (default: a new draft).")),
         ("source_format", str, typer.Option("auto", "--from", help=f"Format of --init ({from_choices('specfmt', 'auto', algorithms=[algo.name])}).")),
-        ("steps", int, typer.Option(500, "--steps", help="Optimizer steps.")),
-        ("batch_size", int, typer.Option(8, "--batch-size", help="Windows per step (per process).")),
-        ("seq_len", int, typer.Option(256, "--seq-len", help="Tokens per window.")),
-        ("lr", float, typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW; warmup, then cosine decay to 10 %).")),
+        ("steps", int, typer.Option(_DEFAULTS.steps, "--steps", help="Optimizer steps.")),
+        ("batch_size", int, typer.Option(_DEFAULTS.batch_size, "--batch-size", help="Windows per step (per process).")),
+        ("seq_len", int, typer.Option(_DEFAULTS.seq_len, "--seq-len", help="Tokens per window.")),
+        ("lr", float, typer.Option(_DEFAULTS.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then cosine decay to 10 %).")),
+        ("optimizer", str, typer.Option(_DEFAULTS.optimizer, "--optimizer",
+                                        help=f"{' or '.join(OPTIMIZERS)}. muon: Muon on the draft's 2-D weight matrices, AdamW on norms, biases, embeddings and the output head "
+                                             "(speculators' split); adamw: AdamW on everything.")),
         ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps).")),
         ("seed", int, typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights.")),
     )
@@ -247,7 +255,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
 
         given.pop("as_json")  # reports_errors' (--json)
         own = _own_values(options, given)
-        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "warmup", "seed", "save_every", "heldout",
+        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "optimizer", "warmup", "seed", "save_every", "heldout",
                                                           "eval_every", "keep_last")})
         data, cache, prompts, hs = given.pop("data"), given.pop("cache"), given.pop("prompts"), given.pop("hidden_states")
         req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],

@@ -2,7 +2,8 @@
 
 :func:`fit` runs the objective of the draft's algorithm (:meth:`specfmt.algorithms.base.Training.loss`:
 EAGLE-3's training-time test, EAGLE-1's feature regression, Medusa's self-distillation) with
-AdamW (0.9, 0.95), linear warmup and cosine decay to 10 %, gradients clipped at 0.5, batches
+Muon on the draft's matrices and AdamW (0.9, 0.95) on the rest, or AdamW throughout
+(:mod:`specfmt.training.optim`, ``--optimizer``), linear warmup and cosine decay to 10 %, gradients clipped at 0.5, batches
 from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
 bit for bit), the verifier's features computed on the fly or read from a
 :class:`specfmt.training.data.FeatureCache`, and several processes through ``torch.distributed``
@@ -28,6 +29,7 @@ from ..algorithms.base import AlgorithmOptions, LossFigures
 from ..errors import InputError, TrainInterrupted
 from . import data
 from .hsdata import HiddenStateBatches
+from .optim import build_optimizer
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -162,7 +164,9 @@ class TrainOptions:
         steps: optimizer steps.
         batch_size: windows per step and process (B).
         seq_len: tokens per window (T).
-        lr: peak learning rate.
+        lr: peak learning rate (both optimizer groups).
+        optimizer: ``muon`` (Muon on the 2-D weight matrices, AdamW on the rest) or ``adamw``
+            (:func:`specfmt.training.optim.build_optimizer`).
         warmup: warmup steps (None: 5 % of ``steps``, at least 1).
         seed: seeds the windows, the noise and a new draft's initialisation.
         save_every: steps between saved training states (0: only at the end or on Ctrl-C).
@@ -176,6 +180,7 @@ class TrainOptions:
     batch_size: int = 8
     seq_len: int = 256
     lr: float = 1e-3
+    optimizer: str = "adamw"
     warmup: int | None = None
     seed: int = 0
     save_every: int = 100
@@ -389,7 +394,6 @@ def _steps(run: "_Run", stats: TrainStats, verifier: Any, windows: "Windows", ca
 def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, options: AlgorithmOptions, embed: Any, subset: list[int] | None,
            state_dir: str | Path | None, fingerprint: dict[str, Any] | None) -> _Run:
     """The objective (wrapped in ``DistributedDataParallel`` under torchrun), its optimizer and what the steps share."""
-    import torch
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized()
@@ -402,7 +406,7 @@ def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, opti
 
         model = DistributedDataParallel(obj, device_ids=[device.index] if device.type == "cuda" else None)
     params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=opts.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = build_optimizer(draft, opts.optimizer, opts.lr)
     return _Run(model, draft, opt, params, device, algo.feature_taps(draft.cfg), algo.train_positions(draft, options),
                 dist.get_rank() if distributed else 0, dist.get_world_size() if distributed else 1,
                 Path(state_dir) / STATE_FILE if state_dir else None, fingerprint or {}, objective=obj)

@@ -46,6 +46,7 @@ from ..validation.acceptance import input_device
 from .data import FeatureCache, FrozenEnds, HeldOut, VerifierTop1, Windows, read_documents
 from .hsdata import HiddenStateBatches, HiddenStateHeldOut, hidden_state_documents
 from .loop import fit
+from .optim import OPTIMIZERS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..validation.run import RunResult
@@ -478,6 +479,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
     out = real_path(req.out)
     if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
+    if opts.optimizer not in OPTIMIZERS:
+        raise InputError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, not {opts.optimizer!r}")
     if opts.eval_every is not None and opts.eval_every < 1:
         raise InputError(f"--eval-every must be at least 1, not {opts.eval_every}")
     heldout_share(req, opts, HELDOUT_MIN_DOCS)  # an explicit --heldout is checked before anything is read
