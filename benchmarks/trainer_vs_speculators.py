@@ -325,7 +325,7 @@ def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMP
         return reference_only(draft, world, prompts)
 
     file, tokens = prompt_set(prompts)
-    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
+    run = validate_run(str(draft), prompts=str(prompts_file(world, file)), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=use_vllm, write=False)
     fig = run.vllm if use_vllm else run.reference
     if fig is None:
@@ -355,7 +355,7 @@ def reference_only(draft: Path, world: Path, prompts: str) -> dict:
     d = load_draft(str(draft))
     cfg, algo = d.config, get(d.config["speculators_model_type"])
     verifier = Verifier.load(str(world / "verifier"))
-    ids = load_prompts(str(world / file), verifier.tokenizer()).ids
+    ids = load_prompts(str(prompts_file(world, file)), verifier.tokenizer()).ids
     model = verifier.load_model(resolve_placement("cpu", "float32", None, None))
     embed, head = model.get_input_embeddings().weight.detach(), model.get_output_embeddings().weight.detach()
     tensors = {n: t.float() if t.is_floating_point() else t for n, t in d.tensors.items()}
@@ -365,6 +365,13 @@ def reference_only(draft: Path, world: Path, prompts: str) -> dict:
         res = run_chains(model, ids, [proposer], k, tokens, group=group_size(model, max(map(len, ids)) + tokens + k))[0]
     return {"al": round(res.mean_acceptance_length, 4), "per_position": [round(x, 4) for x in res.acceptance_rate_per_position],
             "rows": [[a, b] for a, b in zip(res.drafts_per_prompt, res.accepted_per_prompt)]}
+
+
+def prompts_file(world: Path, file: str) -> Path:
+    """``world / file``, or examples/world's file where the world has none: the Qwen3 world's prompts are cut from the
+    same held-out files, and its larger set is not copied there (it would take the world past its 15 MB budget)."""
+    own = world / file
+    return own if own.is_file() else REPO / "examples" / "world" / file
 
 
 def prompt_set(label: str) -> tuple[str, int]:
@@ -554,7 +561,7 @@ def per_prompt(draft: Path, world: Path, prompts: str = SMALL_PROMPTS) -> list[t
     from specfmt.validation.run import validate_run
 
     file, tokens = prompt_set(prompts)
-    run = validate_run(str(draft), prompts=str(world / file), max_tokens=tokens, num_speculative_tokens=3,
+    run = validate_run(str(draft), prompts=str(prompts_file(world, file)), max_tokens=tokens, num_speculative_tokens=3,
                        use_vllm=False, write=False)
     return [(p["drafts"], p["accepted"]) for p in run.diagnosis["per_prompt"]]
 

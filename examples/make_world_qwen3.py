@@ -20,7 +20,6 @@ helpers as ``examples/make_world.py`` (imported, not copied). The output folder 
                            ``save_pretrained`` writes it (``Eagle3SpeculatorConfig`` fields,
                            ``auto_map`` + ``config.py``, ``embed_tokens.weight`` in the file).
 * ``prompts.jsonl``        the held-out prompts of ``examples/world`` (same files, same cut).
-* ``prompts-heldout.jsonl`` the larger held-out set of ``examples/world`` (``make_world.tile_prompts``).
 * ``README.md``, ``world.json``  what is here and the measured figures.
 
 Usage::
@@ -785,7 +784,6 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(out)
         (out / "verifier").mkdir(parents=True)
         mw.write_prompts(out / "prompts.jsonl", mw.make_prompts(heldout))
-        mw.write_prompts(out / mw.HELDOUT_PROMPTS, mw.tile_prompts(heldout))
         for name in TOKENIZER_FILES:
             shutil.copyfile(SHIPPED_TOKENIZER / name, out / "verifier" / name)
         from safetensors.torch import load_file

@@ -154,7 +154,8 @@ def _describe(vllm_config) -> dict:
     out = {"target_model": vllm_config.model_config.model, "method": None}
     if sc is None:
         return out
-    if sc.draft_model_config is None:  # a method without weights (n-gram, suffix decoding): its own keys
+    if sc.method in ("ngram", "suffix") or sc.draft_model_config is None:  # a method without weights: its own keys (vLLM
+        # gives n-gram the target's model config as its draft_model_config, so the method decides, not that field)
         out.update(method=sc.method, k=sc.num_speculative_tokens, prompt_lookup_min=getattr(sc, "prompt_lookup_min", None),
                    prompt_lookup_max=getattr(sc, "prompt_lookup_max", None))
         return out
