@@ -25,7 +25,7 @@ from ``target_hidden``); vLLM 0.32 ``transformers_utils/configs/speculators/algo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import Field
@@ -425,7 +425,6 @@ def dflash_loss(draft: Any, embed: "torch.Tensor", head: "torch.Tensor", ids: "t
     if anchors is None:
         anchors = select_anchors(mask, -(-options.max_anchors // B), S, generator)
     at, valid = anchors
-    A = at.shape[1]
     slots = at[..., None] + torch.arange(S, device=ids.device)  # [B, A, S]
     rows = torch.arange(B, device=ids.device)[:, None, None]
     block_ids = torch.full_like(slots, draft.mask_token_id)
