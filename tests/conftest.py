@@ -174,6 +174,21 @@ def _world_prompts() -> list[str]:
     return [json.loads(line)["prompt"] for line in (WORLD / "prompts.jsonl").read_text().splitlines()[:4]]
 
 
+def world_eagle3(folder: Path) -> Path:
+    """The example world's EAGLE-3 draft (``eagle3-safeailab``) converted into ``folder/eagle3`` (returned)."""
+    from specfmt.convert import convert
+
+    out = folder / "eagle3"
+    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))
+    return out
+
+
+def first_world_prompts(path: Path, n: int) -> Path:
+    """``path``, written with the first ``n`` lines of the world's ``prompts.jsonl`` (returned)."""
+    path.write_text("\n".join((WORLD / "prompts.jsonl").read_text().splitlines()[:n]) + "\n")
+    return path
+
+
 try:
     import pytest
 

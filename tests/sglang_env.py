@@ -1,7 +1,7 @@
 """SGLang 0.5.23 beside the running interpreter's own torch and transformers, for the tests that run SGLang's
 own code on specfmt's exports (``tests/test_sglang_interop.py``): its draft classes, their ``load_weights``, its
 model registry, its verifier classes' tap rules and its server's argument parser; and SpecForge 0.2.0's exporter
-(``tests/test_specforge_export.py``).
+(``tests/test_specforge_export.py``) and DSpark draft model (``tests/test_dspark_convert.py``).
 
 Take the session fixture :func:`sgl_env` (``from sglang_env import sgl_env``) or call :func:`sglang_env`; either
 gives a :class:`target_env.TargetEnv` whose ``run("-c", CODE, ...)`` starts this interpreter with SGLang
@@ -24,13 +24,11 @@ says version 0.28.0 to transformers' version check.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from target_env import TargetEnv
+from target_env import TargetEnv, pinned_env
 
 #: SGLang 0.5.23 and what importing its draft classes and its server arguments needs beyond ``.ci/install``'s packages;
 #: and SpecForge 0.2.0, SGLang's trainer, whose exporter ``tests/test_specforge_export.py`` runs: it imports with nothing
@@ -77,19 +75,14 @@ CHECK = STUB + ("import torch, transformers, sglang.srt.server_args, sglang.srt.
                 "sglang.srt.models.registry, sglang.srt.model_loader.weight_utils")
 
 
-def default_root() -> Path:
-    tag = sys.implementation.cache_tag or "py"
-    return Path(os.environ.get("SPECFMT_SGLANG_ENV") or Path.home() / ".cache" / "specfmt" / f"sglang-0.5.23-{tag}")
-
-
 def sglang_env(root: Path | None = None) -> TargetEnv:
-    """SGLang 0.5.23 (:data:`PACKAGES`) at ``root`` (default :func:`default_root`), built or rebuilt unless it is
-    complete and working.
+    """SGLang 0.5.23 (:data:`PACKAGES`) at ``root`` (default ``$SPECFMT_SGLANG_ENV``, else ``~/.cache/specfmt/sglang-0.5.23-<cache tag>``),
+    built or rebuilt unless it is complete and working (:func:`target_env.pinned_env`).
 
     Raises:
         RuntimeError: it cannot be built (pip failed) or fails its check after building.
     """
-    return TargetEnv(Path(root) if root is not None else default_root(), PACKAGES, CHECK, fork=True).ensure()
+    return pinned_env("sglang-0.5.23", "SPECFMT_SGLANG_ENV", PACKAGES, CHECK, root=root, fork=True)
 
 
 @pytest.fixture(scope="session")

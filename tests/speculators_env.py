@@ -10,13 +10,11 @@ checked and rebuilt: ``tests/target_env.py``.
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-from target_env import TargetEnv
+from target_env import TargetEnv, pinned_env
 
 #: speculators 0.9.0 and what ``import speculators`` needs beyond what ``.ci/install`` installs (speculators/train/data.py
 #: imports datasets and hs_connectors; pandas needs python-dateutil, which needs six). Found by importing in a new venv
@@ -52,19 +50,14 @@ def float64_like_transformers(model, tl):
 """
 
 
-def default_root() -> Path:
-    tag = sys.implementation.cache_tag or "py"
-    return Path(os.environ.get("SPECFMT_SPECULATORS_ENV") or Path.home() / ".cache" / "specfmt" / f"speculators-0.9.0-{tag}")
-
-
 def speculators_env(root: Path | None = None) -> TargetEnv:
-    """speculators 0.9.0 (:data:`PACKAGES`) at ``root`` (default :func:`default_root`), built or rebuilt
-    unless it is complete and working.
+    """speculators 0.9.0 (:data:`PACKAGES`) at ``root`` (default ``$SPECFMT_SPECULATORS_ENV``, else ``~/.cache/specfmt/speculators-0.9.0-<cache tag>``),
+    built or rebuilt unless it is complete and working (:func:`target_env.pinned_env`).
 
     Raises:
         RuntimeError: it cannot be built (pip failed) or fails its check after building.
     """
-    return TargetEnv(Path(root) if root is not None else default_root(), PACKAGES, CHECK, fork=True).ensure()
+    return pinned_env("speculators-0.9.0", "SPECFMT_SPECULATORS_ENV", PACKAGES, CHECK, root=root, fork=True)
 
 
 @pytest.fixture(scope="session")

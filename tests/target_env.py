@@ -29,6 +29,8 @@ from importlib.util import find_spec
 from pathlib import Path
 
 MARKER = ".complete"
+#: where the envs live unless their variable names a folder: ``~/.cache/specfmt/NAME-<cache tag>``
+CACHE = Path.home() / ".cache" / "specfmt"
 #: the modules an env must take from the running interpreter, never from its own folder
 SHARED = ("torch", "transformers")
 
@@ -132,6 +134,21 @@ class TargetEnv:
             if not self.usable():
                 self.build()
         return self
+
+
+def pinned_env(name: str, variable: str, packages: tuple[str, ...], check: str, *, root: Path | None = None,
+               fork: bool = False) -> TargetEnv:
+    """The env ``packages`` make, built or rebuilt unless it is complete and working (:meth:`TargetEnv.ensure`).
+
+    Its folder is ``root``, else ``$VARIABLE``, else ``~/.cache/specfmt/NAME-<cache tag>`` (:data:`CACHE`; the tag is
+    the interpreter's, e.g. ``cpython-311``: each Python gets its own).
+
+    Raises:
+        RuntimeError: it cannot be built (pip failed) or fails its check after building.
+    """
+    if root is None:
+        root = Path(os.environ.get(variable) or CACHE / f"{name}-{sys.implementation.cache_tag or 'py'}")
+    return TargetEnv(Path(root), packages, check, fork=fork).ensure()
 
 
 _GUARD = threading.Lock()

@@ -6,7 +6,7 @@ config with ``block_size``, ``num_target_layers`` and ``dflash_config`` holding 
 V 2048, N 8). The conversion keeps every tensor, reads the backbone as DFlash's research layout does (taps + 1) and writes
 ``sample_from_anchor`` true with k = B: SpecForge trains slot j of a block on the token at anchor + j + 1
 (``specforge/algorithms/common/dflash_family_model.py`` ``OnlineDSparkModel``). SpecForge's own ``DSparkDraftModel``
-(SpecForge 0.2.0 from PyPI, installed by the test into a folder of its own, ``tests/specforge_env.py``; or a checkout
+(SpecForge 0.2.0 from PyPI, in the test env it shares with SGLang, ``tests/sglang_env.py``; or a checkout
 named by ``SPECFORGE_SRC``, a6b6b02 checked first) loads the source strictly and its float64 block -- backbone, sequential Markov drafting, confidence -- equals our reference on the converted output;
 each misreading of :meth:`specfmt.algorithms.dspark.DSpark.readings` (SpecForge's own ``spec_generate`` reading, one slot
 later, among them) does not.
@@ -154,14 +154,14 @@ torch.save({"ids": ids[0], "logits": logits[0], "conf": conf[0]}, out)
 def run_specforge():
     """``run_specforge(*args)``: :data:`SPECFORGE` run with ``args`` after the folder holding the ``specforge`` package --
     ``SPECFORGE_SRC`` (a checkout) when set, else SpecForge 0.2.0 from PyPI in its test env (built on first use,
-    ``tests/specforge_env.py``). Never a skip: SpecForge installs and imports on the CPU."""
+    ``tests/sglang_env.py``). Never a skip: SpecForge installs and imports on the CPU."""
     src = os.environ.get("SPECFORGE_SRC")
     if src:
         assert (Path(src) / "specforge" / "modeling" / "draft" / "dspark.py").is_file(), f"SPECFORGE_SRC={src} holds no specforge/modeling/draft/dspark.py"
         return lambda *args: subprocess.run([sys.executable, "-c", SPECFORGE, src, *map(str, args)], capture_output=True, text=True, timeout=300)
-    from specforge_env import specforge_env
+    from sglang_env import sglang_env
 
-    env = specforge_env()
+    env = sglang_env()  # holds SpecForge 0.2.0 beside SGLang, its trainer's engine
     return lambda *args: env.run("-c", SPECFORGE, env.root, *args)
 
 

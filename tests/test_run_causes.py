@@ -14,13 +14,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from conftest import WORLD
+from conftest import WORLD, first_world_prompts, world_eagle3
 from specfmt.cli import app
-from specfmt.convert import convert
 from specfmt.validation.run import STATIC_CAUSES, WEAK_DRAFT, describe_causes, validate_run
 
 #: a short run: 3 held-out prompts x 8 tokens
@@ -31,16 +29,12 @@ LOGGED = [0.4375, 0.1875, 0.0625]
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("causes") / "eagle3"
-    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))
-    return out
+    return world_eagle3(tmp_path_factory.mktemp("causes"))
 
 
 @pytest.fixture(scope="module")
 def prompts(tmp_path_factory) -> Path:
-    f = tmp_path_factory.mktemp("prompts") / "three.jsonl"
-    f.write_text("\n".join((WORLD / "prompts.jsonl").read_text().splitlines()[:PROMPTS]) + "\n")
-    return f
+    return first_world_prompts(tmp_path_factory.mktemp("prompts") / "three.jsonl", PROMPTS)
 
 
 @pytest.fixture

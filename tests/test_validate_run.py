@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from conftest import NOT_HELD, WORLD, tree_digest
+from conftest import NOT_HELD, WORLD, first_world_prompts, tree_digest, world_eagle3
 from specfmt.cli import app
 from specfmt.converters import Options
 from specfmt.convert import convert
@@ -205,16 +205,12 @@ def test_prompts_builtin_jsonl_and_chat(tmp_path):
 
 @pytest.fixture(scope="module")
 def example(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("run") / "eagle3"
-    convert("eagle3", str(WORLD / "eagle3-safeailab"), out, str(WORLD / "verifier"))
-    return out
+    return world_eagle3(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")
 def few_prompts(tmp_path_factory) -> Path:
-    f = tmp_path_factory.mktemp("prompts") / "few.jsonl"
-    f.write_text("\n".join((WORLD / "prompts.jsonl").read_text().splitlines()[:FEW]) + "\n")
-    return f
+    return first_world_prompts(tmp_path_factory.mktemp("prompts") / "few.jsonl", FEW)
 
 
 def broken(example: Path, tmp_path: Path, *, cfg=None, tensors=None) -> Path:
