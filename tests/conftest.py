@@ -12,6 +12,14 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="specfmt-test-hf-")
 os.environ.pop("HF_HUB_CACHE", None)
 
+# One OpenMP thread per process, for this process and every child it starts (the CLI runs, the warm speculators and
+# SGLang interpreters, vLLM's engines), set before anything imports torch. The suite often has two torch processes
+# computing at once on a 2-core machine; each with 2 OpenMP threads, libgomp's spinning barriers starve each other:
+# the world verifier's forward (2 x 64 tokens, 30 times) took 0.28 s alone and 1.4-2.5 s beside one such process
+# (10-31 s beside the whole suite); with one thread each, 0.35 s alone and 0.33-0.49 s side by side (2026-11-29). It
+# also makes the figures the tests pin independent of how many cores the machine has. A caller's setting wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 REPO = Path(__file__).resolve().parents[1]
