@@ -22,8 +22,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # numba shares torch's OpenMP runtime (the same libgomp.so.1): vLLM's n-gram proposer sets numba's thread count, and
 # with it torch's (1 -> 2 in tests/test_free_methods.py); its default is every core
 os.environ.setdefault("NUMBA_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
-#: torch's intra-op threads in every test (:func:`one_torch_thread_count` puts it back after any test that changed it)
-TORCH_THREADS = int(os.environ["OMP_NUM_THREADS"])
+#: torch's intra-op threads in every test (:func:`one_torch_thread_count` sets it again before each test); OpenMP's
+#: nested form ("4,2") counts its first level, an empty setting one thread
+TORCH_THREADS = int(os.environ["OMP_NUM_THREADS"].split(",")[0].strip() or "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -221,7 +221,8 @@ def verifier_features(verifier: Any, ids: "torch.Tensor", taps: list[int]) -> tu
 
 
 #: tokens per verifier forward when :class:`VerifierTop1` counts (at least the training batch): ``B x T`` of 2 x 64
-#: windows made the world's count 15.6 s on 2 CPU cores, 64 x 64 made it 7.1 s, the same counts (2026-11-29)
+#: windows made the world's count (79k tokens) 15.6 s on 2 CPU cores beside a running test suite, 16 x 64 made it
+#: 7.6 s and 64 x 64 7.1 s, the same counts each time (2026-11-29)
 COUNT_TOKENS = 4096
 
 
