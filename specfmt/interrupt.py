@@ -14,6 +14,9 @@ The one mechanism (every command runs inside :func:`guard`, through
   ``vllm/utils/network_utils.py``), or a call into C does not return -- it ends the process: the engine groups and
   every child process killed, the :func:`on_hard_exit` cleanups run, the line printed if none was, exit 130. Code that
   cleans up on purpose for longer (a training state being saved) says so with :func:`finishing`.
+* **A swallowed interrupt is raised again** where specfmt gets control back: calls into a library in specfmt's own
+  process (vLLM's ``LLM(...)`` and ``generate``) run inside :func:`library_call`, which raises ``KeyboardInterrupt``
+  when the call returns after a SIGINT.
 * **A second SIGINT** does what the watchdog does, at once.
 * **Engines run where the terminal's Ctrl-C does not reach them**, so that only specfmt decides how they stop and
   nothing of theirs is printed: vLLM's engine core in specfmt's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
@@ -174,6 +177,18 @@ def finishing() -> Iterator[None]:
                 _state["signalled"] = time.monotonic()
 
 
+@contextmanager
+def library_call() -> Iterator[None]:
+    """Around a call into a library that may swallow the ``KeyboardInterrupt`` of a SIGINT (vLLM's ``LLM(...)`` and
+    ``generate`` in specfmt's own process): when the call returns normally after a SIGINT arrived, the
+    ``KeyboardInterrupt`` is raised again here, so the command ends as interrupted at once -- not only when the
+    watchdog's :data:`GRACE_S` runs out, and never with exit 0 when the call happened to finish within the grace
+    (a CI run: ``regenerate`` interrupted while vLLM loaded the verifier wrote all its lines and exited 0)."""
+    yield
+    if interrupted():
+        raise KeyboardInterrupt
+
+
 def on_hard_exit(fn: Callable[[], None]) -> Callable[[], None]:
     """Register a quick cleanup (remove a temporary folder) run when the watchdog or a second Ctrl-C ends the
     process, whose ``finally`` blocks then never run; returns ``fn`` (pass it to :func:`forget`)."""
@@ -310,5 +325,5 @@ def parent_watch() -> None:
     threading.Thread(target=watch, name="specfmt-parent-watch", daemon=True).start()
 
 
-__all__ = ["EXIT_CODE", "GRACE_S", "KILL_GRACE_S", "descendants", "describe", "engine_group", "exit_now", "finishing", "forget",
+__all__ = ["EXIT_CODE", "GRACE_S", "KILL_GRACE_S", "descendants", "describe", "engine_group", "exit_now", "finishing", "forget", "library_call",
            "guard", "interrupted", "interruption", "on_hard_exit", "parent_watch", "stop_group"]

@@ -265,6 +265,51 @@ def test_a_swallowed_ctrl_c_still_ends_in_one_line(tmp_path, how):
         assert marker.read_text() == "cleaned up" and seconds < (grace + 3 if how == "the watchdog" else 3), seconds
 
 
+SWALLOWING_VLLM = """
+import importlib.machinery, os, signal, sys, types
+
+class LLM:  # vLLM's LLM(...) as CI saw it: a SIGINT while it starts is swallowed, and the start goes on
+    def __init__(self, **kwargs):
+        try:
+            print("starting", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):  # the handler runs between two bytecodes of this loop
+                pass
+        except KeyboardInterrupt:
+            pass
+
+    def generate(self, prompts, params, use_tqdm=False):
+        one = types.SimpleNamespace(token_ids=[1, 2], finish_reason="stop")
+        return [types.SimpleNamespace(outputs=[one]) for _ in prompts]
+
+vllm = types.ModuleType("vllm")
+vllm.__spec__ = importlib.machinery.ModuleSpec("vllm", None)
+vllm.LLM, vllm.SamplingParams = LLM, lambda **kwargs: kwargs
+platforms = types.ModuleType("vllm.platforms")
+platforms.current_platform = types.SimpleNamespace(is_cpu=lambda: True)
+sys.modules.update({"vllm": vllm, "vllm.platforms": platforms})
+sys.argv = ["specfmt", *sys.argv[1:]]
+from specfmt.cli import main
+main()
+"""
+
+
+def test_a_ctrl_c_a_library_swallows_and_returns_from_ends_the_command_at_once(tmp_path):
+    """CI's failure: ``regenerate`` was interrupted while vLLM loaded the verifier, vLLM swallowed the
+    KeyboardInterrupt and finished starting within the watchdog's grace, and the command wrote every line and exited 0.
+    ``interrupt.library_call`` raises the interrupt again when the call returns: one line, exit 130, no line written."""
+    out = tmp_path / "regen.jsonl"
+    run = Run(["regenerate", "--verifier", str(VERIFIER), "--data", str(data_file(tmp_path / "in.jsonl", 4, "prompt")), "-o", str(out),
+               "--max-model-len", "256", "--max-tokens", "8"], script=SWALLOWING_VLLM)
+    run.wait_for("^starting$")
+    run.signalled = next(t for t, _, x in run.lines if x == "starting") + 1e-6  # the command signals itself, inside LLM(...)
+    seconds = run.finish()
+    assert_one_line(run, seconds, f"specfmt: error: interrupted after 0 of 4 conversations (whole lines only) [{out}]; "
+                                  f"continue with the same command and --resume")
+    assert seconds < 5, seconds  # at once, not after the watchdog's grace
+    assert not out.exists() or out.read_text() == ""
+
+
 # ------------------------------------------------------------------ what each point keeps (in this process)
 
 def _ctrl_c_when(target, name: str, monkeypatch, when=lambda *a, **k: True) -> None:

@@ -384,8 +384,9 @@ class VLLMCompleter:
         from vllm.platforms import current_platform
 
         spec = {"tensor_parallel_size": tensor_parallel_size}
-        self.llm = LLM(model=verifier, max_model_len=max_model_len, enforce_eager=True, seed=settings.seed, dtype=dtype,
-                       **engine_settings(spec, current_platform.is_cpu()))
+        with interrupt.library_call():
+            self.llm = LLM(model=verifier, max_model_len=max_model_len, enforce_eager=True, seed=settings.seed, dtype=dtype,
+                           **engine_settings(spec, current_platform.is_cpu()))
         self.settings = settings
         self.max_model_len = max_model_len
 
@@ -401,7 +402,8 @@ class VLLMCompleter:
                                  hint="raise --max-model-len")
             params.append(SamplingParams(temperature=s.temperature, top_p=s.top_p if s.temperature else 1.0,
                                          seed=seed if s.temperature else None, max_tokens=room))
-        outs = self.llm.generate([{"prompt_token_ids": ids} for ids, _ in prompts], params, use_tqdm=False)
+        with interrupt.library_call():
+            outs = self.llm.generate([{"prompt_token_ids": ids} for ids, _ in prompts], params, use_tqdm=False)
         return [(list(o.outputs[0].token_ids), o.outputs[0].finish_reason == "length") for o in outs]
 
 

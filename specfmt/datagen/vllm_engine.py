@@ -152,7 +152,8 @@ class VllmEngine:
                                 enforce_eager=cpu if self.enforce_eager is None else self.enforce_eager,
                                 gpu_memory_utilization=self.gpu_memory_utilization, max_num_seqs=self.max_num_seqs)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core in this process (module docstring)
-        self._llm = LLM(**args)
+        with interrupt.library_call():
+            self._llm = LLM(**args)
         self.layers, self._staging = layers, staging
 
     def _engine_for(self, layers: list[int], folder: Path) -> Any:
@@ -229,7 +230,8 @@ class VllmEngine:
         params = [SamplingParams(max_tokens=1, temperature=0.0,
                                  extra_args={"kv_transfer_params": {"hidden_states_path": str(staged[index])}})
                   for index, _ in batch]
-        self._llm.generate([{"prompt_token_ids": list(ids)} for _, ids in batch], params, use_tqdm=False)
+        with interrupt.library_call():
+            self._llm.generate([{"prompt_token_ids": list(ids)} for _, ids in batch], params, use_tqdm=False)
         for index, _ in batch:
             self._wait(staged[index])
             final = sample_path(folder, index)
