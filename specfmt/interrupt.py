@@ -16,7 +16,9 @@ The one mechanism (every command runs inside :func:`guard`, through
   cleans up on purpose for longer (a training state being saved) says so with :func:`finishing`.
 * **A swallowed interrupt is raised again** where specfmt gets control back: calls into a library in specfmt's own
   process (vLLM's ``LLM(...)`` and ``generate``) run inside :func:`library_call`, which raises ``KeyboardInterrupt``
-  when the call returns after a SIGINT.
+  when the call returns after a SIGINT. A library's ``except`` swallows it, and so does Python itself when the signal
+  comes while a finalizer (``__del__``) runs; that case would print "Exception ignored in ..." with a traceback,
+  which :func:`guard` keeps off the terminal (:func:`_quiet_interrupts`).
 * **A second SIGINT** does what the watchdog does, at once.
 * **Engines run where the terminal's Ctrl-C does not reach them**, so that only specfmt decides how they stop and
   nothing of theirs is printed: vLLM's engine core in specfmt's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``:
@@ -40,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from .errors import Interrupted
@@ -84,11 +86,14 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
         yield
         return
     previous = signal.signal(signal.SIGINT, _on_sigint)
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _quiet_interrupts(unraisable)
     _last_words.append(last_words)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = unraisable
         for pgid in list(_groups):
             stop_group(pgid)
         with _lock:
@@ -96,6 +101,19 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
             _state["signalled"] = None  # the watchdog stops
             _cleanups.clear()
             _kept.clear()
+
+
+def _quiet_interrupts(hook: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``sys.unraisablehook`` that says nothing of a ``KeyboardInterrupt`` raised where Python can only ignore it -- a
+    finalizer (``__del__``, a weakref callback) running when the SIGINT came -- and passes anything else to ``hook``.
+    Python would print it as "Exception ignored in ..." with a traceback (seen in CI: the ``regex`` package's
+    ``SetBase.__del__``, while vLLM started); the interrupt is not lost: :func:`library_call` and the watchdog end the
+    command all the same."""
+    def quiet(info: Any) -> None:
+        if not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+
+    return quiet
 
 
 def _on_sigint(signum: int, frame: object) -> None:

@@ -310,6 +310,40 @@ def test_a_ctrl_c_a_library_swallows_and_returns_from_ends_the_command_at_once(t
     assert not out.exists() or out.read_text() == ""
 
 
+def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_library_returns(monkeypatch):
+    """CI: the SIGINT came while the ``regex`` package's ``SetBase.__del__`` ran inside vLLM's start; Python cannot
+    raise there and printed "Exception ignored in ..." with a traceback. Under the guard nothing is printed, and
+    ``library_call`` raises the interrupt when the call returns."""
+    import gc
+
+    from specfmt import interrupt
+
+    class Finalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10**6):  # the handler runs between two bytecodes of this loop, inside __del__
+                pass
+
+    def library() -> str:
+        Finalized()  # dropped at once: its __del__ runs here
+        gc.collect()
+        return "done"
+
+    reported = []  # what Python would print as "Exception ignored in ..." (its default hook; pytest's own here)
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: reported.append(info.exc_type))
+    with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None), interrupt.library_call():
+        assert library() == "done"  # the call itself saw nothing
+    assert reported == [] and not interrupt.interrupted()
+    Finalized.__del__ = lambda self: (_ for _ in ()).throw(ValueError("ours"))  # anything else is still reported
+    with interrupt.guard(lambda: None):
+        Finalized()
+        gc.collect()
+    assert reported == [ValueError]
+    with pytest.raises(KeyboardInterrupt):  # outside the guard Python's own handler is back (and its report too)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+
+
 # ------------------------------------------------------------------ what each point keeps (in this process)
 
 def _ctrl_c_when(target, name: str, monkeypatch, when=lambda *a, **k: True) -> None:
