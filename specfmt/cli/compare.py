@@ -107,8 +107,8 @@ def table(data: dict[str, Any]) -> Table:
 
 
 def verdict(data: dict[str, Any]) -> list[str]:
-    """Plain lines: the best method by estimated speedup, each method that could not run in vLLM, and what the
-    agreement test found."""
+    """Plain lines: the best method by estimated speedup, each method that could not run in vLLM, what the
+    agreement test found, and what specfmt corrected in the installed vLLM build (:mod:`specfmt.validation.vllm_fixes`)."""
     lines = []
     measured = [m for m in data["methods"] if m["measured"]]
     best = max(measured, key=lambda m: (m["estimated_speedup"].get("vllm") or m["estimated_speedup"].get("reference") or 0), default=None)
@@ -123,6 +123,8 @@ def verdict(data: dict[str, Any]) -> list[str]:
         agree = m.get("agreement")
         if agree and not agree.get("ok", True):
             lines.append(f"{m['method']}: the reference and vLLM disagree beyond the tolerance (see --json: agreement)")
+    said = {c for m in data["methods"] for c in ((m.get("vllm") or {}).get("corrections") or [])}
+    lines += [f"corrected in vLLM for these figures: {c}" for c in sorted(said)]  # one line each, not one per method
     return lines
 
 

@@ -100,7 +100,8 @@ class Entry:
         if v is None:
             return None
         return {**per_step(v.accepted_per_position, v.steps, self.k), "drafted_steps": v.num_drafts,
-                "mean_acceptance_length": round(v.mean_acceptance_length, 4), "method": v.speculative_method}
+                "mean_acceptance_length": round(v.mean_acceptance_length, 4), "method": v.speculative_method,
+                **({"corrections": list(v.corrections)} if v.corrections else {})}
 
     def speedups(self) -> dict[str, float | None]:
         """The estimated speedup from each run's tokens per pass (:func:`~specfmt.validation.speedup.estimated_speedup`)."""

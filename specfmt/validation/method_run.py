@@ -41,7 +41,7 @@ from . import vllm_run
 from .acceptance import ChainResult
 from .report import FAIL, PASS, SKIP, WARN
 from .run import (RunResult, _acceptance_check, _agreement_check, _chains, _device_name, _exact_check, _figures, _finish, _give_back_gpu, _load_verifier,
-                  sampling_kwargs, sampling_of,
+                  corrected, sampling_kwargs, sampling_of,
                   _run_chains, _skip, _variants_check, agreement_tolerance, check_inputs, validate_run)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -229,7 +229,7 @@ def _vllm_checks(result: RunResult, method: ProposalMethod, ver: Verifier, ref: 
         rep.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {engine.method!r}) and proposed {run.num_drafts} drafts")
     else:
         rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) ran {run.draft_class} as {engine.method}, k={run.num_speculative_tokens}: "
-                              f"{run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+                              f"{run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}", corrected(run))
     _exact_check(result, run, alone)
     if ref is None:
         rep.add("agreement", SKIP, "no reference figures")

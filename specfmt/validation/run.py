@@ -241,6 +241,8 @@ def _figures(res: "ChainResult | Any") -> dict[str, Any]:
         "mean_acceptance_length": round(1 + res.num_accepted_tokens / d, 4) if d else 1.0,
         # every verifier pass after the first token, with a proposal or not, and the tokens per pass (issue 37)
         **({"steps": res.steps, "tokens_per_step": round(1 + res.num_accepted_tokens / res.steps, 4)} if getattr(res, "steps", 0) else {}),
+        # what specfmt corrected in the installed vLLM build for this run (specfmt.validation.vllm_fixes)
+        **({"corrections": list(res.corrections)} if getattr(res, "corrections", None) else {}),
     }
 
 
@@ -941,7 +943,13 @@ def _attached_check(result: RunResult, algo: Algorithm, cfg: dict[str, Any], mod
     else:
         how = "exactly as `vllm serve OUT`" if form == "auto" else "in the explicit form (this vLLM refuses the config's local verifier)"
         result.report.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) attached {run.draft_class} as {expected}, k={run.num_speculative_tokens}, "
-                          f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}")
+                          f"{how}: {run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}", corrected(run))
+
+
+def corrected(run: Any) -> list[str]:
+    """The ``vllm`` check's lines for what specfmt corrected in the installed build for ``run``
+    (:mod:`specfmt.validation.vllm_fixes`)."""
+    return [f"corrected in vLLM {run.vllm_version}: {c}" for c in getattr(run, "corrections", [])]
 
 
 def _exact_check(result: RunResult, run: Any, alone: Any) -> None:

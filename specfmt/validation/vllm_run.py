@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from .. import interrupt
+from . import vllm_fixes
 from ..errors import VLLMRunError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,6 +82,8 @@ class VLLMRun:
         temperature: the sampling temperature (0: greedy).
         seconds: wall time of the generation (the engine's steps, its start excluded).
         sequential: whether the requests ran one at a time (batch size 1; ``generate(sequential=True)``).
+        corrections: what specfmt corrected in the installed build for this run (:mod:`specfmt.validation.vllm_fixes`:
+            one line each, to print beside the figures); empty when the build ran as installed.
     """
 
     token_ids: list[list[int]]
@@ -103,6 +106,7 @@ class VLLMRun:
     temperature: float = 0.0
     seconds: float = 0.0
     sequential: bool = False
+    corrections: list[str] = field(default_factory=list)
 
     @property
     def mean_acceptance_length(self) -> float:
@@ -384,6 +388,7 @@ def _engine(spec: dict) -> dict:
         on_cpu = current_platform.is_cpu()
     except ImportError:  # pragma: no cover - older vLLM
         on_cpu = not torch.cuda.is_available()
+    corrections = vllm_fixes.correct(on_cpu, float(spec.get("temperature") or 0.0))  # before the engine registers its kernels
     llm = LLM(
         model=spec["model"],
         max_model_len=spec["max_model_len"],
@@ -415,6 +420,7 @@ def _engine(spec: dict) -> dict:
             vals = [int(v) for v in m.values]
             per_pos = [a + b for a, b in zip(per_pos, vals)] if per_pos else vals
     result["accepted_per_position"] = per_pos
+    result["corrections"] = corrections
     result.update(probe)
     result["host_spent"] = _host_spent()
     del llm
