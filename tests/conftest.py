@@ -22,6 +22,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # numba shares torch's OpenMP runtime (the same libgomp.so.1): vLLM's n-gram proposer sets numba's thread count, and
 # with it torch's (1 -> 2 in tests/test_free_methods.py); its default is every core
 os.environ.setdefault("NUMBA_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+# vLLM's CPU build gives each engine's KV cache a share of the machine's memory (specfmt's gpu_memory_utilization=0.2
+# there: 4.8 GiB on a 24 GiB machine, zeroed at every engine start); the suite's engines hold a few short prompts of a
+# small model, so 1 GiB each (``VLLM_CPU_KVCACHE_SPACE``, read by ``vllm/platforms/cpu.py``). One engine pair of
+# test_vllm_validate: 5.0 -> 1.4 GiB at its peak, 32.6 -> 25.2 s (2026-11-29). A caller's setting wins.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 #: torch's intra-op threads in every test (:func:`one_torch_thread_count` sets it again before each test); OpenMP's
 #: nested form ("4,2") counts its first level, an empty setting one thread
 TORCH_THREADS = int(os.environ["OMP_NUM_THREADS"].split(",")[0].strip() or "1")
@@ -205,6 +210,23 @@ def first_world_prompts(path: Path, n: int) -> Path:
 
 try:
     import pytest
+
+    #: the most pytest-xdist workers ``-n auto`` (pyproject's addopts) starts; each takes one core (one OpenMP thread,
+    #: above) and, at its peak, a few GiB: its own process, its vLLM engine host, a CLI child
+    MAX_WORKERS = 4
+    #: GiB of available memory each worker is given room for
+    WORKER_GIB = 5
+
+    def pytest_xdist_auto_num_workers(config):
+        """``-n auto``: one worker per core this process may run on, at most :data:`MAX_WORKERS` and as many as
+        the available memory holds at :data:`WORKER_GIB` each (at least one)."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        try:  # the kernel's estimate of what can be allocated without swapping (page cache included)
+            kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:"))
+            available = kib / 2**20
+        except (OSError, StopIteration):  # pragma: no cover - not Linux
+            available = WORKER_GIB * MAX_WORKERS
+        return max(1, min(cores, MAX_WORKERS, int(available // WORKER_GIB)))
 
     def pytest_runtest_setup(item):
         """A test marked ``vllm`` needs vLLM installed; .ci/install installs it (``SPECFMT_VLLM``: ``vllm-cpu``, the

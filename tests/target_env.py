@@ -127,10 +127,18 @@ class TargetEnv:
 
     def ensure(self) -> "TargetEnv":
         """Build it unless it is :meth:`usable`; then it is. Threads of one process build a folder one at a time
-        (the vLLM release probes ask for the same one from a thread each)."""
+        (the vLLM release probes ask for the same one from a thread each), and so do processes (pytest-xdist's
+        workers): an exclusive ``flock`` on a file of the temporary folder named after the folder's path (nothing is
+        left beside the env), so the second waits and finds it built."""
+        import fcntl
+        import hashlib
+        import tempfile
+
         with _GUARD:
             lock = _LOCKS.setdefault(self.root, threading.Lock())
-        with lock:
+        key = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
+        with lock, open(Path(tempfile.gettempdir()) / f"specfmt-env-{key}.lock", "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
             if not self.usable():
                 self.build()
         return self
