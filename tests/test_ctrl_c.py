@@ -331,17 +331,23 @@ def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_libra
 
     reported = []  # what Python would print as "Exception ignored in ..." (its default hook; pytest's own here)
     monkeypatch.setattr(sys, "unraisablehook", lambda info: reported.append(info.exc_type))
-    with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None), interrupt.library_call():
-        assert library() == "done"  # the call itself saw nothing
-    assert reported == [] and not interrupt.interrupted()
-    Finalized.__del__ = lambda self: (_ for _ in ()).throw(ValueError("ours"))  # anything else is still reported
-    with interrupt.guard(lambda: None):
-        Finalized()
-        gc.collect()
-    assert reported == [ValueError]
-    with pytest.raises(KeyboardInterrupt):  # outside the guard Python's own handler is back (and its report too)
-        os.kill(os.getpid(), signal.SIGINT)
-        time.sleep(1)
+    # Python's own SIGINT handler, as in a terminal: a pytest-xdist worker starts with SIGINT ignored, and the guard
+    # then installs nothing (as for a background job)
+    worker = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None), interrupt.library_call():
+            assert library() == "done"  # the call itself saw nothing
+        assert reported == [] and not interrupt.interrupted()
+        Finalized.__del__ = lambda self: (_ for _ in ()).throw(ValueError("ours"))  # anything else is still reported
+        with interrupt.guard(lambda: None):
+            Finalized()
+            gc.collect()
+        assert reported == [ValueError]
+        with pytest.raises(KeyboardInterrupt):  # outside the guard Python's own handler is back
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    finally:
+        signal.signal(signal.SIGINT, worker)
 
 
 # ------------------------------------------------------------------ what each point keeps (in this process)
