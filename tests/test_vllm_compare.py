@@ -76,8 +76,8 @@ def test_at_temperature_one_the_expected_acceptance_agrees_with_vllms(eagle3, fe
     res = validate(eagle3, prompts=str(few_prompts), max_tokens=TOKENS, temperature=1.0, seeds=[0, 1, 2, 3], free_methods=False, write=False)
     st = {c.name: c for c in res.report.checks}
     assert st["agreement"].status == "pass", st["agreement"].details
-    assert st["vllm_exact"].status == "skip" and st["variants"].status == "skip" and st["vllm"].status == "pass"
-    fixes = corrections_expected()
+    fixes = corrections_expected()  # a corrected build is a warning: its figures are right, its `vllm serve` is not
+    assert st["vllm_exact"].status == "skip" and st["variants"].status == "skip" and st["vllm"].status == ("warn" if fixes else "pass")
     assert res.vllm.get("corrections", []) == fixes and st["vllm"].details == [f"corrected in vLLM {res.vllm['engine'].split()[1]}: {c}" for c in fixes]
     rows = res.sampling["agreement"]["rows"]
     assert [r["figure"] for r in rows] == ["position 1", "position 2", "position 3", "tokens per step"]

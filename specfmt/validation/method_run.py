@@ -228,7 +228,7 @@ def _vllm_checks(result: RunResult, method: ProposalMethod, ver: Verifier, ref: 
     if run.speculative_method != engine.method or not run.num_drafts:
         rep.add("vllm", FAIL, f"vLLM attached method {run.speculative_method!r} (expected {engine.method!r}) and proposed {run.num_drafts} drafts")
     else:
-        rep.add("vllm", PASS, f"vLLM {run.vllm_version} ({run.dtype}) ran {run.draft_class} as {engine.method}, k={run.num_speculative_tokens}: "
+        rep.add("vllm", WARN if run.corrections else PASS, f"vLLM {run.vllm_version} ({run.dtype}) ran {run.draft_class} as {engine.method}, k={run.num_speculative_tokens}: "
                               f"{run.num_drafts} drafts, mean acceptance length {run.mean_acceptance_length:.3f}", corrected(run))
     _exact_check(result, run, alone)
     if ref is None:
