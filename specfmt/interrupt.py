@@ -77,10 +77,13 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
             SIGINT, from whichever thread ends the process).
 
     Outside the main thread, or when SIGINT is ignored, nothing is installed (``signal.signal`` works in the main
-    thread only; an ignored SIGINT stays ignored). On the way out (the command's line is printed by then), engine
-    groups still registered are stopped, the previous handler is restored and the watchdog is disarmed: the command
-    line then ends at once (:func:`exit_now`), and a caller of the command in Python (``typer.testing.CliRunner``)
-    goes on as before.
+    thread only; an ignored SIGINT stays ignored). On the way out (the command's line is printed by then), after a
+    Ctrl-C the engine groups still registered are stopped; the previous handler is restored and the watchdog is
+    disarmed: the command line then ends at once (:func:`exit_now`), and a caller of the command in Python
+    (``typer.testing.CliRunner``) goes on as before. Without a Ctrl-C a group is left to its owner: an engine host of
+    an enclosing :func:`specfmt.validation.vllm_run.engines` block outlives the command (CI: a test's in-process
+    ``validate --run`` stopped the session's shared host at its end, and the next test wrote its job to the dying
+    host: "vLLM exited with code -15 without a result").
     """
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, None):
         yield
@@ -94,8 +97,9 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, previous)
         sys.unraisablehook = unraisable
-        for pgid in list(_groups):
-            stop_group(pgid)
+        if interrupted():  # after a Ctrl-C no engine is kept; otherwise each group is its owner's to stop
+            for pgid in list(_groups):
+                stop_group(pgid)
         with _lock:
             _last_words.remove(last_words)
             _state["signalled"] = None  # the watchdog stops
@@ -275,6 +279,10 @@ def stop_group(pgid: int, leader: "object | None" = None, grace: float = KILL_GR
     _signal_group(pgid, signal.SIGKILL)
     if leader is not None:
         leader.wait()  # type: ignore[attr-defined]
+    else:  # a killed process takes a while to die (its memory freed): its owner then finds it ended, not running
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and _group_alive(pgid):
+            time.sleep(0.05)
     _groups.pop(pgid, None)
 
 

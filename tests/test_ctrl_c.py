@@ -350,6 +350,29 @@ def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_libra
         signal.signal(signal.SIGINT, worker)
 
 
+def test_a_command_that_ends_without_ctrl_c_leaves_an_enclosing_blocks_engine_running():
+    """CI: a test's in-process ``validate --run`` stopped the session's shared engine host at its end (the guard
+    stopped every registered group), and the next test wrote its job to the dying host ("vLLM exited with code -15
+    without a result"). Without a Ctrl-C a group is its owner's to stop; after one, it is stopped."""
+    from specfmt import interrupt
+
+    worker = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (an xdist worker ignores it)
+    engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        interrupt.engine_group(engine.pid, "an enclosing block's engine")
+        with interrupt.guard(lambda: None):
+            pass
+        time.sleep(0.5)
+        assert engine.poll() is None  # still running, still registered: its owner stops it
+        with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        assert engine.wait(timeout=10) == -signal.SIGTERM  # a Ctrl-C keeps no engine
+    finally:
+        signal.signal(signal.SIGINT, worker)
+        interrupt.stop_group(engine.pid, leader=engine)
+
+
 # ------------------------------------------------------------------ what each point keeps (in this process)
 
 def _ctrl_c_when(target, name: str, monkeypatch, when=lambda *a, **k: True) -> None:

@@ -661,3 +661,21 @@ def test_validation_json_is_replaced_whole_or_not_at_all(measured, three_prompts
         _run(draft, three_prompts, use_vllm=False)
     assert (draft / VALIDATION_FILE).read_bytes() == before
     assert sorted(p.name for p in draft.iterdir()) == ["config.json", "model.safetensors", VALIDATION_FILE]
+
+
+def test_the_engine_hosts_log_is_removed_when_its_block_ends(monkeypatch, tmp_path):
+    """The host's log file exists while the block runs (errors quote its tail; test_ctrl_c reads it for vLLM's loading
+    line) and is gone after: every `validate --run` used to leave a /tmp/specfmt-vllm-*.log behind."""
+    import tempfile
+
+    from specfmt.validation import vllm_run
+
+    monkeypatch.setattr(vllm_run, "_shared", None)  # not the session's shared host (conftest.one_vllm_host)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with vllm_run.engines() as host:
+        log = Path(host._log.name)
+        assert log.parent == tmp_path and log.is_file()
+        with vllm_run.engines() as inner:  # re-entrant: the same host, its log kept until the outer block ends
+            assert inner is host
+        assert log.is_file()
+    assert not log.exists() and list(tmp_path.iterdir()) == []

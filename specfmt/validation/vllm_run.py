@@ -135,7 +135,8 @@ def vllm_available() -> bool:
 
 class EngineHost:
     """A child process that runs vLLM engines one after another (:func:`_serve`), each with its
-    engine core in-process; its log goes to a temporary file whose tail is quoted on failure.
+    engine core in-process; its log goes to a temporary file whose tail is quoted on failure (removed when the
+    :func:`engines` block that made the host ends).
 
     The child starts on the first :meth:`run` and is started again after a timeout or a failed
     engine (a failed vLLM start may leave the process in a state no second engine should inherit).
@@ -236,6 +237,11 @@ class EngineHost:
                 pass
         interrupt.stop_group(proc.pid, leader=proc)  # the host's own children too, whatever became of it
 
+    def remove_log(self) -> None:
+        """Delete the log file (its tail is quoted in every error; nothing else points to it), once no child writes it."""
+        self._log.close()
+        Path(self._log.name).unlink(missing_ok=True)
+
 
 _shared: EngineHost | None = None
 
@@ -254,6 +260,7 @@ def engines() -> Iterator[EngineHost]:
     finally:
         _shared = None
         host.close()
+        host.remove_log()
 
 
 def generate(
