@@ -110,8 +110,8 @@ def guard(last_words: Callable[[], None]) -> Iterator[None]:
 def _quiet_interrupts(hook: Callable[[Any], None]) -> Callable[[Any], None]:
     """``sys.unraisablehook`` that says nothing of a ``KeyboardInterrupt`` raised where Python can only ignore it -- a
     finalizer (``__del__``, a weakref callback) running when the SIGINT came -- and passes anything else to ``hook``.
-    Python would print it as "Exception ignored in ..." with a traceback (seen in CI: the ``regex`` package's
-    ``SetBase.__del__``, while vLLM started); the interrupt is not lost: :func:`library_call` and the watchdog end the
+    Python would print it as "Exception ignored in ..." with a traceback (seen in a test run here: the ``regex``
+    package's ``SetBase.__del__``, while vLLM started); the interrupt is not lost: :func:`library_call` and the watchdog end the
     command all the same."""
     def quiet(info: Any) -> None:
         if not isinstance(info.exc_value, KeyboardInterrupt):
