@@ -273,17 +273,20 @@ def stop_group(pgid: int, leader: "object | None" = None, grace: float = KILL_GR
         except subprocess.TimeoutExpired:
             pass
     else:
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _group_alive(pgid):
-            time.sleep(0.05)
+        _wait_gone(pgid, grace)
     _signal_group(pgid, signal.SIGKILL)
     if leader is not None:
         leader.wait()  # type: ignore[attr-defined]
     else:  # a killed process takes a while to die (its memory freed): its owner then finds it ended, not running
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and _group_alive(pgid):
-            time.sleep(0.05)
+        _wait_gone(pgid, grace)
     _groups.pop(pgid, None)
+
+
+def _wait_gone(pgid: int, seconds: float) -> None:
+    """Wait up to ``seconds`` for the group to hold no live process (:func:`_group_alive`)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and _group_alive(pgid):
+        time.sleep(0.05)
 
 
 def _group_alive(pgid: int) -> bool:

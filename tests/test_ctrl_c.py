@@ -310,9 +310,20 @@ def test_a_ctrl_c_a_library_swallows_and_returns_from_ends_the_command_at_once(t
     assert not out.exists() or out.read_text() == ""
 
 
-def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_library_returns(monkeypatch):
-    """CI: the SIGINT came while the ``regex`` package's ``SetBase.__del__`` ran inside vLLM's start; Python cannot
-    raise there and printed "Exception ignored in ..." with a traceback. Under the guard nothing is printed, and
+@pytest.fixture
+def pythons_sigint():
+    """Python's own SIGINT handler for the test, as in a terminal (a pytest-xdist worker may start with SIGINT ignored,
+    and the guard then installs nothing, as for a background job); the process's own is back after it."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_library_returns(monkeypatch, pythons_sigint):
+    """Seen in a test run here: the SIGINT came while the ``regex`` package's ``SetBase.__del__`` ran inside vLLM's
+    start; Python cannot raise there and printed "Exception ignored in ..." with a traceback. Under the guard nothing is printed, and
     ``library_call`` raises the interrupt when the call returns."""
     import gc
 
@@ -331,32 +342,25 @@ def test_a_ctrl_c_during_a_finalizer_prints_nothing_and_is_raised_when_the_libra
 
     reported = []  # what Python would print as "Exception ignored in ..." (its default hook; pytest's own here)
     monkeypatch.setattr(sys, "unraisablehook", lambda info: reported.append(info.exc_type))
-    # Python's own SIGINT handler, as in a terminal: a pytest-xdist worker starts with SIGINT ignored, and the guard
-    # then installs nothing (as for a background job)
-    worker = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None), interrupt.library_call():
-            assert library() == "done"  # the call itself saw nothing
-        assert reported == [] and not interrupt.interrupted()
-        Finalized.__del__ = lambda self: (_ for _ in ()).throw(ValueError("ours"))  # anything else is still reported
-        with interrupt.guard(lambda: None):
-            Finalized()
-            gc.collect()
-        assert reported == [ValueError]
-        with pytest.raises(KeyboardInterrupt):  # outside the guard Python's own handler is back
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(1)
-    finally:
-        signal.signal(signal.SIGINT, worker)
+    with pytest.raises(KeyboardInterrupt), interrupt.guard(lambda: None), interrupt.library_call():
+        assert library() == "done"  # the call itself saw nothing
+    assert reported == [] and not interrupt.interrupted()
+    Finalized.__del__ = lambda self: (_ for _ in ()).throw(ValueError("ours"))  # anything else is still reported
+    with interrupt.guard(lambda: None):
+        Finalized()
+        gc.collect()
+    assert reported == [ValueError]
+    with pytest.raises(KeyboardInterrupt):  # outside the guard Python's own handler is back
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
 
 
-def test_a_command_that_ends_without_ctrl_c_leaves_an_enclosing_blocks_engine_running():
+def test_a_command_that_ends_without_ctrl_c_leaves_an_enclosing_blocks_engine_running(pythons_sigint):
     """CI: a test's in-process ``validate --run`` stopped the session's shared engine host at its end (the guard
     stopped every registered group), and the next test wrote its job to the dying host ("vLLM exited with code -15
     without a result"). Without a Ctrl-C a group is its owner's to stop; after one, it is stopped."""
     from specfmt import interrupt
 
-    worker = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (an xdist worker ignores it)
     engine = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     try:
         interrupt.engine_group(engine.pid, "an enclosing block's engine")
@@ -369,7 +373,6 @@ def test_a_command_that_ends_without_ctrl_c_leaves_an_enclosing_blocks_engine_ru
             time.sleep(5)
         assert engine.wait(timeout=10) == -signal.SIGTERM  # a Ctrl-C keeps no engine
     finally:
-        signal.signal(signal.SIGINT, worker)
         interrupt.stop_group(engine.pid, leader=engine)
 
 
