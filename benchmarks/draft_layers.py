@@ -126,8 +126,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--lr", type=float, default=TrainOptions().lr)
-    ap.add_argument("--optimizer", default=TrainOptions().optimizer)
+    ap.add_argument("--lr", type=float, default=TrainOptions().resolved("eagle3").lr)
+    ap.add_argument("--optimizer", default=TrainOptions().resolved("eagle3").optimizer)
     ap.add_argument("--layers", default="1,2,3")
     ap.add_argument("--harness-json", default=str(tvs.RESULTS))
     ap.add_argument("--json", default=str(RESULTS))

@@ -126,7 +126,7 @@ def main() -> None:
     world = make_world(work, args.size, dtype)
     data = work / f"data-{args.seq_len}"
     facts = tvs.prepare_data(world, data, args.seq_len, "verifier", args.samples, device=args.device, dtype=dtype)
-    lr = args.lr if args.lr is not None else TrainOptions().lr
+    lr = args.lr if args.lr is not None else TrainOptions().resolved("eagle3").lr
     out = {"meta": {"size": args.size, "shapes": SIZES[args.size], "device": args.device, "dtype": dtype, "steps": args.steps,
                     "batch": args.batch_size, "seq_len": args.seq_len, "draft_vocab": min(args.draft_vocab, SIZES[args.size]["vocab_size"]),
                     "lr": lr, "gpu": torch.cuda.get_device_name(0) if gpu and torch.cuda.is_available() else None,

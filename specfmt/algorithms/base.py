@@ -354,10 +354,14 @@ class Training:
         train_options: the algorithm's own options (an :class:`AlgorithmOptions` subclass); the
             command ``specfmt train NAME`` offers exactly its declared options beside the shared ones.
         fillable: tensors a research checkpoint may lack because ``specfmt train fill`` computes them.
+        train_defaults: the algorithm's own defaults of shared :class:`~specfmt.training.loop.TrainOptions` fields
+            (``lr``, ``optimizer``), where a benchmark chose them; the others take
+            :data:`~specfmt.training.loop.DEFAULT_LR` and :data:`~specfmt.training.loop.DEFAULT_OPTIMIZER`.
     """
 
     train_summary: ClassVar[str] = ""
     train_options: ClassVar[type[AlgorithmOptions]] = AlgorithmOptions
+    train_defaults: ClassVar[Mapping[str, Any]] = {}
     fillable: ClassVar[frozenset[str]] = frozenset()
     name: ClassVar[str]
     title: ClassVar[str]

@@ -139,7 +139,9 @@ def _run(req, opts) -> None:
 
 def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
     """The options every ``specfmt train ALGORITHM`` has, before the algorithm's own (help order); ``--from`` offers
-    the formats whose drafts are ``algo``'s (:func:`specfmt.converters.from_choices`)."""
+    the formats whose drafts are ``algo``'s (:func:`specfmt.converters.from_choices`); ``--lr`` and ``--optimizer`` default to
+    ``algo``'s own (:meth:`specfmt.training.loop.TrainOptions.resolved`)."""
+    own = _DEFAULTS.resolved(algo.name)
     return _params(
         ("output", Path, typer.Option(..., "-o", "--output", help="Output folder (written atomically at the end).")),
         ("verifier", str, typer.Option(..., "--verifier", help="The verifier (target) model: a folder or a Hub id; frozen.")),
@@ -149,8 +151,8 @@ def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
         ("steps", int, typer.Option(_DEFAULTS.steps, "--steps", help="Optimizer steps.")),
         ("batch_size", int, typer.Option(_DEFAULTS.batch_size, "--batch-size", help="Windows per step (per process).")),
         ("seq_len", int, typer.Option(_DEFAULTS.seq_len, "--seq-len", help="Tokens per window.")),
-        ("lr", float, typer.Option(_DEFAULTS.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then cosine decay to 10 %).")),
-        ("optimizer", str, typer.Option(_DEFAULTS.optimizer, "--optimizer",
+        ("lr", float, typer.Option(own.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then cosine decay to 10 %).")),
+        ("optimizer", str, typer.Option(own.optimizer, "--optimizer",
                                         help=f"{' or '.join(OPTIMIZERS)}. muon: Muon on the draft's 2-D weight matrices, AdamW on norms, biases, embeddings and the output head "
                                              "(speculators' split); adamw: AdamW on everything.")),
         ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps).")),

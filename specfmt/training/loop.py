@@ -19,7 +19,7 @@ import gc
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -155,6 +155,10 @@ def acceptance_estimate(accuracy: list[float]) -> float:
     return total
 
 
+#: the peak learning rate and optimizer of an algorithm that names none of its own (:meth:`TrainOptions.resolved`)
+DEFAULT_LR, DEFAULT_OPTIMIZER = 1e-3, "adamw"
+
+
 @dataclass
 class TrainOptions:
     """The shared hyper-parameters of :func:`fit` (the ``specfmt train`` flags every algorithm has; an
@@ -164,9 +168,10 @@ class TrainOptions:
         steps: optimizer steps.
         batch_size: windows per step and process (B).
         seq_len: tokens per window (T).
-        lr: peak learning rate (both optimizer groups).
+        lr: peak learning rate (both optimizer groups); None: the algorithm's
+            (:attr:`~specfmt.algorithms.base.Training.train_defaults`, else :data:`DEFAULT_LR`; :meth:`resolved`).
         optimizer: ``muon`` (Muon on the 2-D weight matrices, AdamW on the rest) or ``adamw``
-            (:func:`specfmt.training.optim.build_optimizer`).
+            (:func:`specfmt.training.optim.build_optimizer`); None: the algorithm's, else :data:`DEFAULT_OPTIMIZER`.
         warmup: warmup steps (None: 5 % of ``steps``, at least 1).
         seed: seeds the windows, the noise and a new draft's initialisation.
         save_every: steps between saved training states (0: only at the end or on Ctrl-C).
@@ -179,14 +184,25 @@ class TrainOptions:
     steps: int = 500
     batch_size: int = 8
     seq_len: int = 256
-    lr: float = 1e-3
-    optimizer: str = "adamw"
+    lr: float | None = None
+    optimizer: str | None = None
     warmup: int | None = None
     seed: int = 0
     save_every: int = 100
     heldout: float | None = None
     eval_every: int | None = None
     keep_last: bool = False
+
+    def resolved(self, algorithm: str) -> "TrainOptions":
+        """These options with ``lr`` and ``optimizer`` not given taken from ``algorithm``'s training part
+        (:attr:`~specfmt.algorithms.base.Training.train_defaults`: the values a benchmark chose for it), else
+        :data:`DEFAULT_LR` and :data:`DEFAULT_OPTIMIZER`; an algorithm specfmt does not know takes those."""
+        from ..algorithms import REGISTRY
+
+        found = REGISTRY.get(algorithm)
+        own = found.training.train_defaults if found is not None and found.training is not None else {}
+        return replace(self, lr=self.lr if self.lr is not None else own.get("lr", DEFAULT_LR),
+                       optimizer=self.optimizer if self.optimizer is not None else own.get("optimizer", DEFAULT_OPTIMIZER))
 
     def eval_interval(self) -> int:
         return self.eval_every if self.eval_every is not None else max(1, self.steps // 10)
@@ -326,6 +342,7 @@ def fit(
     if algo is None:
         raise InputError(f"{algorithm} drafts cannot be trained by this specfmt")
     options = options if options is not None else algo.train_options()
+    opts = opts.resolved(algorithm)
     run = _start(algo, draft, verifier, opts, options, embed, subset, state_dir, fingerprint)
     stats = TrainStats()
     stats.resumed_from = _resume(run) if resume else 0
@@ -525,5 +542,5 @@ def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | N
     return float(figures[0]), *counts, ids.numel() * run.world
 
 
-__all__ = ["STATE_FILE", "Evaluation", "PositionFigures", "TrainOptions", "TrainStats", "acceptance_estimate", "evaluate", "fit",
+__all__ = ["DEFAULT_LR", "DEFAULT_OPTIMIZER", "STATE_FILE", "Evaluation", "PositionFigures", "TrainOptions", "TrainStats", "acceptance_estimate", "evaluate", "fit",
            "global_normaliser", "warmup_cosine"]

@@ -477,9 +477,9 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
 
     check_request(req)
     out = real_path(req.out)
-    if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or opts.lr <= 0:
+    if opts.steps < 0 or opts.batch_size < 1 or opts.seq_len < 2 or (opts.lr is not None and opts.lr <= 0):
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
-    if opts.optimizer not in OPTIMIZERS:
+    if opts.optimizer is not None and opts.optimizer not in OPTIMIZERS:
         raise InputError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, not {opts.optimizer!r}")
     if opts.eval_every is not None and opts.eval_every < 1:
         raise InputError(f"--eval-every must be at least 1, not {opts.eval_every}")
@@ -539,6 +539,7 @@ def _fit(job: _Job, algo: Training, options: AlgorithmOptions, draft: Draft, mod
     fly or read from the ``--cache`` folder (filled first when it is not complete); None after ``--fill-cache-only``."""
     import torch.distributed as dist
 
+    job.opts = job.opts.resolved(draft.algorithm)  # the values trained with are the ones the provenance block records
     req, opts, say, placement = job.req, job.opts, job.say, job.placement
     taps = algo.feature_taps(draft.config)
     cache = model = heldout = None
