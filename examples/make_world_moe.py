@@ -121,23 +121,40 @@ def make_draft(out: Path, train: dict, steps: int, samples: int | None = None, d
         datagen_s = specfmt("datagen", "-o", hs, "--verifier", out / "verifier", "--data", tmp / "train.jsonl", "--engine", "vllm",
                             "--seq-len", SEQ_LEN, "--dtype", "float32", engine=True)
         manifest = json.loads((hs / "specfmt_datagen.json").read_text())
+        manifest["verifier"] = "verifier"  # the world's, wherever it lies
         shutil.rmtree(out / DRAFT_DIR, ignore_errors=True)
         train_s = specfmt("train", "eagle3", "-o", out / DRAFT_DIR, "--verifier", out / "verifier", "--hidden-states", hs,
                           "--steps", steps, "--batch-size", 8, "--seq-len", SEQ_LEN, "--lr", DRAFT_LR, "--optimizer", "muon", "--draft-vocab", draft_vocab,
                           "--seed", mw.SEED, "--device", "cpu", "--no-validate")
-    validate_s = specfmt("validate", out / DRAFT_DIR, "--run", "--prompts", out / "prompts.jsonl", "--max-tokens", 32, engine=True)
-    full = json.loads((out / DRAFT_DIR / "validation.json").read_text())
+        relocatable(out / DRAFT_DIR)
+        served = tmp / "served"  # as a user serves it: converted against the world's verifier where it lies
+        specfmt("convert", "--from", "auto", out / DRAFT_DIR, "-o", served, "--verifier", out / "verifier")
+        validate_s = specfmt("validate", served, "--run", "--prompts", out / "prompts.jsonl", "--max-tokens", 32, engine=True)
+        full = json.loads((served / "validation.json").read_text())
+        rnd = random_reference(out, served)
     keep = ("num_drafts", "num_accepted_tokens", "acceptance_rate_per_position", "mean_acceptance_length", "engine", "dtype", "method",
             "draft_class", "form")
     v = {"passed": full.get("passed"), "checks": {c["name"]: c["status"] for c in full["checks"]},
          "reference": {k: x for k, x in (full.get("reference") or {}).items() if k in keep},
          "vllm": {k: x for k, x in (full.get("vllm") or {}).items() if k in keep}}
-    return {"random_reference": random_reference(out), "datagen": {"engine": "vllm", "samples": n, "seconds": datagen_s, "manifest": manifest},
+    return {"random_reference": rnd, "datagen": {"engine": "vllm", "samples": n, "seconds": datagen_s, "manifest": manifest},
             "train": {"steps": steps, "batch": 8, "seq_len": SEQ_LEN, "lr": DRAFT_LR, "draft_vocab": draft_vocab, "seconds": train_s},
             "validate_seconds": validate_s, "validation": v}
 
 
-def random_reference(out: Path) -> dict:
+def relocatable(draft: Path) -> None:
+    """The draft's verifier as ``../verifier`` (the world's, relative to the draft), as the Qwen3 world's drafts name it:
+    the folder then works wherever the repository lies, read as speculators' layout (specfmt's own format takes an
+    absolute path or a Hub id only), and ``specfmt convert --from auto DRAFT -o OUT --verifier V`` serves it."""
+    path = draft / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["speculators_config"]["verifier"]["name_or_path"] = "../verifier"
+    cfg["specfmt"]["source"]["name_or_path"] = "../verifier"
+    cfg["specfmt"]["train"]["data"] = {Path(k).name: v for k, v in cfg["specfmt"]["train"]["data"].items()}  # a temporary folder's
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def random_reference(out: Path, served: Path) -> dict:
     """The reference run of the draft with every tensor but ``d2t``/``t2d`` drawn by specfmt's initialisation (seed 0):
     what "clearly above a random draft" is measured against."""
     from safetensors.torch import load_file, save_file
@@ -147,7 +164,7 @@ def random_reference(out: Path) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         rnd = Path(tmp) / "random"
-        shutil.copytree(out / DRAFT_DIR, rnd)
+        shutil.copytree(served, rnd)
         (rnd / "validation.json").unlink(missing_ok=True)
         cfg = json.loads((rnd / "config.json").read_text())
         torch.manual_seed(0)
@@ -178,7 +195,9 @@ mixture-of-experts verifier.
 | `prompts.jsonl`, `prompts-heldout.jsonl` | the example world's held-out prompts |
 | `world.json` | the figures |
 
-`specfmt validate eagle3-specfmt --run` (16 held-out prompts x 32 tokens, k = 3): reference (float32) mean acceptance length
+The draft names its verifier `../verifier`, as the Qwen3 world's drafts do, so the folder works wherever the repository lies;
+`specfmt convert --from auto eagle3-specfmt -o OUT --verifier verifier` makes the copy that vLLM serves. `specfmt validate OUT --run`
+(16 held-out prompts x 32 tokens, k = 3): reference (float32) mean acceptance length
 **{ref['mean_acceptance_length']:.3f}** (per position {fmt(ref['acceptance_rate_per_position'])}); vLLM's CPU engine
 ({vl.get('draft_class')}, method {vl.get('method')}) **{vl['mean_acceptance_length']:.3f}** (per position
 {fmt(vl['acceptance_rate_per_position'])}); checks: {', '.join(f'{k} {x}' for k, x in val['checks'].items())}. The same draft
