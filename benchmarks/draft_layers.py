@@ -11,7 +11,7 @@ What is run, and how:
   * equal wall clock: the 3-layer run's training time, spent by the 1- and 2-layer drafts: their steps are ``--steps``
     times the 3-layer run's seconds per step over their own (measured in the equal-step runs), rounded to 10.
 * **Measurement** of each draft:
-  * the reference AL on the larger held-out set (``prompts-heldout.jsonl``, 312 prompts x 32 tokens, k = 3), from the harness;
+  * the reference AL on the larger held-out set (``prompts-heldout.jsonl``, 719 prompts x 32 tokens, k = 3), from the harness;
   * ``validate_run`` with vLLM on the world's 16 held-out prompts: vLLM's AL, ``vllm_exact`` (greedy output equal to the
     verifier alone) and ``agreement`` (vLLM's per-position acceptance within 0.1 of the reference's);
   * the draft's cost: its parameters (without ``d2t``/``t2d``) and the time of one drafting pass of the draft module over

@@ -358,7 +358,7 @@ DFLASH_BLOCK = 4                 # the anchor and 3 mask slots: k = 3, as the ot
 DFLASH_TAPS = [2, 4, 6]          # HF hidden_states ids (vLLM reads the output of layer id - 1)
 DFLASH_STEPS = 1000              # specfmt train dflash (issue 38); the plain loop below was 400 steps
 DFLASH_LR = 3e-3                 # the plain loop's (fit_dflash); specfmt train dflash: DFLASH_TRAIN_LR
-DFLASH_TRAIN_LR = 2e-2           # with Muon on the matrices (specfmt train's default optimizer after issue 38)
+DFLASH_TRAIN_LR = 2e-2           # with Muon on the matrices (as speculators trains DFlash; specfmt train dflash --optimizer muon)
 DFLASH_BATCH, DFLASH_SEQ = 8, 256  # the EAGLE-3 drafts' budget per step (DRAFT_BATCH x DRAFT_SEQ)
 
 
