@@ -342,8 +342,7 @@ def fit(
     if algo is None:
         raise InputError(f"{algorithm} drafts cannot be trained by this specfmt")
     options = options if options is not None else algo.train_options()
-    opts = opts.resolved(algorithm)
-    run = _start(algo, draft, verifier, opts, options, embed, subset, state_dir, fingerprint)
+    run = _start(algo, draft, verifier, opts := opts.resolved(algorithm), options, embed, subset, state_dir, fingerprint)
     stats = TrainStats()
     stats.resumed_from = _resume(run) if resume else 0
     verifier.eval()
@@ -414,6 +413,7 @@ def _start(algo: "Training", draft: Any, verifier: Any, opts: TrainOptions, opti
     import torch.distributed as dist
 
     distributed = dist.is_available() and dist.is_initialized()
+    opts = opts.resolved(algo.name)
     device = next(draft.parameters()).device
     head = verifier.get_output_embeddings()
     embed = (embed if embed is not None else verifier.get_input_embeddings().weight).detach().to(device)
