@@ -157,3 +157,20 @@ def test_the_dump_is_read_from_the_engines_file(medusa, tmp_path):
     assert vllm_weight_mismatches(tmp_path / "held.safetensors", file).ok
     save_file(dict(held, **{"blocks.0.layers.0.bias": -held["blocks.0.layers.0.bias"]}), tmp_path / "bad.safetensors")
     assert [f.split(":")[0] for f in vllm_weight_mismatches(str(tmp_path / "bad.safetensors"), file).problems] == ["blocks.0.layers.0.bias"]
+
+
+def test_a_multi_layer_eagle3_draft_is_not_failed_for_the_hidden_norms_vllm_never_reads():
+    """Issue 38: vLLM 0.30-0.33 give every EAGLE-3 draft layer a ``hidden_norm`` and read only the first layer's
+    (``llama_eagle3.py``); a 2-layer draft served right (vLLM AL 2.70 against the reference's 2.66, tokens equal the
+    verifier's) failed ``vllm_weights`` with "layers.1.hidden_norm.weight: not in the file". The first layer's is compared
+    as before."""
+    n0, n1 = torch.randn(4), torch.randn(4)
+    file = {"layers.0.hidden_norm.weight": n0}
+    held = {"model.layers.0.hidden_norm.weight": n0.clone(), "model.layers.1.hidden_norm.weight": torch.ones(4),
+            "model.layers.12.hidden_norm.weight": torch.ones(4)}
+    only = get("eagle3").vllm_only
+    assert vllm_weight_mismatches(held, file, vllm_only=only).problems == []
+    assert vllm_weight_mismatches(held, file).problems == ["layers.1.hidden_norm.weight: not in the file; vLLM keeps its initial value",
+                                                          "layers.12.hidden_norm.weight: not in the file; vLLM keeps its initial value"]
+    held["model.layers.0.hidden_norm.weight"] = n1  # the first layer's is still compared
+    assert len(vllm_weight_mismatches(held, file, vllm_only=only).problems) == 1

@@ -167,7 +167,8 @@ class Algorithm:
     vllm_aliases: ClassVar[dict[str, str]] = {}
     #: file tensors vLLM keeps no copy of, and why (``validate --run``'s ``vllm_weights`` check does not look for them)
     vllm_not_held: ClassVar[dict[str, str]] = {}
-    #: vLLM parameters (file names, ``model.`` dropped) no file tensor feeds, and why (the ``vllm_weights`` check skips them)
+    #: vLLM parameters (file names, ``model.`` dropped; shell patterns allowed) no file tensor feeds, and why (the
+    #: ``vllm_weights`` check skips them)
     vllm_only: ClassVar[dict[str, str]] = {}
     #: the vLLM releases that serve this algorithm (every release when empty; :mod:`specfmt.serving`)
     vllm_releases: ClassVar[SpecifierSet] = SpecifierSet()

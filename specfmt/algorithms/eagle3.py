@@ -571,6 +571,9 @@ class Eagle3(Algorithm, Reference, Training, Card, Eagle3SGLang):
     vllm_aliases = {"draft_id_to_target_id": "d2t"}
     vllm_not_held = {"t2d": "vLLM maps draft ids to the verifier's with d2t alone; its EAGLE-3 loader skips t2d "
                             "(llama_eagle3.py load_weights), which only training uses"}
+    vllm_only = {"layers.[1-9]*.hidden_norm.weight": "vLLM 0.30-0.33 give every draft layer a hidden_norm and read only the first "
+                                                   "layer's (llama_eagle3.py LlamaDecoderLayer.forward, layer_idx == 0); the later ones "
+                                                   "keep their initial value, and the file has none (issue 38)"}
     fillable = frozenset({"d2t", "t2d"})
     causes = CAUSES
     #: vLLM guesses the first three when absent, so a finding on one of them names its cause

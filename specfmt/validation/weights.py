@@ -32,6 +32,8 @@ prompts) and this module compares every one of them with the file:
 
 from __future__ import annotations
 
+from fnmatch import fnmatchcase
+
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
@@ -163,7 +165,8 @@ def vllm_weight_mismatches(
             input embedding, ``lm_head``: its output head); needed only when a module is shared.
         aliases: vLLM names that are not the file's (the algorithm's ``vllm_aliases``).
         not_held: ``{file tensor: why}``: file tensors vLLM keeps no copy of (the algorithm's ``vllm_not_held``).
-        vllm_only: ``{name: why}``: vLLM parameters no file tensor feeds, not compared (the algorithm's ``vllm_only``).
+        vllm_only: ``{name: why}``: vLLM parameters no file tensor feeds, not compared (the algorithm's ``vllm_only``); a
+            name may be a shell pattern (:func:`fnmatch.fnmatchcase`, e.g. ``layers.[1-9]*.hidden_norm.weight``).
 
     Returns:
         A :class:`WeightCheck`; ``problems`` empty when vLLM holds exactly the file.
@@ -176,7 +179,7 @@ def vllm_weight_mismatches(
     for name in sorted(held):
         got = held[name]
         module, names = file_names(name, aliases or {})
-        if all(n in (vllm_only or {}) for n in names):
+        if all(any(fnmatchcase(n, pattern) for pattern in vllm_only or {}) for n in names):
             continue
         cmp.count(got)
         if (shares or {}).get(module):
