@@ -289,7 +289,8 @@ def _train_world(out, data, opts, **kw):
     req = TrainRequest(out=str(out), verifier=str(WORLD / "verifier"), algorithm="eagle3", data=[str(data)], validate=False,
                        device="cpu", draft_vocab=256, **kw)
     seen = []
-    return train_draft(req, TrainOptions(**{"steps": 3, "batch_size": 2, "seq_len": 32, "lr": 3e-3, "save_every": 0, **opts}),
+    # AdamW: the fixtures' figures (which evaluation is best) were found with it; EAGLE-3's default is Muon since issue 38
+    return train_draft(req, TrainOptions(**{"steps": 3, "batch_size": 2, "seq_len": 32, "lr": 3e-3, "optimizer": "adamw", "save_every": 0, **opts}),
                        evaluated=seen.append), seen
 
 

@@ -133,7 +133,7 @@ def test_frozen_lm_head_stays_bit_identical_is_out_of_the_optimizer_and_the_choi
     data.write_text((WORLD / "prompts.jsonl").read_text() * 2)
     req = TrainRequest(str(tmp_path / "out"), str(VERIFIER), algorithm="eagle3", data=[str(data)], validate=False, device="cpu",
                        draft_vocab=256, lm_head="frozen", norm_output=True, ttt_decay=1.0)
-    res = train_draft(req, TrainOptions(steps=3, batch_size=2, seq_len=64, lr=1e-2, save_every=0))
+    res = train_draft(req, TrainOptions(steps=3, batch_size=2, seq_len=64, lr=1e-2, optimizer="adamw", save_every=0))  # Muon's split: test_train_optimizer.py
     assert "lm_head.weight" not in res.trained and "fc.weight" in res.trained
     assert len(optimised) == 1 and (256, 128) not in optimised[0] and (128, 384) in optimised[0]  # lm_head [Vd, H] out, fc in
     out = load_file(str(tmp_path / "out" / "model.safetensors"))
