@@ -113,8 +113,10 @@ class Run:
         return "\n".join(f"{t - self.t0:7.1f} {n} {x}" for t, n, x in self.lines)
 
     def after_signal(self, stream: str = "err", ignore: str | None = None) -> list[str]:
-        """The lines of ``stream`` that came after the signal, but for those matching ``ignore``."""
-        return [x for t, n, x in self.lines if n == stream and t >= self.signalled and not (ignore and re.search(ignore, x))]
+        """The lines of ``stream`` that came after the signal, but for those matching ``ignore`` (a library's progress bar in
+        flight when the signal came) and, with ``ignore``, the blank lines that bar writes around itself (vLLM's "Loading
+        safetensors checkpoint shards" bar, seen in CI as two blank lines before the one line)."""
+        return [x for t, n, x in self.lines if n == stream and t >= self.signalled and not (ignore and (re.search(ignore, x) or not x.strip()))]
 
     def leftovers(self) -> list[str]:
         """Processes still alive that carry this run's tag in their environment (its own, and all it started)."""

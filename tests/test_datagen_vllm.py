@@ -259,7 +259,9 @@ def test_a_draft_trained_from_vllm_hidden_states_follows_one_trained_from_transf
         assert got["token_ids"].tolist() == ids
         save_file({"hidden_states": got["hidden_states"][:, keep].contiguous(), "token_ids": got["token_ids"]},
                   str(layout.hidden_states_folder(theirs) / f"hs_{i}.safetensors"))
-    opts = TrainOptions(steps=4, batch_size=2, seq_len=TRAIN_T, lr=1e-3, seed=3, save_every=0)
+    # AdamW, where the bound was measured: torch's Muon (EAGLE-3's default since issue 38) orthogonalises each update in
+    # bfloat16, which turns the two engines' float32 differences (5.9e-07) into 1.7e-04 after 4 steps
+    opts = TrainOptions(steps=4, batch_size=2, seq_len=TRAIN_T, lr=1e-3, optimizer="adamw", seed=3, save_every=0)
     runs = {}
     for name, data in (("transformers", ours), ("vllm", theirs)):
         losses: list[float] = []
