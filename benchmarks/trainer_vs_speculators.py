@@ -317,12 +317,12 @@ def vocab_of(draft: Path) -> tuple[list[int], list[int]]:
 def measure(draft: Path, world: Path, use_vllm: bool, prompts: str = SMALL_PROMPTS) -> dict:
     """AL of a specfmt draft on the world's held-out ``prompts`` (``validate --run``'s reference run, or vLLM's); the
     reference run's figures also carry ``rows``, each prompt's ``[drafts, accepted]`` (what :func:`paired_bootstrap` resamples).
-    Another set than :data:`SMALL_PROMPTS` is measured by :func:`reference_only` (the larger set: the misreadings would
-    multiply its cost about sevenfold)."""
+    Another set than :data:`SMALL_PROMPTS` is measured by :func:`reference_only` or :func:`vllm_only` (the larger set: the
+    misreadings would multiply its cost about sevenfold)."""
     from specfmt.validation.run import validate_run
 
-    if not use_vllm and prompts != SMALL_PROMPTS:
-        return reference_only(draft, world, prompts)
+    if prompts != SMALL_PROMPTS:
+        return vllm_only(draft, world, prompts) if use_vllm else reference_only(draft, world, prompts)
 
     file, tokens = prompt_set(prompts)
     run = validate_run(str(draft), prompts=str(prompts_file(world, file)), max_tokens=tokens, num_speculative_tokens=3,
@@ -365,6 +365,33 @@ def reference_only(draft: Path, world: Path, prompts: str) -> dict:
         res = run_chains(model, ids, [proposer], k, tokens, group=group_size(model, max(map(len, ids)) + tokens + k))[0]
     return {"al": round(res.mean_acceptance_length, 4), "per_position": [round(x, 4) for x in res.acceptance_rate_per_position],
             "rows": [[a, b] for a, b in zip(res.drafts_per_prompt, res.accepted_per_prompt)]}
+
+
+def vllm_only(draft: Path, world: Path, prompts: str) -> dict:
+    """vLLM's run of ``draft`` alone on the world's ``prompts``: the engine ``validate --run`` starts (``serving.engine_args``,
+    greedy, k = 3), without the verifier-alone engine and the misreadings beside it (the 16-prompt ``vllm`` figures of every
+    run check exactness). ``{al, per_position, tokens_per_step, rows}``, ``al`` from vLLM's counters (accepted tokens per
+    proposal); ``rows``, each prompt's ``[verifier steps after its prefill, tokens those steps gave beyond one each]`` from
+    the engine's per-step outputs (``VLLMRun.step_tokens``): what :func:`paired_bootstrap` resamples, so its interval is of
+    tokens per step, which equals the AL wherever every step carries a proposal."""
+    from specfmt.convert import load_draft
+    from specfmt.serving import engine_args, installed_vllm
+    from specfmt.sources.verifier import Verifier
+    from specfmt.validation import vllm_run
+    from specfmt.validation.prompts import load_prompts
+
+    file, tokens = prompt_set(prompts)
+    cfg = load_draft(str(draft)).config
+    verifier = Verifier.load(str(world / "verifier"))
+    ids = load_prompts(str(prompts_file(world, file)), verifier.tokenizer()).ids
+    k = 3
+    model, spec, _ = engine_args(cfg, str(draft), str(world / "verifier"), installed_vllm(), k)
+    run = vllm_run.generate(model, ids, max_tokens=tokens, max_model_len=max(256, max(map(len, ids)) + tokens + k + 8),
+                            timeout=3600, speculative_config=spec)
+    d = run.num_drafts
+    return {"al": round(1 + run.num_accepted_tokens / d, 4), "per_position": [round(a / d, 4) for a in run.accepted_per_position],
+            "tokens_per_step": round(run.tokens_per_step, 4), "seconds": run.seconds,
+            "rows": [[len(s) - 1, sum(s[1:]) - (len(s) - 1)] for s in run.step_tokens]}
 
 
 def prompts_file(world: Path, file: str) -> Path:

@@ -246,16 +246,25 @@ def _speculators_logits(spec_env, folder, cfg, tensors, embed, head, tokens, sta
     return load_file(str(folder / "logits.safetensors"))["logits"]
 
 
-@pytest.mark.parametrize("vd,n_layers", [(V, 1), (64, 2)])
-def test_the_reference_equals_speculators_dflash_draft_model_in_float64(spec_env, tmp_path, monkeypatch, vd, n_layers):
+#: the layers speculators 0.9's trainer writes by default (``DFlashDraftModel.from_training_args``): sliding-window layers with
+#: ``sliding_window_non_causal`` false, which it trains, and vLLM serves, with a causal block (the window is wider than the test's
+#: sequence: only the block mask differs from full attention)
+SLIDING_CAUSAL = {"layer_types": ["sliding_attention"] * 2, "sliding_window": 2048, "use_sliding_window": True, "max_window_layers": 28}
+
+
+@pytest.mark.parametrize("vd,n_layers,sliding", [(V, 1, False), (64, 2, False), (V, 2, True)])
+def test_the_reference_equals_speculators_dflash_draft_model_in_float64(spec_env, tmp_path, monkeypatch, vd, n_layers, sliding):
     """specfmt's :class:`~specfmt.algorithms.dflash_nn.DFlashDraft` run by the DFlash proposer against speculators 0.9's
     ``DFlashDraftModel._backbone_forward`` (``models/dflash/core.py``; attention "eager": ``create_float_mask`` over
     ``create_anchor_block_mask_mod``, two anchors chosen by patching ``select_anchors``; rotary tables, RMSNorm and softmax
-    in float64): every slot of both blocks agrees to 1e-6, with the verifier's lm_head (Vd = V) or the draft's (Vd < V, d2t);
-    a causal block mask, a tap shift of ±1 and the wrong mask token each miss by far more."""
+    in float64): every slot of both blocks agrees to 1e-6, with the verifier's lm_head (Vd = V) or the draft's (Vd < V, d2t),
+    non-causal or (speculators' trainer's default layers, :data:`SLIDING_CAUSAL`) causal; the other block mask, a tap shift
+    of ±1 and the wrong mask token each miss by far more."""
     import torch
 
-    cfg = dflash_config(vd=vd, layers=n_layers)
+    cfg = dflash_config(vd=vd, layers=n_layers, **({"sliding_window_non_causal": False} if sliding else {}))
+    if sliding:
+        cfg["transformer_layer_config"].update(SLIDING_CAUSAL)
     tensors = random_tensors(cfg, seed=5)
     embed, head = _verifier(6)
     tokens, states = [5, 9, 11, 3, 40, 7, 21, 60, 2, 33, 17, 8, 50], _states(7, 12)
@@ -273,7 +282,8 @@ def test_the_reference_equals_speculators_dflash_draft_model_in_float64(spec_env
         assert (ours(by_label["as written"], a) - want).abs().max() < 1e-6, a
         proposed = algo.proposer(by_label["as written"], tensors, embed, head)(tokens[:a + 1], states.prefix(a), B - 1)
         assert proposed == [int(algo.module(cfg, tensors).target_ids()[j]) for j in want[1:].argmax(-1)]
-        for label in ("causal block mask", f"taps + 1: {[t + 1 for t in TAPS]}", f"taps - 1: {[t - 1 for t in TAPS]}", "mask_token_id 0"):
+        other = "non-causal block mask" if sliding else "causal block mask"
+        for label in (other, f"taps + 1: {[t + 1 for t in TAPS]}", f"taps - 1: {[t - 1 for t in TAPS]}", "mask_token_id 0"):
             assert (ours(by_label[label], a) - want)[1:].abs().max() > 1e-3, (label, a)
 
 

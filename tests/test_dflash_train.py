@@ -183,3 +183,44 @@ def test_train_dflash_writes_a_draft_the_checks_pass(tmp_path):
     assert cfg["mask_token_id"] == 2 and cfg["sliding_window_non_causal"] is True  # the tokenizer's pad: no mask token, no free row
     assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
     assert cfg["specfmt"]["train"]["options"]["position_weight"] == "dpace" and len(res.stats.accuracy) == 3
+
+
+def test_block_mask_causal_is_written_and_trained_as_speculators_trainer_does(tmp_path, world):
+    """``--block-mask causal``: a new draft written as speculators 0.9's trainer writes its default (every layer
+    ``sliding_attention``, the verifier's context length as the window, ``sliding_window_non_causal`` false), which the
+    static checks pass and whose training pass is the causal one (each slot sees the block up to itself); an unknown mask
+    is refused in one line before anything is written."""
+    from specfmt.algorithms.dflash_nn import block_causal
+    from specfmt.errors import InputError
+    from specfmt.training.loop import TrainOptions
+    from specfmt.training.pipeline import TrainRequest, train_draft
+    from specfmt.validation.static import validate_static
+
+    def request(out, mask):
+        return TrainRequest(out=str(out), verifier=str(WORLD / "verifier"), algorithm="dflash", device="cpu", block_size=4, layers=2,
+                            taps=[2, 4, 6], block_mask=mask, dry_run=True, validate=False)
+
+    train_draft(request(tmp_path / "causal", "causal"), TrainOptions())
+    assert validate_static(tmp_path / "causal").ok
+    cfg = json.loads((tmp_path / "causal" / "config.json").read_text())
+    tlc = cfg["transformer_layer_config"]
+    verifier = json.loads((WORLD / "verifier" / "config.json").read_text())
+    assert cfg["sliding_window_non_causal"] is False and tlc["layer_types"] == ["sliding_attention"] * 2
+    assert tlc["sliding_window"] == verifier["max_position_embeddings"] and block_causal(cfg) == [True, True]
+    # the same weights as a non-causal draft: the causal config's pass is the non-causal draft's pass forced causal
+    plain = {**cfg, "sliding_window_non_causal": True, "transformer_layer_config": {k: v for k, v in tlc.items()
+                                                                                 if k not in ("layer_types", "sliding_window", "use_sliding_window")}}
+    assert block_causal(plain) == [False, False]
+    tensors = {n: t for n, t in get("dflash").module(cfg).state_dict().items()}
+    causal, both = get("dflash").module(cfg, tensors).eval(), get("dflash").module(plain, tensors).eval()
+    anchors = torch.tensor([[0, 7, 20, 33]])
+    block_ids = torch.full((1, 4, 4), causal.mask_token_id)
+    block_ids[..., 0] = world["ids"][0, anchors[0]]
+    ctx = causal.context(world["aux"])
+    with torch.no_grad():
+        got = causal.blocks(world["embed"][block_ids], ctx, anchors)
+        assert torch.allclose(got, both.blocks(world["embed"][block_ids], ctx, anchors, causal=True), atol=1e-6)
+        assert not torch.allclose(got, both.blocks(world["embed"][block_ids], ctx, anchors), atol=1e-3)
+    with pytest.raises(InputError, match="--block-mask must be non-causal or causal"):
+        train_draft(request(tmp_path / "bad", "upper"), TrainOptions())
+    assert not (tmp_path / "bad").exists()

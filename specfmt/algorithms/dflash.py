@@ -154,7 +154,8 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
 CAUSES = {
     "tap ids": "aux_hidden_state_layer_ids name other verifier layers than the draft was trained on (vLLM reads id - 1 as a layer's output)",
     "mask token id": "mask_token_id is not the token the block's mask positions were trained with",
-    "block mask": "the block is read causally where DFlash's is non-causal (vLLM: sliding_window_non_causal false)",
+    "block mask": ("the block is read with the other mask than the draft's layers were trained with: causal where they are non-causal "
+                   "(vLLM: sliding_window_non_causal false), or both ways where sliding-window layers are causal"),
     "anchor sampling": "sample_from_anchor is read the other way: the proposals come from the wrong slots of the block",
 }
 
@@ -162,7 +163,7 @@ CAUSES = {
 class _DFlashBlocks(ChainDrafter):
     """DFlash drafting as vLLM's ``DFlashProposer`` runs it (see :meth:`DFlash.proposer`): one block pass per call."""
 
-    def __init__(self, draft, embed, head, mask_token_id: int, *, causal: bool = False, from_anchor: bool = False):
+    def __init__(self, draft, embed, head, mask_token_id: int, *, causal: bool | None = None, from_anchor: bool = False):
         super().__init__()
         self.draft, self.embed, self.head = draft, embed, head
         self.mask_token_id, self.causal, self.from_anchor = mask_token_id, causal, from_anchor
@@ -312,6 +313,8 @@ class DFlashSGLang(SGLang):
 #: what each loss weighting and loss name means (``--position-weight``, ``--loss``)
 POSITION_WEIGHTS = ("dpace", "exp")
 LOSSES = ("ce", "kl")
+#: ``--block-mask``: what each slot of a block sees of the block (:func:`~specfmt.algorithms.dflash_nn.block_causal`)
+BLOCK_MASKS = ("non-causal", "causal")
 #: speculators' denominator guard (``losses/utils.py`` ``_LOSS_REDUCTION_EPS``)
 LOSS_EPS = 1e-5
 
@@ -330,6 +333,10 @@ class DFlashOptions(AlgorithmOptions):
     mask_token: int | None = option(None, "--mask-token-id", "New draft: the token of the block's mask slots (default: the tokenizer's "
                                     "mask token, else the first id past the tokenizer when the embedding has one, else pad, eos or unk: "
                                     "speculators' resolve_mask_token_id).", new_only=True)
+    block_mask: str = option("non-causal", "--block-mask", "New draft: non-causal (DFlash's: each slot sees the whole block) or causal "
+                             "(each slot sees the block's slots up to itself, speculators' trainer's default: written as it does, "
+                             "sliding-window layers with sliding_window_non_causal false, the window the verifier's context).",
+                             new_only=True)
     max_anchors: int = option(512, "--max-anchors", "Blocks per step and process, spread evenly over the --batch-size windows "
                               "(speculators' max_anchors per packed row; 512 of 8 x 256 positions).", at_least=1, recorded=True)
     position_weight: str = option("dpace", "--position-weight", "Weight of block slot j in the loss: dpace (speculators' DFlash "
@@ -579,8 +586,10 @@ class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
 
     def readings(self, cfg: dict[str, Any], n_verifier_layers: int) -> list[Variant]:
         """As written, then: taps ± 1 (the off-by-one between HF ``hidden_states[j]`` and vLLM's output of layer j, which
-        ``target_layer_ids = aux - 1`` settles); the mask token read as 0 (1 when it is 0); the block read causally (vLLM with
-        ``sliding_window_non_causal`` false); ``sample_from_anchor`` flipped (the proposals taken from the other slots)."""
+        ``target_layer_ids = aux - 1`` settles); the mask token read as 0 (1 when it is 0); the other block mask (causal in every
+        layer where the config's are non-causal, as vLLM with ``sliding_window_non_causal`` false; non-causal where the config's
+        sliding-window layers are causal, :func:`~specfmt.algorithms.dflash_nn.block_causal`); ``sample_from_anchor`` flipped
+        (the proposals taken from the other slots)."""
         out = [Variant(None, "as written", cfg)]
         taps = list(cfg["aux_hidden_state_layer_ids"])
         for label, alt in (("taps + 1", [t + 1 for t in taps]), ("taps - 1", [t - 1 for t in taps])):
@@ -588,7 +597,10 @@ class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
                 out.append(Variant("tap ids", f"{label}: {alt}", {**cfg, "aux_hidden_state_layer_ids": alt}))
         other = 1 if cfg["mask_token_id"] == 0 else 0
         out.append(Variant("mask token id", f"mask_token_id {other}", {**cfg, "mask_token_id": other}))
-        out.append(Variant("block mask", "causal block mask", cfg, {"causal": True}))
+        from .dflash_nn import block_causal
+
+        causal = not any(block_causal(cfg))
+        out.append(Variant("block mask", f"{'causal' if causal else 'non-causal'} block mask", cfg, {"causal": causal}))
         anchor = not cfg.get("sample_from_anchor", False)
         out.append(Variant("anchor sampling", f"sample_from_anchor {str(anchor).lower()}", {**cfg, "sample_from_anchor": anchor}))
         return out
@@ -599,12 +611,13 @@ class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
         last + 1 + k, slots 1..k sampled). The context is
         ``hidden_norm(fc(taps))`` of every verified position before the anchor (tap id j: ``hidden[j]``), at its own position;
         the block is the anchor (the newest token, at position T) and k mask tokens at T+1..T+k, embedded with the verifier's
-        embedding (the draft's own when it ships one), non-causal; slot j proposes ``d2t``-mapped argmax for the token at T+j.
+        embedding (the draft's own when it ships one), each layer's block mask as the config says
+        (:func:`~specfmt.algorithms.dflash_nn.block_causal`); slot j proposes ``d2t``-mapped argmax for the token at T+j.
         ``sample_from_anchor``: k slots from the anchor's. ``lm_head``: the verifier's, used when the draft has none (Vd = V)."""
         cfg = reading.cfg
         draft = self.module(cfg, tensors, share=True).eval()
         own = draft.embed_tokens if draft.embed_tokens is not None else embed
-        return _DFlashBlocks(draft, own, lm_head, int(cfg["mask_token_id"]), causal=bool(reading.extra.get("causal")),
+        return _DFlashBlocks(draft, own, lm_head, int(cfg["mask_token_id"]), causal=reading.extra.get("causal"),
                              from_anchor=bool(cfg.get("sample_from_anchor")))
 
     # -- training --------------------------------------------------------------------------------
@@ -625,10 +638,15 @@ class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
                              hint="give --loss ce, or --position-weight exp")
         if not 0 < options.dpace_alpha <= 1 or options.decay_gamma <= 0:
             raise InputError("--dpace-alpha must be in (0, 1] and --decay-gamma above 0")
+        if options.block_mask not in BLOCK_MASKS:
+            raise InputError(f"--block-mask must be {' or '.join(BLOCK_MASKS)}, not {options.block_mask!r}")
 
     def new_config(self, verifier: "Verifier", shape: DFlashOptions) -> dict[str, Any]:
-        """A full-vocabulary DFlash draft of Qwen3 layers shaped like one verifier layer, non-causal (``sliding_window_non_causal``
-        true: :data:`CAUSAL_TRAP`), k = B - 1.
+        """A full-vocabulary DFlash draft of Qwen3 layers shaped like one verifier layer, k = B - 1; non-causal
+        (``sliding_window_non_causal`` true: :data:`CAUSAL_TRAP`), or with ``--block-mask causal`` as speculators' trainer
+        writes its default (``DFlashDraftModel.from_training_args``): every layer ``sliding_attention`` with the verifier's
+        ``max_position_embeddings`` as the window (no context position falls out) and the flag false
+        (:func:`~specfmt.algorithms.dflash_nn.block_causal`).
 
         Raises:
             InputError: taps outside [1, N - 1], or a mask token outside the vocabulary.
@@ -646,8 +664,15 @@ class DFlash(Algorithm, Reference, Training, Card, DFlashSGLang):
         if shape.speculative_tokens is not None and shape.speculative_tokens != shape.block_size - 1:
             raise InputError(f"--speculative-tokens {shape.speculative_tokens}: a block of {shape.block_size} proposes {shape.block_size - 1}",
                              hint="set --block-size to k + 1 instead")
+        causal = shape.block_mask == "causal"
+        if causal:
+            if not info.max_position_embeddings:
+                raise InputError("--block-mask causal writes the verifier's context length as the window, and its config has no "
+                                 "max_position_embeddings", hint="give --block-mask non-causal")
+            tlc = {**tlc.dump(), "layer_types": ["sliding_attention"] * shape.layers, "use_sliding_window": True,
+                   "sliding_window": info.max_position_embeddings}
         return DFlashConfig.build(info, tlc, draft_vocab_size=V, block_size=shape.block_size, taps=taps, mask_token_id=mask,
-                                  sliding_window_non_causal=True, dtype=shape.dtype).dump()
+                                  sliding_window_non_causal=not causal, dtype=shape.dtype).dump()
 
     def new_draft(self, cfg: dict[str, Any], verifier: "Verifier", docs: Any):
         """A new draft's tensors: the module's initialisation (no lm_head: the verifier's serves the full vocabulary, frozen,

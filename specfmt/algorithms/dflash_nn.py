@@ -14,6 +14,21 @@ from . import layers
 from .nn_layers import Decoder, Layer, RMSNorm
 
 
+def block_causal(cfg: dict[str, Any]) -> list[bool]:
+    """Whether each draft layer reads the block causally (a slot sees the block's slots up to itself) rather than both ways:
+    a sliding-window layer (``layer_types[i] == "sliding_attention"``) of a config with ``sliding_window_non_causal`` false.
+
+    speculators 0.9 trains that mask (``models/dflash/attention.py::create_anchor_block_mask_mod``: full-attention layers always
+    non-causal; its trainer's default is sliding-window layers with the flag false), and vLLM serves it
+    (``update_dflash``: ``dflash_config.causal = not sliding_window_non_causal`` for every layer, which the schema makes the
+    same thing: false is refused beside a full-attention layer, :data:`~specfmt.algorithms.dflash.CAUSAL_TRAP`; DSpark's
+    reader, with no ``dflash_config``: ``qwen3_dflash.py::_dflash_layer_causal``, sliding-window layers causal). An absent
+    flag is vLLM's default, true."""
+    types = cfg["transformer_layer_config"].get("layer_types") or []
+    causal = not cfg.get("sliding_window_non_causal", True)
+    return [causal and i < len(types) and types[i] == "sliding_attention" for i in range(cfg["transformer_layer_config"]["num_hidden_layers"])]
+
+
 class DFlashDraft(Decoder):
     """The DFlash draft: ``fc`` [H, n_aux·H_t], ``hidden_norm`` [H], Qwen3 layers (:class:`~specfmt.algorithms.nn_layers.Layer`),
     ``norm`` [H], and ``lm_head`` [Vd, H] with ``d2t`` / ``t2d`` when it has a draft vocabulary; state-dict names
@@ -38,6 +53,7 @@ class DFlashDraft(Decoder):
         self.hidden_norm = RMSNorm(H, eps)
         self.layers = nn.ModuleList([Layer(tlc, first=False) for _ in range(tlc["num_hidden_layers"])])
         layers.set_windows(self.layers, tlc)
+        self.causal = block_causal(cfg)
         self.norm = RMSNorm(H, eps)
         self.lm_head = nn.Linear(H, Vd, bias=False) if (Vd < V if own_head is None else own_head) else None
         if Vd != V:
@@ -58,27 +74,31 @@ class DFlashDraft(Decoder):
         return base + self.d2t if hasattr(self, "d2t") else base
 
     def forward(self, block: "torch.Tensor", context: "torch.Tensor", context_positions: "torch.Tensor", block_positions: "torch.Tensor",
-                causal: bool = False) -> "torch.Tensor":
+                causal: bool | None = None) -> "torch.Tensor":
         """One block pass: [B, S, H] the block's embeddings -> [B, S, H] its normed hidden states.
 
         Args:
             block: [B, S, H] embeddings of the anchor token and S - 1 mask tokens.
             context: [B, C, H] :meth:`context` of the verified positions the block sees (those before the anchor).
             context_positions: [C] their rotary positions; block_positions: [S] the block's (anchor, anchor + 1, ...).
-            causal: each block position sees only the block positions up to itself (vLLM's causal DFlash layers),
-                instead of the whole block.
+            causal: True: each block position sees only the block positions up to itself, in every layer; False: the whole
+                block, in every layer; None: each layer as the config says (:func:`block_causal`).
         """
         S = block.shape[1]
         key_positions = torch.cat([context_positions, block_positions])
-        mask = torch.ones(S, key_positions.numel(), dtype=torch.bool, device=block.device)
-        if causal:
-            mask[:, context_positions.numel():] = torch.ones(S, S, dtype=torch.bool, device=block.device).tril()
+        both = torch.ones(S, key_positions.numel(), dtype=torch.bool, device=block.device)
+        ahead = both.clone()
+        ahead[:, context_positions.numel():] = torch.ones(S, S, dtype=torch.bool, device=block.device).tril()
         x = block
-        for layer in self.layers:
-            x = self._block_layer(layer, x, context, block_positions, key_positions, mask)
+        for layer, c in zip(self.layers, self._causal(causal)):
+            x = self._block_layer(layer, x, context, block_positions, key_positions, ahead if c else both)
         return self.norm(x)
 
-    def blocks(self, block: "torch.Tensor", context: "torch.Tensor", anchors: "torch.Tensor", causal: bool = False) -> "torch.Tensor":
+    def _causal(self, causal: bool | None) -> list[bool]:
+        """Each layer's block mask: ``causal`` for all, or the config's (:attr:`causal`) when None."""
+        return self.causal if causal is None else [causal] * len(self.layers)
+
+    def blocks(self, block: "torch.Tensor", context: "torch.Tensor", anchors: "torch.Tensor", causal: bool | None = None) -> "torch.Tensor":
         """Many blocks of many sequences in one pass, as speculators trains DFlash: [B, A, S, H] -> [B, A, S, H] normed states.
 
         Block a of sequence b is the anchor ``anchors[b, a]`` and S - 1 mask slots at positions anchor .. anchor + S - 1; it sees
@@ -91,17 +111,16 @@ class DFlashDraft(Decoder):
             block: [B, A, S, H] embeddings of each block's anchor token and its mask tokens.
             context: [B, T, H] :meth:`context` of every position of each sequence.
             anchors: [B, A] each block's anchor position (long).
-            causal: each block slot sees the block's slots up to itself only.
+            causal: as :meth:`forward`'s (None: each layer as the config says).
         """
         S, T = block.shape[2], context.shape[1]
         positions = anchors[..., None] + torch.arange(S, device=block.device)  # [B, A, S]
         sees = torch.arange(T, device=block.device)[None, None, :] < anchors[..., None]  # [B, A, T]: context before the anchor
-        own = torch.ones(S, S, dtype=torch.bool, device=block.device)
-        own = own.tril() if causal else own
+        both = torch.ones(S, S, dtype=torch.bool, device=block.device)
         x = block
-        for layer in self.layers:
+        for layer, c in zip(self.layers, self._causal(causal)):
             h = layer.input_layernorm(x)
-            x = x + self._blocks_attend(layer.self_attn, h, context, positions, sees, own)
+            x = x + self._blocks_attend(layer.self_attn, h, context, positions, sees, both.tril() if c else both)
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.norm(x)
 
@@ -168,4 +187,4 @@ class DFlashDraft(Decoder):
         return attn.o_proj(o.transpose(1, 2).reshape(B, S, attn.nH * attn.hd))
 
 
-__all__ = ["DFlashDraft"]
+__all__ = ["DFlashDraft", "block_causal"]
