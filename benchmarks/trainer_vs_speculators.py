@@ -408,9 +408,12 @@ def prompt_set(label: str) -> tuple[str, int]:
     return file, int(tokens) if tokens else 32
 
 
-def figures_on(rec: dict, prompts: str) -> dict | None:
-    """A run's reference figures on the world's ``prompts`` file: ``reference`` for :data:`SMALL_PROMPTS` (the set
-    every run was measured on first), else ``evals[prompts]``; None when not measured there."""
+def figures_on(rec: dict, prompts: str, engine: str = "reference") -> dict | None:
+    """A run's figures on the world's ``prompts`` file, by the reference run (``reference`` for :data:`SMALL_PROMPTS`, the
+    set every run was measured on first, else ``evals[prompts]``) or by vLLM (``engine="vllm"``: ``vllm``, else
+    ``vllm:PROMPTS``, :func:`vllm_only`); None when not measured there."""
+    if engine == "vllm":
+        return rec.get("vllm" if prompts == SMALL_PROMPTS else f"vllm:{prompts}")
     return rec.get("reference") if prompts == SMALL_PROMPTS else rec.get("evals", {}).get(prompts)
 
 
@@ -647,8 +650,8 @@ def settings(results: dict, prompts: str, world: str = "world", algorithm: str =
     return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
 
 
-def seed_mean(runs: list[dict], prompts: str) -> float:
-    return sum(figures_on(r, prompts)["al"] for r in runs) / len(runs)
+def seed_mean(runs: list[dict], prompts: str, engine: str = "reference") -> float:
+    return sum(figures_on(r, prompts, engine)["al"] for r in runs) / len(runs)
 
 
 def best_setting(results: dict, prompts: str, trainer: str, steps: int, seeds: int = 3, optimizer: str | None = None,
@@ -660,33 +663,40 @@ def best_setting(results: dict, prompts: str, trainer: str, steps: int, seeds: i
     return max(found, key=lambda kv: seed_mean(kv[1], prompts)) if found else None
 
 
-def defaults_from_results(results: dict, steps: int = 1500) -> dict:
-    """``specfmt train eagle3``'s ``--optimizer`` and ``--lr`` by this benchmark: specfmt's setting with every other option
-    at its default and the best three-seed mean AL at ``steps`` (the README's budget), on the larger held-out set where
-    a setting has three seeds measured there, else on the world's 16 prompts (``tests/test_trainer_bench.py`` holds
-    ``Eagle3.train_defaults`` to it).
+#: the options of specfmt's default setting, per (world, algorithm), as its runs spell them: the DFlash runs gave
+#: ``block_mask=causal`` before it became ``specfmt train dflash``'s default (the winner of those runs)
+DEFAULT_OPTIONS = {("world-qwen3", "dflash"): ("block_mask=causal",)}
+
+
+def defaults_from_results(results: dict, steps: int = 1500, world: str = "world", algorithm: str = "eagle3") -> dict:
+    """``specfmt train ALGORITHM``'s ``--optimizer`` and ``--lr`` by this benchmark: specfmt's setting with every other
+    option at its default (:data:`DEFAULT_OPTIONS`) and the best three-seed mean AL at ``steps`` (EAGLE-3: the README's
+    budget, 1,500), on the larger held-out set where a setting has three seeds measured there, else on the world's 16
+    prompts (``tests/test_trainer_bench.py`` holds ``Eagle3.train_defaults`` and ``DFlash.train_defaults`` to it).
 
     Raises:
         LookupError: no specfmt setting at ``steps`` has three seeds measured on either set.
     """
+    options = DEFAULT_OPTIONS.get((world, algorithm), ())
     for prompts in (LARGE_PROMPTS, SMALL_PROMPTS):
-        best = best_setting(results, prompts, "specfmt", steps)
+        best = best_setting(results, prompts, "specfmt", steps, options=options, world=world, algorithm=algorithm)
         if best is not None:
             (_, _, optimizer, _, lr), _ = best
             return {"optimizer": optimizer, "lr": lr, "prompts": prompts}
     raise LookupError(f"no specfmt setting at {steps} steps has three seeds measured on {LARGE_PROMPTS} or {SMALL_PROMPTS}")
 
 
-def paired_means(a: list[dict], b: list[dict], prompts: str, resamples: int = 10_000, seed: int = 0) -> dict:
-    """The difference of two settings' seed-mean AL on ``prompts``, with its 95 % interval from a paired bootstrap over
-    the prompts (every seed's draft of both settings on the same resampled prompts); the seeds' spread beside it."""
+def paired_means(a: list[dict], b: list[dict], prompts: str, resamples: int = 10_000, seed: int = 0, engine: str = "reference") -> dict:
+    """The difference of two settings' seed-mean AL on ``prompts`` (by ``engine``'s figures, :func:`figures_on`), with its
+    95 % interval from a paired bootstrap over the prompts (every seed's draft of both settings on the same resampled
+    prompts); the seeds' spread beside it."""
     import random
     import statistics
 
     import numpy as np
 
-    rows_a = [figures_on(r, prompts)["rows"] for r in a]
-    rows_b = [figures_on(r, prompts)["rows"] for r in b]
+    rows_a = [figures_on(r, prompts, engine)["rows"] for r in a]
+    rows_b = [figures_on(r, prompts, engine)["rows"] for r in b]
     n = len(rows_a[0])
     rng = random.Random(seed)
     idx = np.array([[rng.randrange(n) for _ in range(n)] for _ in range(resamples)])  # [resamples, n]
@@ -707,20 +717,27 @@ def paired_means(a: list[dict], b: list[dict], prompts: str, resamples: int = 10
 
 
 def head_to_head(results: dict, prompts: str = LARGE_PROMPTS) -> dict:
-    """At each budget, each trainer's best three-seed setting on ``prompts`` and the paired difference of their means
-    (specfmt minus speculators); saved under ``head_to_head`` and rendered in the docs."""
+    """At each budget, each trainer's best three-seed setting on ``prompts`` (specfmt's with its default options,
+    :data:`DEFAULT_OPTIONS`) and the paired difference of their means (specfmt minus speculators); saved under ``head_to_head`` and rendered in the docs. The settings are chosen by the
+    reference run; where vLLM measured every seed's draft of both on ``prompts`` (:func:`vllm_only`), the same comparison
+    by vLLM's figures is under ``vllm``."""
     out = {}
     combos = sorted({(r["world"], r.get("algorithm", "eagle3"), r["steps"]) for r in results["runs"].values()})
     for world, algorithm, steps in combos:
-        a = best_setting(results, prompts, "specfmt", steps, world=world, algorithm=algorithm)
+        a = best_setting(results, prompts, "specfmt", steps, world=world, algorithm=algorithm, options=DEFAULT_OPTIONS.get((world, algorithm), ()))
         b = best_setting(results, prompts, "speculators", steps, world=world, algorithm=algorithm)
         if a is None or b is None:
             continue
-        out[str(steps) if (world, algorithm) == ("world", "eagle3") else f"{world}|{algorithm}|{steps}"] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
-                                       "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
-                           "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
-                                           "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
-                           "paired": paired_means(a[1], b[1], prompts)}
+        key = str(steps) if (world, algorithm) == ("world", "eagle3") else f"{world}|{algorithm}|{steps}"
+        out[key] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
+                                "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
+                    "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
+                                    "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
+                    "paired": paired_means(a[1], b[1], prompts)}
+        if all(figures_on(r, prompts, "vllm") for r in a[1] + b[1]):
+            out[key]["vllm"] = {t: {"mean": round(seed_mean(runs, prompts, "vllm"), 4), "seeds": [figures_on(r, prompts, "vllm")["al"] for r in runs]}
+                                for t, runs in (("specfmt", a[1]), ("speculators", b[1]))}
+            out[key]["vllm"]["paired"] = paired_means(a[1], b[1], prompts, engine="vllm")
     return out
 
 

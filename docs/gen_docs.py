@@ -580,6 +580,7 @@ def bench_trainer_vs_speculators(data: dict) -> str:
               else f"{r['reference']['al']:.3f}"),
              " / ".join(f"{x:.3f}" for x in r["reference"]["per_position"]), f"{r['vllm']['al']:.3f}" if "vllm" in r else "",
              f"{r['evals'][large]['al']:.3f}" if large in r.get("evals", {}) else "",
+             f"{r['vllm:' + large]['al']:.3f}" if "vllm:" + large in r else "",
              f"{r['tokens_per_second']:,.0f}", f"{r['train_seconds']:.0f}", " / ".join(f"{x:.1f}" for x in r.get("load_average", []))]
             for r in runs]
     m = data.get("meta", {})
@@ -596,12 +597,23 @@ def bench_trainer_vs_speculators(data: dict) -> str:
            f"{v['speculators']['optimizer']} lr {v['speculators']['lr']:g} mean **{v['speculators']['mean']:.3f}** "
            f"({' / '.join(f'{x:.3f}' for x in v['speculators']['seeds'])}); specfmt minus speculators {v['paired']['difference']:+.3f}, "
            f"95 % interval {v['paired']['low']:+.3f} to {v['paired']['high']:+.3f} (paired bootstrap over the {v['paired']['prompts']} "
-           f"prompts of `{large}`, every seed's draft on the same resampled prompts)"
+           f"prompts of `{large}`, every seed's draft on the same resampled prompts)" + _h2h_vllm(v.get("vllm"))
            for k, v in data.get("head_to_head", {}).items()]
-    return (head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", f"AL `{large}`", "tokens/s",
-                                     "train (s)", "load average before / after"], rows, "lrlrrlrrrrl")
+    return (head + "\n\n" + table(["world", "steps", "trainer", "lr", "AL reference", "per position", "AL vLLM", f"AL `{large}`",
+                                     f"AL vLLM `{large}`", "tokens/s", "train (s)", "load average before / after"], rows, "lrlrrlrrrrrl")
             + ("\n\n" + "\n".join(paired) if paired else "")
             + ("\n\n**Three seeds at each trainer's best setting** (mean AL on `" + large + "`):\n\n" + "\n".join(h2h) if h2h else ""))
+
+
+def _h2h_vllm(v: dict | None) -> str:
+    """The vLLM half of a head-to-head line (the same drafts measured by vLLM on the same prompts), or nothing."""
+    if not v:
+        return ""
+    seeds = lambda t: " / ".join(f"{x:.3f}" for x in v[t]["seeds"])  # noqa: E731
+    p = v["paired"]
+    return (f"; by vLLM on the same prompts, specfmt **{v['specfmt']['mean']:.3f}** ({seeds('specfmt')}), speculators "
+            f"**{v['speculators']['mean']:.3f}** ({seeds('speculators')}), difference {p['difference']:+.3f}, 95 % interval "
+            f"{p['low']:+.3f} to {p['high']:+.3f}")
 
 
 def bench_vocab_coverage(data: dict) -> str:

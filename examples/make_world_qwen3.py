@@ -461,8 +461,9 @@ def fit_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[
 def train_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tuple[dict, dict]:
     """Train the DFlash draft with ``specfmt train dflash`` (``train_draft``; speculators 0.9's objective: 512 anchors per step,
     D-PACE weights, cross-entropy) over the world's training files, DFLASH_BATCH x DFLASH_SEQ tokens per step, the shape of
-    ``cfg`` (block DFLASH_BLOCK, one Qwen3 layer, taps DFLASH_TAPS, mask token PEAGLE_MASK_TOKEN), lr DFLASH_TRAIN_LR, the
-    trainer's defaults otherwise. Returns ``(figures, tensors)``."""
+    ``cfg`` (block DFLASH_BLOCK, one Qwen3 layer, taps DFLASH_TAPS, mask token PEAGLE_MASK_TOKEN, its non-causal block: the
+    shipped draft predates ``--block-mask causal``'s default), lr DFLASH_TRAIN_LR, the trainer's defaults otherwise.
+    Returns ``(figures, tensors)``."""
     import tempfile
 
     from safetensors.torch import load_file
@@ -474,7 +475,7 @@ def train_dflash(cfg: dict, verifier_dir: Path, train: dict, steps: int) -> tupl
     with tempfile.TemporaryDirectory() as tmp:
         req = TrainRequest(out=str(Path(tmp) / "dflash"), verifier=str(verifier_dir), algorithm="dflash", data=[str(stdlib / n) for n in sorted(train)],
                            device="cpu", validate=False, block_size=cfg["block_size"], layers=cfg["transformer_layer_config"]["num_hidden_layers"],
-                           taps=cfg["aux_hidden_state_layer_ids"], mask_token=cfg["mask_token_id"])
+                           taps=cfg["aux_hidden_state_layer_ids"], mask_token=cfg["mask_token_id"], block_mask="non-causal")
         opts = TrainOptions(steps=steps, batch_size=DFLASH_BATCH, seq_len=DFLASH_SEQ, lr=DFLASH_TRAIN_LR, optimizer="muon", seed=mw.SEED,
                             save_every=0)
         res = train_draft(req, opts, log=lambda step, loss, acc: print(f"dflash step {step}: loss {loss:.3f}") if step % 100 == 0 else None)

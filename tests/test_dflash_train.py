@@ -180,16 +180,18 @@ def test_train_dflash_writes_a_draft_the_checks_pass(tmp_path):
     assert validate_static(tmp_path / "out").ok and res.stats.steps == 4
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["speculators_model_type"] == "dflash" and cfg["block_size"] == 4 and cfg["aux_hidden_state_layer_ids"] == [2, 4, 6]
-    assert cfg["mask_token_id"] == 2 and cfg["sliding_window_non_causal"] is True  # the tokenizer's pad: no mask token, no free row
+    assert cfg["mask_token_id"] == 2  # the tokenizer's pad: no mask token, no free row
+    assert cfg["sliding_window_non_causal"] is False and cfg["transformer_layer_config"]["layer_types"] == ["sliding_attention"]  # causal
     assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
     assert cfg["specfmt"]["train"]["options"]["position_weight"] == "dpace" and len(res.stats.accuracy) == 3
 
 
 def test_block_mask_causal_is_written_and_trained_as_speculators_trainer_does(tmp_path, world):
-    """``--block-mask causal``: a new draft written as speculators 0.9's trainer writes its default (every layer
-    ``sliding_attention``, the verifier's context length as the window, ``sliding_window_non_causal`` false), which the
-    static checks pass and whose training pass is the causal one (each slot sees the block up to itself); an unknown mask
-    is refused in one line before anything is written."""
+    """``--block-mask causal`` (the default): a new draft written as speculators 0.9's trainer writes its default (every
+    layer ``sliding_attention``, the verifier's context length as the window, ``sliding_window_non_causal`` false), which
+    the static checks pass and whose training pass is the causal one (each slot sees the block up to itself);
+    ``non-causal`` writes DFlash's plain layers with the flag true; an unknown mask is refused in one line before anything
+    is written."""
     from specfmt.algorithms.dflash_nn import block_causal
     from specfmt.errors import InputError
     from specfmt.training.loop import TrainOptions
@@ -221,6 +223,10 @@ def test_block_mask_causal_is_written_and_trained_as_speculators_trainer_does(tm
         got = causal.blocks(world["embed"][block_ids], ctx, anchors)
         assert torch.allclose(got, both.blocks(world["embed"][block_ids], ctx, anchors, causal=True), atol=1e-6)
         assert not torch.allclose(got, both.blocks(world["embed"][block_ids], ctx, anchors), atol=1e-3)
-    with pytest.raises(InputError, match="--block-mask must be non-causal or causal"):
+    train_draft(request(tmp_path / "both", "non-causal"), TrainOptions())
+    written = json.loads((tmp_path / "both" / "config.json").read_text())
+    assert written["sliding_window_non_causal"] is True and "layer_types" not in written["transformer_layer_config"]
+    assert block_causal(written) == [False, False] and validate_static(tmp_path / "both").ok
+    with pytest.raises(InputError, match="--block-mask must be causal or non-causal"):
         train_draft(request(tmp_path / "bad", "upper"), TrainOptions())
     assert not (tmp_path / "bad").exists()

@@ -385,11 +385,14 @@ def test_validate_run_holds_one_copy_of_the_verifier(stored, request, tmp_path):
 
 
 def test_train_holds_one_copy_of_the_verifier(big, tmp_path):
-    """The same for ``train`` (two steps, and its validation run, which reuses the loaded verifier): the
+    """The same for ``train`` (two steps, and its validation run, which reuses the loaded verifier; on two of the
+    world's prompts, as above, not the eight built-in ones: what counts is the copies held, not the prompts run): the
     draft, its gradients and AdamW's two moments (4 x the draft's float32 bytes) on top of the bound."""
     ver, draft, B = big
     data = train_files()[:1]
-    args = ("--data", *data, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--save-every", 0, "--device", "cpu")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join((WORLD / "prompts.jsonl").read_text().splitlines(keepends=True)[:2]))
+    args = ("--data", *data, "--steps", 2, "--batch-size", 1, "--seq-len", 32, "--save-every", 0, "--device", "cpu", "--prompts", prompts)
     base = _peak("train", "eagle3", "--verifier", WORLD / "verifier", "-o", tmp_path / "small", *args)
     peak = _peak("train", "eagle3", "--verifier", ver, "-o", tmp_path / "big", *args)
     D = weight_bytes(tmp_path / "big", "float32")

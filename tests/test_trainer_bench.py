@@ -86,6 +86,14 @@ def test_settings_take_three_seeds_and_the_best_mean_and_the_paired_interval_res
     assert h["paired"]["low"] <= h["paired"]["difference"] <= h["paired"]["high"] and h["paired"]["seeds"] == [3, 3]
     assert h["paired"]["difference"] == round(bench.seed_mean(runs_of(results, "a"), bench.LARGE_PROMPTS)
                                               - bench.seed_mean(runs_of(results, "s"), bench.LARGE_PROMPTS), 4)
+    assert "vllm" not in h  # vLLM measured none of the six drafts
+    # vLLM's figures of the six drafts on the larger set: the same settings (chosen by the reference), compared by vLLM
+    for key in [f"a{s}" for s in (1237, 1238, 1239)] + [f"s{s}" for s in (1237, 1238, 1239)]:
+        rows = [[4, 1]] * 30 if key.startswith("a") else [[4, 3]] * 30
+        runs[key][f"vllm:{bench.LARGE_PROMPTS}"] = {"al": bench._al(rows), "rows": rows}
+    v = bench.head_to_head(results)["1500"]["vllm"]
+    assert v["specfmt"]["seeds"] == [1.25] * 3 and v["speculators"]["mean"] == 1.75
+    assert v["paired"]["difference"] == -0.5 == v["paired"]["low"] == v["paired"]["high"]  # every prompt alike
 
 
 def test_train_eagle3_defaults_are_the_benchmarks_winner_at_the_readmes_budget():
@@ -102,6 +110,16 @@ def test_train_eagle3_defaults_are_the_benchmarks_winner_at_the_readmes_budget()
     assert TrainOptions().resolved("medusa").lr == DEFAULT_LR and TrainOptions(lr=3e-3).resolved("eagle3").lr == 3e-3
     shown = CliRunner().invoke(app, ["train", "eagle3", "--help"], env={"COLUMNS": "200"}).output
     assert f"[default: {won['lr']}]" in shown.split("--lr", 1)[1].split("--", 1)[0]
+
+
+def test_train_dflash_defaults_are_the_benchmarks_winner_on_the_qwen3_world():
+    """``specfmt train dflash``'s ``--lr`` and ``--optimizer`` are the recorded results' winner at 500 steps on the Qwen3 world
+    (the runs with the default causal block); the other algorithms keep theirs."""
+    from specfmt.training.loop import TrainOptions
+
+    won = bench.defaults_from_results(json.loads(bench.RESULTS.read_text()), 500, world="world-qwen3", algorithm="dflash")
+    opts = TrainOptions().resolved("dflash")
+    assert {"optimizer": opts.optimizer, "lr": opts.lr} == {k: won[k] for k in ("optimizer", "lr")} and won["prompts"] == bench.LARGE_PROMPTS
 
 
 def test_a_speculators_run_given_its_adamw_is_not_counted_as_its_default_muon():
