@@ -8,8 +8,10 @@ What is run, and how:
   world's 45 training files, ``--specfmt-option layers=L``, the learning rate and optimizer given here, every other option
   ``specfmt train eagle3``'s default), so each run is also a run of that harness's results file.
   * equal steps: ``--steps`` for L = 1, 2, 3;
-  * equal wall clock: the 3-layer run's training time, spent by the 1- and 2-layer drafts: their steps are ``--steps``
-    times the 3-layer run's seconds per step over their own (measured in the equal-step runs), rounded to 10.
+  * equal wall clock: the 3-layer draft's ``--steps`` steps of training time, spent by the 1- and 2-layer drafts: their
+    steps are ``--steps`` times the 3-layer draft's seconds per step over their own, rounded to 10. The seconds per step
+    come from :func:`step_seconds` (each draft trained a few dozen steps on one thread, the three in turn, twice), not
+    from the equal-step runs, whose times carry whatever else the machine ran then (``--calibrate-steps``).
 * **Measurement** of each draft:
   * the reference AL on the larger held-out set (``prompts-heldout.jsonl``, 719 prompts x 32 tokens, k = 3), from the harness;
   * ``validate_run`` with vLLM on the world's 16 held-out prompts: vLLM's AL, ``vllm_exact`` (greedy output equal to the
@@ -20,6 +22,8 @@ What is run, and how:
 Results go to ``draft_layers.results.json`` as each measurement ends; ``docs/measured.md`` renders them. Usage::
 
     nice -n 10 python benchmarks/draft_layers.py [--steps 1500] [--lr 2e-2] [--optimizer muon]   # vLLM under the flock
+    python benchmarks/draft_layers.py --calibrate-only ...              # the seconds per step alone (an idle machine)
+    python benchmarks/draft_layers.py --wall-clock-only --layers 1 ...  # one equal wall-clock run (two at once: --json apart)
 """
 
 from __future__ import annotations
@@ -66,6 +70,31 @@ def _layers_of(run: dict) -> int:
     draft is the trainer benchmark's own run)."""
     given = [o.split("=", 1)[1] for o in run["options"] if o.startswith("layers=")]
     return int(given[0]) if given else 1
+
+
+def step_seconds(args: argparse.Namespace, layers: list[int], world: Path) -> dict:
+    """Seconds per training step of each draft (``specfmt train eagle3 --hidden-states``, the harness's data and options, one
+    thread): ``--calibrate-steps`` steps of each, the first 10 not timed, the drafts in turn and the whole round twice, the
+    lower of each draft's two figures (what another job on the machine can only slow)."""
+    import tempfile
+
+    work = Path("~/.cache/specfmt/bench/trainer_vs_speculators").expanduser() / world.name
+    data = work / "data-256-verifier"
+    facts = json.loads(Path(args.harness_json).read_text())["data"][f"{world.name}|verifier"]
+    seen: dict[int, list[float]] = {n: [] for n in layers}
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(2):
+            for n in layers:
+                spec = {"steps": args.calibrate_steps, "batch": 8, "seq_len": 256, "lr": args.lr, "seed": tvs.SEED, "threads": 1, "warmup": 10,
+                        "samples": facts["samples"], "layers": facts["layers"], "draft_vocab": 1024, "verifier": str(world / "verifier"),
+                        "data": str(data), "algorithm": "eagle3", "out": str(Path(tmp) / f"d{n}"), "ckpt": str(Path(tmp) / "c"),
+                        "options": [f"optimizer={args.optimizer}", *([f"layers={n}"] if n > 1 else [])]}
+                figures, _ = tvs.train_one("specfmt", spec, work)
+                seen[n].append(8 * 256 / figures["tokens_per_second"])
+                print(f"{n} layer(s): {seen[n][-1]:.3f} s per step", flush=True)
+    return {"steps": args.calibrate_steps, "seconds_per_step": {str(n): round(min(v), 4) for n, v in seen.items()},
+            "all": {str(n): [round(x, 4) for x in v] for n, v in seen.items()}, "loadavg": round(os.getloadavg()[0], 2),
+            "date": time.strftime("%Y-%m-%d")}
 
 
 def draft_cost(draft: Path, world: Path) -> dict:
@@ -132,6 +161,9 @@ def main() -> None:
     ap.add_argument("--harness-json", default=str(tvs.RESULTS))
     ap.add_argument("--json", default=str(RESULTS))
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--calibrate-steps", type=int, default=60, help="steps per draft in the seconds-per-step calibration")
+    ap.add_argument("--calibrate-only", action="store_true", help="measure the seconds per step, record them and stop")
+    ap.add_argument("--wall-clock-only", action="store_true", help="the equal wall-clock runs alone (the calibration recorded)")
     args = ap.parse_args()
     world = REPO / "examples" / "world"
     path = Path(args.json)
@@ -154,11 +186,17 @@ def main() -> None:
         path.write_text(json.dumps(out, indent=2) + "\n")
         print(json.dumps(rec), flush=True)
 
-    for n in layers:
-        _harness(args, n, args.steps)
-        record("steps", n, args.steps)
-    top = max(layers)
-    per_step = {n: out["runs"][f"steps|{n}"]["train_seconds"] / args.steps for n in layers}
+    if args.calibrate_only or "calibration" not in out:
+        out["calibration"] = step_seconds(args, [1, 2, 3], world)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+        if args.calibrate_only:
+            return
+    if not args.wall_clock_only:
+        for n in layers:
+            _harness(args, n, args.steps)
+            record("steps", n, args.steps)
+    per_step = {int(n): v for n, v in out["calibration"]["seconds_per_step"].items()}
+    top = max(per_step)
     for n in layers:
         if n == top:
             continue

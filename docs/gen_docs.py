@@ -708,6 +708,14 @@ def bench_draft_layers(data: dict) -> str:
     head = (f"`python benchmarks/draft_layers.py --steps {m.get('steps')} --lr {m.get('lr')} --optimizer {m.get('optimizer')}`: "
             "AL on the world's larger held-out set (`prompts-heldout.jsonl`, 719 prompts × 32 tokens, reference); vLLM on the 16 held-out prompts (`validate --run`); the draft pass and "
             "the verifier's forward over a 256-token window, one thread, median of 20.")
+    cal = data.get("calibration")
+    if cal:
+        per = cal["seconds_per_step"]
+        top = max(per, key=int)
+        head += (f" Seconds per training step, each draft {cal['steps']} steps in turn on one thread, twice, the lower kept "
+                 f"({cal['date']}): " + ", ".join(f"{n} layer{'s' if n != '1' else ''} {v:.3f}" for n, v in sorted(per.items()))
+                 + f"; the equal wall-clock budget is the {top}-layer draft's {m.get('steps')} steps, "
+                 f"{m.get('steps', 0) * per[top]:,.0f} s at that pace.")
     return head + "\n\n" + table(["budget", "layers", "steps", "train (s)", "AL (719 prompts)", "AL vLLM (16)", "vLLM checks",
                                      "draft parameters", "draft pass (ms)", "verifier pass (ms)"], rows, "lrrrrrlrrr")
 
