@@ -127,7 +127,9 @@ class DFlashDraft(Decoder):
     def _blocks_attend(self, attn, x, context, positions, sees, own):
         """Attention of :meth:`blocks`: ``x`` [B, A, S, H] (after ``input_layernorm``) over its sequence's context K/V [B, T]
         where ``sees`` [B, A, T], and over its own block's K/V where ``own`` [S, S]; a sliding-window layer also drops context
-        keys ``window`` or more behind the query (speculators: ``kv_pos >= anchor - sliding_window``)."""
+        keys ``window`` or more behind the query slot, as vLLM's sliding window does at serving (speculators' training mask
+        counts from the anchor instead, ``kv_pos >= anchor - sliding_window``: up to ``S`` more context keys, which only a
+        context longer than the window reaches; ``--block-mask causal`` writes the verifier's context as the window)."""
         B, A, S, _ = x.shape
         T = context.shape[1]
         rep = attn.nH // attn.nKV
