@@ -108,7 +108,7 @@ def main() -> None:
             run = assisted(model, prompts, n, kwargs)
             rows.append(row(name, "transformers", how, run, run.token_ids == greedy))
         # vLLM, one engine host
-        max_len = max(256, max(map(len, prompts)) + n + k + 8)
+        max_len = vllm_run.context_limit(prompts, n, k)
         with vllm_run.engines():
             alone = vllm_run.generate(str(VERIFIER), prompts, max_tokens=n, max_model_len=max_len)
             engines = [(name, m.vllm_engine(ver.name_or_path, None, k).speculative_config) for name, m in methods.items()]

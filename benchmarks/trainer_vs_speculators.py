@@ -386,7 +386,7 @@ def vllm_only(draft: Path, world: Path, prompts: str) -> dict:
     ids = load_prompts(str(prompts_file(world, file)), verifier.tokenizer()).ids
     k = 3
     model, spec, _ = engine_args(cfg, str(draft), str(world / "verifier"), installed_vllm(), k)
-    run = vllm_run.generate(model, ids, max_tokens=tokens, max_model_len=max(256, max(map(len, ids)) + tokens + k + 8),
+    run = vllm_run.generate(model, ids, max_tokens=tokens, max_model_len=vllm_run.context_limit(ids, tokens, k),
                             timeout=3600, speculative_config=spec)
     d = run.num_drafts
     return {"al": round(1 + run.num_accepted_tokens / d, 4), "per_position": [round(a / d, 4) for a in run.accepted_per_position],

@@ -304,7 +304,7 @@ def _vllm(result: Comparison, ver: "Verifier", tolerance: float, timeout: float,
             e.vllm_error = f"vLLM's CPU build cannot run it: {refusal}"
         else:
             runnable.append(e)
-    max_len = max(256, max(map(len, ids)) + result.max_tokens + max((e.k for e in result.entries), default=1) + 8)
+    max_len = vllm_run.context_limit(ids, result.max_tokens, max((e.k for e in result.entries), default=1))
     sampling: dict[str, Any] = {"temperature": result.temperature, "seeds": result.seeds} if result.temperature > 0 else {}
     # on a GPU, the requests one at a time (batch size 1, what the estimate models), timed; on the CPU build not timed
     timed = not on_cpu_build and _cuda()

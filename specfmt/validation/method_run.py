@@ -208,7 +208,7 @@ def _vllm_checks(result: RunResult, method: ProposalMethod, ver: Verifier, ref: 
     in one engine host."""
     rep, ids = result.report, result.prompts.ids
     engine = method.vllm_engine(ver.name_or_path, installed_vllm(), result.k)
-    max_len = max(256, max(map(len, ids)) + result.max_tokens + result.k + 8)
+    max_len = vllm_run.context_limit(ids, result.max_tokens, result.k)
     try:
         with vllm_run.engines():
             tell("vLLM", 0, 2)

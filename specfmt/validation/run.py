@@ -911,8 +911,7 @@ def _run_engines(result: RunResult, algo: Algorithm, model: str, ver: Verifier, 
         VLLMRunError: vLLM crashed or timed out.
     """
     ids = result.prompts.ids
-    # vLLM on CPU needs the context limit given; leave room for the longest prompt and the drafts
-    max_len = max(256, max(map(len, ids)) + result.max_tokens + k + 8)
+    max_len = vllm_run.context_limit(ids, result.max_tokens, k)
     # the draft's engine writes the tensors it holds here (one engine: no start of its own); with tensor parallelism
     # each GPU holds a shard of each layer, which the element-by-element comparison does not reassemble
     tensor_parallel_size = gpu["tensor_parallel_size"]

@@ -363,6 +363,12 @@ def _dump_draft(worker, path: str) -> int:
     return len(out)
 
 
+def context_limit(prompts: list[list[int]], max_tokens: int, k: int) -> int:
+    """The ``max_model_len`` a run of ``prompts`` (token ids) needs: vLLM on CPU needs the context limit given; room for
+    the longest prompt, ``max_tokens`` and the k drafts past them, at least 256."""
+    return max(256, max(map(len, prompts)) + max_tokens + k + 8)
+
+
 def engine_settings(spec: dict, on_cpu: bool) -> dict:
     """The resource arguments of ``LLM(...)`` beyond the model and its context limit.
 
