@@ -139,9 +139,28 @@ class TargetEnv:
         key = hashlib.sha256(str(self.root.resolve()).encode()).hexdigest()[:16]
         with lock, open(Path(tempfile.gettempdir()) / f"specfmt-env-{key}.lock", "a") as held:
             fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+            if (self.root / MARKER).is_file():
+                compile_tree(self.root)  # first: the check then imports compiled modules
             if not self.usable():
                 self.build()
+                compile_tree(self.root)
         return self
+
+
+def compile_tree(root: Path) -> None:
+    """Byte-compile every module under ``root`` for this interpreter (``__pycache__``), once: marked by
+    ``.compiled-<cache tag>``, written last. Where ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it), an
+    uncompiled folder is compiled from source again by every interpreter that imports it: a vLLM release's probe
+    (``vllm_releases.py``) started in 19.6 s from source and in 15.3 s compiled, and ran a case in 0.35 s against
+    0.12 s (2026-11-30). Compiled in place, after the folder is complete (a code object names the file it was compiled
+    from). Each file is written atomically and the result is the same whoever writes it, so two processes at once, or
+    one stopped halfway, leave nothing wrong; a file this Python cannot compile is left to fail where it is imported."""
+    import compileall
+
+    mark = root / f".compiled-{sys.implementation.cache_tag}"
+    if not mark.is_file():
+        compileall.compile_dir(str(root), quiet=2)
+        mark.write_text("")
 
 
 def pinned_env(name: str, variable: str, packages: tuple[str, ...], check: str, *, root: Path | None = None,

@@ -72,10 +72,36 @@ def test_the_layer_fields_vllm_reads_without_a_default_are_required(key):
 def test_sliding_window_non_causal_may_be_false_when_every_layer_slides():
     """vLLM's one causal flag then matches speculators' training (sliding layers causal): no finding."""
     cfg = dflash_config(layers=2, sliding_window_non_causal=False)
-    cfg["transformer_layer_config"].update(layer_types=["sliding_attention"] * 2, sliding_window=16)
+    cfg["transformer_layer_config"].update(layer_types=["sliding_attention"] * 2, sliding_window=16, use_sliding_window=True)
     assert schema_violations(cfg) == []
     cfg["transformer_layer_config"]["layer_types"] = ["sliding_attention", "full_attention"]
     assert [p for p, _ in schema_violations(cfg)] == ["$.sliding_window_non_causal"]
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("switch", [None, False, True])
+def test_sliding_layers_need_a_window_the_config_class_keeps(switch):
+    """A Qwen3 layer config drops ``sliding_window`` unless ``use_sliding_window`` is true (its default is false):
+    transformers' own ``Qwen3Config`` then holds None, and vLLM's own DFlash layer builder refuses to start. The
+    rule refuses such a draft in one line and accepts it with the switch on."""
+    from transformers import Qwen3Config
+    from vllm.model_executor.models.qwen3_dflash import _resolve_layer_attention
+
+    cfg = dflash_config(layers=2, sliding_window_non_causal=False)
+    cfg["transformer_layer_config"].update(layer_types=["sliding_attention"] * 2, sliding_window=16,
+                                           **({} if switch is None else {"use_sliding_window": switch}))
+    tlc = {k: v for k, v in cfg["transformer_layer_config"].items() if k != "model_type"}
+    hf = Qwen3Config(**tlc)
+    hf.dflash_config = {"causal": True}  # what update_dflash writes for sliding_window_non_causal false
+    found = schema_violations(cfg)
+    if switch:
+        assert hf.sliding_window == 16 and _resolve_layer_attention(hf, 0) == (16, True) and found == []
+    else:
+        assert hf.sliding_window is None
+        with pytest.raises(ValueError, match="requires a window size"):
+            _resolve_layer_attention(hf, 0)
+        assert [p for p, _ in found] == ["$.transformer_layer_config.sliding_window"]
+        assert "use_sliding_window" in found[0][1] and "vLLM refuses" in found[0][1]
 
 
 def test_the_tensor_table_is_speculators_saved_state_dict():

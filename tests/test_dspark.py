@@ -86,7 +86,8 @@ def test_the_block_mask_rule_is_dspark_readers_not_dflashs():
     assert schema_violations(dspark_config(sliding_window_non_causal=False)) == []
     assert schema_violations(dspark_config(sliding_window_non_causal=True)) == []
     cfg = dspark_config(sliding_window_non_causal=True)
-    cfg["transformer_layer_config"].update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=16)
+    cfg["transformer_layer_config"].update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"], sliding_window=16,
+                                           use_sliding_window=True)
     assert [(p, "causal" in m) for p, m in schema_violations(cfg)] == [("$.sliding_window_non_causal", True)]
     cfg["sliding_window_non_causal"] = False
     assert schema_violations(cfg) == []
@@ -450,16 +451,16 @@ DSparkDraftModel(cfg).save_pretrained(out)
 """
 
 
-def test_speculators_world_dspark_draft_validates_as_it_is_and_runs_with_the_reference(spec_env, tmp_path):
+def test_speculators_world_dspark_draft_validates_as_it_is_and_runs_with_the_reference(speculators_world_draft, tmp_path):
     """speculators 0.9's own DSpark output (``DSparkDraftModel.save_pretrained``, random weights) for the Qwen3 world's verifier
     needs no conversion: ``validate --run`` passes, k = B = 4 slots per block, every misreading tried; vLLM's leg is skipped on
     the CPU build with its reason."""
+    import shutil
+
     from conftest import REPO, run_cli
     from specfmt.serving import CPU_BUILD, installed_distribution
 
-    verifier = (REPO / "examples" / "world-qwen3" / "verifier").resolve()
-    r = spec_env.run("-c", SAVE_WORLD, verifier, tmp_path / "draft")
-    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.copytree(speculators_world_draft, tmp_path / "draft")  # validate writes validation.json beside it
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join((REPO / "examples" / "world-qwen3" / "prompts.jsonl").read_text().splitlines(keepends=True)[:2]))
     cpu = (installed_distribution() or ("",))[0] == CPU_BUILD
@@ -476,7 +477,7 @@ def test_speculators_world_dspark_draft_validates_as_it_is_and_runs_with_the_ref
         assert checks["vllm"]["status"] == "skip" and "dspark speculative decoding" in checks["vllm"]["summary"], checks["vllm"]
 
 
-def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuses_it(spec_env, tmp_path):
+def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuses_it(speculators_world_draft, tmp_path):
     """The line ``serve-command`` prints, through each release's own ``vllm serve`` path up to the engine config
     (``tests/vllm_releases.py``, run with ``VLLM_TARGET_DEVICE=cpu``): every release reaches method dspark and stops at
     ``VllmConfig``, "Model Runner V1 does not support: dspark speculative decoding" (``config/vllm.py``; Model Runner V2 needs
@@ -485,14 +486,10 @@ def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuse
     from concurrent.futures import ThreadPoolExecutor
 
     import vllm_releases
-    from conftest import REPO
     from specfmt.serving import CHECKED_RELEASES, GPU_BUILD, serve_command
 
-    verifier = (REPO / "examples" / "world-qwen3" / "verifier").resolve()
-    r = spec_env.run("-c", SAVE_WORLD, verifier, tmp_path / "draft")
-    assert r.returncode == 0, r.stderr[-3000:]
-    cfg = json.loads((tmp_path / "draft" / "config.json").read_text())
-    lines = {rel: serve_command(cfg, str(tmp_path / "draft"), rel, distribution=GPU_BUILD) for rel in CHECKED_RELEASES}
+    cfg = json.loads((speculators_world_draft / "config.json").read_text())
+    lines = {rel: serve_command(cfg, str(speculators_world_draft), rel, distribution=GPU_BUILD) for rel in CHECKED_RELEASES}
     assert [c.form for c in lines.values()] == ["auto", "auto", "auto", "explicit"]  # 0.33: a local verifier needs the explicit form
     assert '"method": "dspark"' in " ".join(lines["0.33.0"].argv)
     hf_home = tmp_path / "hf"

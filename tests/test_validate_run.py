@@ -165,6 +165,31 @@ def test_eagle3_cached_batched_chains_draft_what_a_full_pass_drafts(layer):
     assert chain(seqs[0][:11], other.prefix(10), 3) == plain(seqs[0][:11], other.prefix(10), 3)
 
 
+@pytest.mark.parametrize("switch", [None, False, True])
+def test_a_qwen3_sliding_layer_keeps_its_window_only_with_use_sliding_window(switch):
+    """A Qwen3 draft's ``sliding_attention`` layer has the window transformers' ``Qwen3Config`` keeps: none unless
+    ``use_sliding_window`` is true (the class default is false). vLLM's Qwen3 EAGLE-3 layer reads that config's
+    ``sliding_window`` (``qwen3_eagle3.py``), so without the switch it attends in full, and so must the reference."""
+    from transformers import Qwen3Config
+
+    def logits(tlc_more):
+        tlc = dict(tiny_cfg()["transformer_layer_config"], model_type="qwen3", num_hidden_layers=1, **tlc_more)
+        draft = random_draft(tiny_cfg(transformer_layer_config=tlc))
+        torch.manual_seed(2)
+        embeds, hidden = torch.randn(1, 12, 32, dtype=torch.float64), torch.randn(1, 12, 32, dtype=torch.float64)
+        with torch.no_grad():
+            return draft(embeds, hidden, torch.arange(12))[0]
+
+    sliding = {"layer_types": ["sliding_attention"], "sliding_window": 3, **({} if switch is None else {"use_sliding_window": switch})}
+    kept = Qwen3Config(layer_types=["sliding_attention"], num_hidden_layers=1, sliding_window=3,
+                       **({} if switch is None else {"use_sliding_window": switch})).sliding_window
+    assert kept == (3 if switch else None)
+    full = logits({"layer_types": ["full_attention"]})
+    got = logits(sliding)
+    assert torch.equal(got, full) is (kept is None)
+    assert not torch.allclose(logits({**sliding, "use_sliding_window": True}), full)  # the window does change the output here
+
+
 def test_variants_cover_taps_norm_order_and_vocab_mapping():
     cfg = tiny_cfg(eagle_aux_hidden_state_layer_ids=[2, 4, 5])
     vs = variants(cfg, 8)

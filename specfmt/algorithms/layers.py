@@ -278,14 +278,35 @@ class Rows:
         return out
 
 
+def kept_window(tlc: dict[str, Any]) -> int | None:
+    """The sliding window W that a draft's ``sliding_attention`` layers get, read as transformers' config class for
+    ``model_type`` reads it (vLLM builds the draft's config with that class): ``sliding_window``, except where the
+    class has a ``use_sliding_window`` switch (Qwen2, Qwen3, Qwen3-MoE) and it is off, written false or left out (the
+    class default is false): then the class sets ``sliding_window`` to None (transformers 5
+    ``models/qwen3/configuration_qwen3.py``). None: no window; vLLM's Llama and Qwen3 EAGLE-3 layers then attend in
+    full (``llama.py``, ``qwen3_eagle3.py``: ``config.sliding_window``), and its DFlash layers refuse to start
+    (``qwen3_dflash.py::_resolve_layer_attention``, :class:`specfmt.algorithms.dflash.DFlashConfig`)."""
+    from transformers import CONFIG_MAPPING
+
+    try:
+        switch_default = getattr(CONFIG_MAPPING[tlc.get("model_type")], "use_sliding_window", None)
+    except KeyError:  # a model type transformers does not know: the field as written
+        switch_default = None
+    if switch_default is not None and not tlc.get("use_sliding_window", switch_default):
+        return None
+    window = tlc.get("sliding_window")
+    return None if window is None else int(window)
+
+
 def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
-    """Give each reference layer its sliding window: ``layer_types[i] == "sliding_attention"`` with
-    ``sliding_window`` W (speculators' trainer writes such drafts; vLLM's Llama and Qwen3 layers read
-    both fields), else full attention."""
+    """Give each reference layer its sliding window: ``layer_types[i] == "sliding_attention"`` with the
+    window its config class keeps (:func:`kept_window`; speculators' trainer writes such drafts, vLLM's Llama
+    and Qwen3 layers read both fields), else full attention (also where no window is kept)."""
     types = tlc.get("layer_types") or []
+    window = kept_window(tlc)
     for i, layer in enumerate(layers):
         if i < len(types) and types[i] == "sliding_attention":
-            layer.self_attn.window = int(tlc["sliding_window"])
+            layer.self_attn.window = window
 
 
 def drop_qk_norms(layers: Any) -> None:
