@@ -85,10 +85,9 @@ def step_seconds(args: argparse.Namespace, layers: list[int], world: Path) -> di
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(2):
             for n in layers:
-                spec = {"steps": args.calibrate_steps, "batch": 8, "seq_len": 256, "lr": args.lr, "seed": tvs.SEED, "threads": 1, "warmup": 10,
-                        "samples": facts["samples"], "layers": facts["layers"], "draft_vocab": 1024, "verifier": str(world / "verifier"),
-                        "data": str(data), "algorithm": "eagle3", "out": str(Path(tmp) / f"d{n}"), "ckpt": str(Path(tmp) / "c"),
-                        "options": [f"optimizer={args.optimizer}", *([f"layers={n}"] if n > 1 else [])]}
+                spec = tvs.train_spec(world, data, facts, Path(tmp) / f"d{n}", steps=args.calibrate_steps, lr=args.lr, batch=8, seq_len=256,
+                                      seed=tvs.SEED, threads=1, warmup=10, draft_vocab=1024,
+                                      options=[f"optimizer={args.optimizer}", *([f"layers={n}"] if n > 1 else [])])
                 figures, _ = tvs.train_one("specfmt", spec, work)
                 seen[n].append(8 * 256 / figures["tokens_per_second"])
                 print(f"{n} layer(s): {seen[n][-1]:.3f} s per step", flush=True)

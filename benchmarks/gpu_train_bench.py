@@ -133,11 +133,9 @@ def main() -> None:
                     "torch": torch.__version__, "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"), "data": facts},
            "runs": {}}
     for trainer in args.trainers.split(","):
-        spec = {"steps": args.steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": tvs.SEED, "threads": os.cpu_count() or 1,
-                "warmup": 5, "samples": facts["samples"], "layers": facts["layers"], "draft_vocab": out["meta"]["draft_vocab"],
-                "verifier": str(world / "verifier"), "data": str(data), "out": str(work / "runs" / trainer / "draft"),
-                "ckpt": str(work / "runs" / trainer / "speculators"), "options": [], "device": args.device,
-                "verifier_dtype": dtype if gpu else None, "hs_dtype": dtype if gpu else None}
+        spec = tvs.train_spec(world, data, facts, work / "runs" / trainer, steps=args.steps, lr=lr, options=[], batch=args.batch_size,
+                              seq_len=args.seq_len, seed=tvs.SEED, threads=os.cpu_count() or 1, warmup=5, draft_vocab=out["meta"]["draft_vocab"],
+                              device=args.device, verifier_dtype=dtype if gpu else None, hs_dtype=dtype if gpu else None)
         (work / "runs" / trainer).mkdir(parents=True, exist_ok=True)
         with GpuPeak() as peak:
             figures, _ = tvs.train_one(trainer, spec, work)

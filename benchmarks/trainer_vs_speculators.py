@@ -435,6 +435,16 @@ def run_key(world: str, trainer: str, steps: int, lr: float, vocab_from: str, op
                      *([f"algorithm:{algorithm}"] if algorithm != "eagle3" else [])])
 
 
+def train_spec(world: Path, data: Path, facts: dict, run_dir: Path, *, steps: int, lr: float, options: list[str], batch: int, seq_len: int,
+               seed: int, threads: int, warmup: int, draft_vocab: int, algorithm: str = "eagle3", **more) -> dict:
+    """What :func:`train_one` trains: the run's settings, the shared data (``facts``: :func:`prepare_data`'s samples and
+    layers), the draft in ``run_dir/draft`` and speculators' checkpoints in ``run_dir/speculators``; ``more``: the device
+    and dtypes of a GPU run (``gpu_train_bench.py``)."""
+    return {**more, "steps": steps, "batch": batch, "seq_len": seq_len, "lr": lr, "seed": seed, "threads": threads, "warmup": warmup,
+            "samples": facts["samples"], "layers": facts["layers"], "draft_vocab": draft_vocab, "verifier": str(world / "verifier"),
+            "data": str(data), "algorithm": algorithm, "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
+
+
 def train_one(trainer: str, spec: dict, work: Path) -> tuple[dict, Path]:
     """Train one draft; returns its timing figures and the specfmt draft folder."""
     from specfmt.convert import convert
@@ -520,10 +530,8 @@ def run_all(args: argparse.Namespace, world: Path, results: dict) -> None:
                     continue
                 print(f"{key}: no figures on {args.prompts} and its draft is gone: training it again", flush=True)
             run_dir = work / "runs" / _slug(key)
-            spec = {"steps": steps, "batch": args.batch_size, "seq_len": args.seq_len, "lr": lr, "seed": args.seed,
-                    "threads": args.threads, "warmup": args.warmup, "samples": facts["samples"], "layers": facts["layers"],
-                    "draft_vocab": args.draft_vocab, "verifier": str(world / "verifier"), "data": str(data), "algorithm": args.algorithm,
-                    "out": str(run_dir / "draft"), "ckpt": str(run_dir / "speculators"), "options": options}
+            spec = train_spec(world, data, facts, run_dir, steps=steps, lr=lr, options=options, batch=args.batch_size, seq_len=args.seq_len,
+                              seed=args.seed, threads=args.threads, warmup=args.warmup, draft_vocab=args.draft_vocab, algorithm=args.algorithm)
             print(f"training {key}", flush=True)
             load = os.getloadavg()[0]
             figures, draft = train_one(trainer, spec, work)
