@@ -16,7 +16,8 @@ specfmt train fill "$WORLD/eagle3-safeailab" --from eagle3 --embed --verifier "$
 specfmt train medusa --init "$WORLD/medusa-legacy" --from medusa --heads 5 --verifier "$WORLD/verifier" "${DATA[@]}" \
     --steps 100 --lr 3e-3 -o "$OUT/medusa-5-heads" --force
 # --lr and --optimizer at their defaults (the trainer benchmark's winner, Muon at 3e-2): 150 steps reach AL 1.75 on the
-# world's prompts, where 300 steps at the 3e-3 of before reached 1.65 (2026-11-30)
+# world's prompts, where 300 steps at the 3e-3 of before reached 1.65 (2026-11-30). --no-validate: step 4's run holds the
+# reference run that training would end with, beside vLLM's
 specfmt train eagle3 --verifier "$WORLD/verifier" "${DATA[@]}" --draft-vocab 1024 \
-    --steps 150 --prompts "$WORLD/prompts.jsonl" -o "$OUT/eagle3" --force
+    --steps 150 --no-validate -o "$OUT/eagle3" --force
 specfmt validate "$OUT/eagle3" --run --prompts "$WORLD/prompts.jsonl"
