@@ -44,6 +44,9 @@ sys.path.insert(0, str(HERE))
 
 import trainer_vs_speculators as tvs  # noqa: E402
 
+#: steps of each trainer before the timed ones
+WARMUP = 5
+
 SIZES = {
     "tiny": dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2, head_dim=32, intermediate_size=384,
                  vocab_size=2048),
@@ -116,6 +119,8 @@ def main() -> None:
     ap.add_argument("--work", default="~/.cache/specfmt/bench/gpu_train_bench")
     ap.add_argument("--json", default=str(HERE / "gpu_train_bench.results.json"))
     args = ap.parse_args()
+    if args.steps < WARMUP + 2:  # the timed steps are those after the warm-up; one alone times nothing
+        ap.error(f"--steps must be at least {WARMUP + 2}: the first {WARMUP} are warm-up, not timed")
     import torch
 
     from specfmt.training.loop import TrainOptions
@@ -134,7 +139,7 @@ def main() -> None:
            "runs": {}}
     for trainer in args.trainers.split(","):
         spec = tvs.train_spec(world, data, facts, work / "runs" / trainer, steps=args.steps, lr=lr, options=[], batch=args.batch_size,
-                              seq_len=args.seq_len, seed=tvs.SEED, threads=os.cpu_count() or 1, warmup=5, draft_vocab=out["meta"]["draft_vocab"],
+                              seq_len=args.seq_len, seed=tvs.SEED, threads=os.cpu_count() or 1, warmup=WARMUP, draft_vocab=out["meta"]["draft_vocab"],
                               device=args.device, verifier_dtype=dtype if gpu else None, hs_dtype=dtype if gpu else None)
         (work / "runs" / trainer).mkdir(parents=True, exist_ok=True)
         with GpuPeak() as peak:
