@@ -152,6 +152,7 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
             out.append(("$.transformer_layer_config.sliding_window", f"none kept for the sliding_attention layers: {NO_WINDOW}"))
         return out
 
+
 #: why a ``sliding_attention`` layer needs a window its config class keeps (:func:`~specfmt.algorithms.layers.kept_window`)
 NO_WINDOW = ("the config class drops sliding_window unless use_sliding_window is true (transformers' Qwen3Config), so vLLM refuses "
              "to start (qwen3_dflash.py _resolve_layer_attention: sliding attention requires a window size) and speculators "
