@@ -102,6 +102,9 @@ def test_sliding_layers_need_a_window_the_config_class_keeps(switch):
             _resolve_layer_attention(hf, 0)
         assert [p for p, _ in found] == ["$.transformer_layer_config.sliding_window"]
         assert "use_sliding_window" in found[0][1] and "vLLM refuses" in found[0][1]
+    if switch:  # a kept window that is no count of tokens is named, not read (a damaged config: one line, no traceback)
+        cfg["transformer_layer_config"]["sliding_window"] = "abc"
+        assert schema_violations(cfg) == [("$.transformer_layer_config.sliding_window", "'abc', but layer_types has sliding layers; give the window in tokens")]
 
 
 def test_the_tensor_table_is_speculators_saved_state_dict():

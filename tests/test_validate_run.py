@@ -181,8 +181,7 @@ def test_a_qwen3_sliding_layer_keeps_its_window_only_with_use_sliding_window(swi
             return draft(embeds, hidden, torch.arange(12))[0]
 
     sliding = {"layer_types": ["sliding_attention"], "sliding_window": 3, **({} if switch is None else {"use_sliding_window": switch})}
-    kept = Qwen3Config(layer_types=["sliding_attention"], num_hidden_layers=1, sliding_window=3,
-                       **({} if switch is None else {"use_sliding_window": switch})).sliding_window
+    kept = Qwen3Config(num_hidden_layers=1, **sliding).sliding_window
     assert kept == (3 if switch else None)
     full = logits({"layer_types": ["full_attention"]})
     got = logits(sliding)

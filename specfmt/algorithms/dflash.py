@@ -148,8 +148,12 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
         full = self.transformer_layer_config.num_hidden_layers - sum(t == "sliding_attention" for t in types)
         if not self.sliding_window_non_causal and full > 0:
             out.append(("$.sliding_window_non_causal", f"false with {full} full-attention layer(s): {CAUSAL_TRAP}"))
-        if "sliding_attention" in types and layers.kept_window(self.transformer_layer_config.dump()) is None:
-            out.append(("$.transformer_layer_config.sliding_window", f"none kept for the sliding_attention layers: {NO_WINDOW}"))
+        if "sliding_attention" in types:
+            window = layers.kept_window(self.transformer_layer_config.dump())
+            if window is None:
+                out.append(("$.transformer_layer_config.sliding_window", f"none kept for the sliding_attention layers: {NO_WINDOW}"))
+            elif not (type(window) is int and window > 0):
+                out.append(("$.transformer_layer_config.sliding_window", f"{window!r}, but layer_types has sliding layers; give the window in tokens"))
         return out
 
 

@@ -278,14 +278,15 @@ class Rows:
         return out
 
 
-def kept_window(tlc: dict[str, Any]) -> int | None:
+def kept_window(tlc: dict[str, Any]) -> Any:
     """The sliding window W that a draft's ``sliding_attention`` layers get, read as transformers' config class for
     ``model_type`` reads it (vLLM builds the draft's config with that class): ``sliding_window``, except where the
     class has a ``use_sliding_window`` switch (Qwen2, Qwen3, Qwen3-MoE) and it is off, written false or left out (the
     class default is false): then the class sets ``sliding_window`` to None (transformers 5
     ``models/qwen3/configuration_qwen3.py``). None: no window; vLLM's Llama and Qwen3 EAGLE-3 layers then attend in
     full (``llama.py``, ``qwen3_eagle3.py``: ``config.sliding_window``), and its DFlash layers refuse to start
-    (``qwen3_dflash.py::_resolve_layer_attention``, :class:`specfmt.algorithms.dflash.DFlashConfig`)."""
+    (``qwen3_dflash.py::_resolve_layer_attention``, :class:`specfmt.algorithms.dflash.DFlashConfig`). A kept window is
+    returned as written; the config rules check that it is a positive int."""
     from transformers import CONFIG_MAPPING
 
     try:
@@ -294,8 +295,7 @@ def kept_window(tlc: dict[str, Any]) -> int | None:
         switch_default = None
     if switch_default is not None and not tlc.get("use_sliding_window", switch_default):
         return None
-    window = tlc.get("sliding_window")
-    return None if window is None else int(window)
+    return tlc.get("sliding_window")  # as written: the config rules say whether it is a window in tokens
 
 
 def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
@@ -306,7 +306,7 @@ def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
     window = kept_window(tlc)
     for i, layer in enumerate(layers):
         if i < len(types) and types[i] == "sliding_attention":
-            layer.self_attn.window = window
+            layer.self_attn.window = None if window is None else int(window)
 
 
 def drop_qk_norms(layers: Any) -> None:
