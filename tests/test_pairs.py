@@ -260,3 +260,25 @@ def test_push_dry_run_of_a_draft_model_names_its_verifier_the_relation_the_paddi
     assert {f.path_in_repo for f in p.files} >= {"config.json", "model.safetensors", "tokenizer.json", "validation.json", "README.md"}
     r = run_cli("push", folder, "--repo-id", "me/draft", "--verifier-id", "specfmt-test/tiny-verifier", "--dry-run", env={"HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0 and "dry run: nothing uploaded" in r.stdout and "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("draft, warned", [
+    ({"model_type": "qwen3", "sliding_window": 64, "use_sliding_window": True}, True),
+    ({"model_type": "qwen3", "sliding_window": 64}, False),  # Qwen3Config's switch defaults to false: no window kept
+    ({"model_type": "qwen3", "sliding_window": 64, "use_sliding_window": False}, False),
+    ({"model_type": "llama", "sliding_window": 64}, True),  # LlamaConfig has no switch: the window as written
+])
+def test_the_pair_window_check_reads_the_window_its_config_class_keeps(draft, warned):
+    """``sliding_window``: the draft's window as transformers' config class keeps it (``layers.kept_window``), which is the
+    window vLLM applies; a Qwen3 draft without ``use_sliding_window`` attends in full, so there is nothing to warn of."""
+    from types import SimpleNamespace
+
+    from specfmt.methods.pair import _shape_checks
+    from specfmt.validation.report import PASS, WARN, Report
+
+    cost = SimpleNamespace(draft_parameters=1, verifier_parameters=10, ratio=0.1, per_step=lambda k: 0.3)
+    lm = SimpleNamespace(config={**draft, "max_position_embeddings": 512}, cost=lambda ver: cost, default_k=lambda: 3)
+    ver = SimpleNamespace(text_config={"model_type": "qwen3", "max_position_embeddings": 512})
+    rep = Report("draft")
+    _shape_checks(rep, lm, ver)
+    assert rep.check("sliding_window").status == (WARN if warned else PASS), rep.check("sliding_window")

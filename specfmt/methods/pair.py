@@ -213,9 +213,11 @@ def _shape_checks(rep: Report, draft: DraftLM, ver: "Verifier") -> None:
     else:
         rep.add("rope", WARN, f"RoPE scaling differs: verifier {vr or 'none'}, draft {dr or 'none'}: past the draft's trained context its proposals "
                 "degrade; fix: a draft with the verifier's rope scaling")
-    sw = dc.get("sliding_window") if dc.get("use_sliding_window", True) else None
-    if isinstance(sw, int) and isinstance(vlen, int) and sw < vlen and sw != vc.get("sliding_window"):
-        rep.add("sliding_window", WARN, f"the draft attends to the last {sw} tokens only, the verifier to {vc.get('sliding_window') or vlen}: "
+    from ..algorithms.layers import kept_window
+
+    sw, vsw = kept_window(dc), kept_window(vc)  # as transformers' config class keeps them (Qwen's use_sliding_window)
+    if isinstance(sw, int) and isinstance(vlen, int) and sw < vlen and sw != vsw:
+        rep.add("sliding_window", WARN, f"the draft attends to the last {sw} tokens only, the verifier to {vsw or vlen}: "
                 "on long prompts the draft sees less than the verifier; fix: none in serving, only a draft without the window")
     else:
         rep.add("sliding_window", PASS, "no sliding window shorter than the verifier's" if sw is None else f"sliding window {sw}")
