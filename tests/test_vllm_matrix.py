@@ -4,7 +4,9 @@ prints is accepted by that release's own ``vllm serve`` parser and engine-config
 method and draft we mean and the EAGLE-3 fields as we wrote them -- in both launchers: ``vllm serve``
 (the GPU build) and ``python3 -m vllm.entrypoints.openai.api_server --model`` (the CPU build, whose
 ``vllm`` command does not start), run as its module's ``__main__``; and what a release must refuse
-(0.33: a local verifier in ``vllm serve OUT``, and Medusa in any form) is refused.
+(0.33: a local verifier in ``vllm serve OUT``, and Medusa in any form) is refused. The same probes take the line printed
+for speculators' own DSpark output (saved by speculators 0.9, ``test_dspark.SAVE_WORLD``) to the engine config, where
+each release's CPU target refuses it.
 
 The releases' Python code is downloaded once from PyPI and cached (``tests/vllm_releases.py``);
 no engine starts and no weights load, so no vLLM build is needed.
