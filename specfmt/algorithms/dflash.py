@@ -152,8 +152,8 @@ class DFlashConfig(DecoderSizes, SpeculatorConfig):
             window = layers.kept_window(self.transformer_layer_config.dump())
             if window is None:
                 out.append(("$.transformer_layer_config.sliding_window", f"none kept for the sliding_attention layers: {NO_WINDOW}"))
-            elif not (type(window) is int and window > 0):
-                out.append(("$.transformer_layer_config.sliding_window", f"{window!r}, but layer_types has sliding layers; give the window in tokens"))
+            else:
+                out += layers.window_violations(window)
         return out
 
 

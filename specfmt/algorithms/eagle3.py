@@ -142,10 +142,7 @@ class Eagle3Config(DecoderSizes, SpeculatorConfig):
             return []
         if not (isinstance(types, list) and len(types) == n and all(t in ("full_attention", "sliding_attention") for t in types)):
             return [("$.transformer_layer_config.layer_types", f"must name full_attention or sliding_attention for each of the {n} layer(s)")]
-        if "sliding_attention" in types and not (type(tlc.sliding_window) is int and tlc.sliding_window > 0):
-            return [("$.transformer_layer_config.sliding_window", f"{tlc.sliding_window!r}, but layer_types has sliding layers; "
-                     "give the window in tokens")]
-        return []
+        return layers.window_violations(tlc.sliding_window) if "sliding_attention" in types else []
 
 
 def build_config(verifier: "VerifierInfo", tlc: DecoderConfig | dict[str, Any], *, speculative_tokens: int, draft_vocab_size: int,

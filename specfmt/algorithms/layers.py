@@ -298,6 +298,15 @@ def kept_window(tlc: dict[str, Any]) -> Any:
     return tlc.get("sliding_window")  # as written: the config rules say whether it is a window in tokens
 
 
+def window_violations(window: Any) -> list[tuple[str, str]]:
+    """The config rule for the window of ``sliding_attention`` layers: ``sliding_window`` a positive int, in tokens.
+    EAGLE-3 checks the window as written (:meth:`specfmt.algorithms.eagle3.Eagle3Config.window_violations`), DFlash the
+    one its config class keeps (:func:`kept_window`, :class:`specfmt.algorithms.dflash.DFlashConfig`)."""
+    if type(window) is int and window > 0:
+        return []
+    return [("$.transformer_layer_config.sliding_window", f"{window!r}, but layer_types has sliding layers; give the window in tokens")]
+
+
 def set_windows(layers: Any, tlc: dict[str, Any]) -> None:
     """Give each reference layer its sliding window: ``layer_types[i] == "sliding_attention"`` with the
     window its config class keeps (:func:`kept_window`; speculators' trainer writes such drafts, vLLM's Llama
