@@ -68,11 +68,12 @@ def main() -> None:
     world = [r for r in rows if not r["matrix"].startswith("40-layer")]
     step = {k: round(sum(r[k] for r in world), 4) for k in ("torch_bf16_s", "specfmt_s")}
     print(f"the world EAGLE-3 draft's matrices, one optimizer step: torch {step['torch_bf16_s']} s, specfmt {step['specfmt_s']} s")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")),
+               "") if Path("/proc/cpuinfo").exists() else ""
     out = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": platform.processor() or platform.machine(),
-        "cpu": next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("model name")), "")
-        if Path("/proc/cpuinfo").exists() else "", "torch": torch.__version__, "threads": args.threads,
-        "load_average": os.getloadavg()[0], "ns_steps": STEPS, "rows": rows, "world_eagle3_step": step,
+        "machine": {"machine": cpu or platform.machine(), "threads": args.threads, "torch": torch.__version__,
+                    "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "loadavg": list(os.getloadavg())},
+        "ns_steps": STEPS, "repeats": args.repeats, "rows": rows, "world_eagle3_step": step,
     }
     (REPO / "benchmarks" / "muon_cpu.results.json").write_text(json.dumps(out, indent=2) + "\n")
 

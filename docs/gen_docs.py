@@ -720,6 +720,16 @@ def bench_draft_layers(data: dict) -> str:
                                      "draft parameters", "draft pass (ms)", "verifier pass (ms)"], rows, "lrrrrrlrrr")
 
 
+def bench_muon_cpu(data: dict) -> str:
+    """``muon_cpu``: five Newton-Schulz iterations per matrix, torch's bf16 function against specfmt's float32 products."""
+    rows = [[f"`{r['matrix']}`", " x ".join(map(str, r["shape"])), f"{r['torch_bf16_s']:.4f}", f"{r['specfmt_s']:.4f}", f"{r['speedup']}x",
+             f"{r['torch_bf16_distance_to_polar']} / {r['specfmt_distance_to_polar']}"] for r in data["rows"]]
+    step = data["world_eagle3_step"]
+    return (table(["matrix", "shape", "torch bf16 (s)", "specfmt (s)", "faster", "distance to UV^T (torch / specfmt)"], rows)
+            + f"\n\nThe world EAGLE-3 draft's matrices, one optimizer step: {step['torch_bf16_s']} s with torch's function, "
+            f"{step['specfmt_s']} s with specfmt's (best of {data['repeats']})." )
+
+
 def bench_gpu_train(data: dict) -> str:
     m = data["meta"]
     rows = [[t, f"{r['tokens_per_second']:,.0f}", f"{r.get('peak_gpu_used_mib', 0):,} MiB",
@@ -734,7 +744,7 @@ BENCHES: dict[str, Callable[[dict], str]] = {"draft_layers": bench_draft_layers,
                                              "memory_bench": bench_memory, "datagen_throughput": bench_datagen,
                                              "trainer_vs_speculators": bench_trainer_vs_speculators, "vocab_coverage": bench_vocab_coverage,
                                              "pairs_bench": bench_pairs, "compare_world": bench_compare_world,
-                                             "quickstart_vllm": bench_quickstart_vllm}
+                                             "quickstart_vllm": bench_quickstart_vllm, "muon_cpu": bench_muon_cpu}
 
 
 def render_bench(page: str, args: list[str], state: dict) -> str:

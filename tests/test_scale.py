@@ -400,8 +400,7 @@ def test_train_holds_one_copy_of_the_verifier(big, tmp_path):
     """The same for ``train`` (two steps, and its validation run, which reuses the loaded verifier; on two of the
     world's prompts, as above, not the eight built-in ones: what counts is the copies held, not the prompts run): the
     draft, its gradients and AdamW's two moments (4 x the draft's float32 bytes) on top of the bound. ``--optimizer
-    adamw``, the optimizer that bound counts: Muon keeps less (one moment), but orthogonalises in bf16, which this
-    CPU (AVX2, no bf16 units) multiplies about 40 times slower than float32: 44 of the run's 63 s (2026-11-30)."""
+    adamw``, the optimizer that bound counts: Muon keeps less (one moment), so AdamW is the case to bound."""
     ver, draft, B = big
     data = train_files()[:1]
     prompts = tmp_path / "p.jsonl"
