@@ -437,13 +437,18 @@ def _engine(spec: dict) -> dict:
     result.update(probe)
     result["host_spent"] = _host_spent()
     del llm
-    gc.collect()
-    try:  # the next engine of this process starts from a clean distributed state
-        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+    # the next engine of this process starts from a clean distributed state. vLLM 0.32's shutdown, run as ``llm`` goes,
+    # already did this (``EngineCore.shutdown`` -> ``cleanup_dist_env_and_memory``, which collects garbage; the KV cache
+    # was freed with it); each full collection walks the host's whole heap (torch, transformers, vLLM: about 0.5 s), so
+    # it runs again only when the engine outlived ``del`` or its release does not clean up
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        gc.collect()
+        try:
+            from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
-        cleanup_dist_env_and_memory()
-    except ImportError:  # pragma: no cover - older vLLM
-        pass
+            cleanup_dist_env_and_memory()
+        except ImportError:  # pragma: no cover - older vLLM
+            pass
     return result
 
 
