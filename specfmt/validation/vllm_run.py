@@ -29,6 +29,7 @@ GPU, otherwise). The reference run's verifier is released from the GPU before vL
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -388,8 +389,6 @@ def engine_settings(spec: dict, on_cpu: bool) -> dict:
 
 def _engine(spec: dict) -> dict:
     """One engine job, inside the host: start ``LLM``, probe the draft, generate, read the counters, shut down."""
-    import gc
-
     import torch
     from vllm import LLM
 
@@ -402,6 +401,10 @@ def _engine(spec: dict) -> dict:
     except ImportError:  # pragma: no cover - older vLLM
         on_cpu = not torch.cuda.is_available()
     corrections = vllm_fixes.correct(on_cpu, float(spec.get("temperature") or 0.0))  # before the engine registers its kernels
+    # what the host holds before this engine (torch, transformers, vLLM: millions of objects) is out of the garbage
+    # collector's walks until the engine's shutdown unfreezes it (``cleanup_dist_env_and_memory``): vLLM collects
+    # fully six times while it starts (loading, ``freeze_gc_heap``, the profile run's cleanup), each a walk of that heap
+    gc.freeze()
     llm = LLM(
         model=spec["model"],
         max_model_len=spec["max_model_len"],
@@ -526,6 +529,8 @@ def _serve() -> None:
             result = _engine(json.loads(line))
         except Exception as e:  # reported to the parent, which stops this process
             result = {"error": f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]}
+        finally:
+            gc.unfreeze()  # ``_engine`` froze the heap; an engine that failed before its shutdown left it so
         print(MARK + json.dumps(result), flush=True)
 
 
