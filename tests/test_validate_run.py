@@ -705,6 +705,30 @@ def test_the_engine_hosts_log_is_removed_when_its_block_ends(monkeypatch, tmp_pa
     assert not log.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_the_host_leaves_no_heap_frozen_after_an_engine_that_failed(monkeypatch, capsys):
+    """``_engine`` freezes the host's heap (``gc.freeze``) so that vLLM's collections while it starts skip what was
+    there before; vLLM's shutdown unfreezes it. An engine that fails before its shutdown must not leave it frozen:
+    what it built in cycles would never be collected in a host that runs on."""
+    import gc
+    import io
+
+    from specfmt import interrupt
+    from specfmt.validation import vllm_run
+
+    def failing(spec):
+        gc.freeze()
+        raise RuntimeError(f"engine for {spec['model']} failed to start")
+
+    monkeypatch.setattr(vllm_run, "_engine", failing)
+    monkeypatch.setattr(interrupt, "parent_watch", lambda: None)
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"model": "M"}) + "\n"))
+    gc.unfreeze()
+    vllm_run._serve()
+    assert gc.get_freeze_count() == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.split(vllm_run.MARK, 1)[1]) == {"error": "RuntimeError: engine for M failed to start"}
+
+
 def test_a_misreading_ahead_by_chance_over_the_prompts_is_not_a_failure():
     """Issue 38: a draft trained with ``norm_before_fc`` read with ``norm_before_residual`` flipped was accepted 0.21 more
     often on 8 prompts (and 0.01 on 16), and ``train``'s own validation failed it. A misreading fails the check only when
