@@ -128,8 +128,10 @@ def test_train_keeps_the_best_heldout_evaluation_and_records_it(hs, tmp_path):
     req = TrainRequest(str(tmp_path / "out"), str(WORLD / "verifier"), algorithm="eagle3", hidden_states=str(hs), device="cpu",
                        validate=False, taps=TAPS)
     # a rate so high the held-out figures fall after step 1: the best evaluation is not the last, so the written weights
-    # tell a trainer that keeps the best from one that keeps the last
-    opts = TrainOptions(steps=4, batch_size=2, seq_len=T, lr=0.3, seed=5, save_every=0, heldout=0.25, eval_every=1)
+    # tell a trainer that keeps the best from one that keeps the last. AdamW, which falls after step 1 at this rate at
+    # seeds 5, 6 and 7 alike; Muon's figures here sit at 1.0 but for one step, which step moving with the last bits of
+    # its bf16 orthogonalisation (2026-11-30)
+    opts = TrainOptions(steps=4, batch_size=2, seq_len=T, lr=0.3, seed=5, save_every=0, heldout=0.25, eval_every=1, optimizer="adamw")
     res = train_draft(req, opts, evaluated=seen.append)
     s = res.stats
     assert [e.step for e in seen] == [1, 2, 3, 4] and s.evaluations == seen and len({tuple(e.accuracy) for e in seen}) > 1
