@@ -82,7 +82,9 @@ class Muon(torch.optim.Muon):
             bufs: list[torch.Tensor] = []
             if self._init_group(group, params, grads, bufs):
                 raise ValueError("Complex parameters are not supported")
-            lr, momentum = _muon._to_scalar(group["lr"]), group["momentum"]
+            lr, momentum = group["lr"], group["momentum"]
+            if isinstance(lr, torch.Tensor) and lr.dim() != 0:  # a 1-element tensor rate, read as torch's ``_to_scalar`` reads it
+                lr = lr.squeeze()
             for param, grad, buf in zip(params, grads, bufs):
                 if grad.ndim != 2:
                     raise ValueError("Param gradient must be a 2D matrix")

@@ -4,8 +4,8 @@
 
 ``muon``: ``torch.optim.Muon`` (torch >= 2.9; Keller Jordan's Newton-Schulz orthogonalised momentum,
 https://kellerjordan.github.io/posts/muon/; :class:`specfmt.training.muon.Muon`, whose bf16 products run in float32
-on a CPU, 30 times faster there) over the 2-D weight matrices, and the AdamW above over the rest:
-norms, biases, embeddings and the output head. The split is speculators 0.9's
+on a CPU, 11-40 times faster there: ``benchmarks/muon_cpu.py``) over the 2-D weight matrices, and the AdamW above
+over the rest: norms, biases, embeddings and the output head. The split is speculators 0.9's
 (``speculators/train/optimizers.py``, ``split_named_params_for_muon``): a trained parameter goes to Muon iff it is
 2-D with both sides > 1 and its name holds none of ``embed_tokens``, ``lm_head``, ``codebook``, ``markov_w1``,
 ``markov_w2``. Muon's settings are speculators' defaults (``build_optimizers``; ``speculators/train/config/schema.py``
