@@ -4,7 +4,7 @@
   update agrees with ``torch/optim/_muon.py::_zeropower_via_newtonschulz`` to bf16's precision, as close to the exact
   polar factor as torch's;
 * with torch's own Newton-Schulz function in its place, a step is ``torch.optim.Muon``'s bit for bit (so the update
-  rule around it is torch's), and the saved state loads into torch's class;
+  rule around it is torch's), and the saved state loads into torch's class.
 
 Its speed, the reason it exists, is measured by ``benchmarks/muon_cpu.py`` (docs/measured.md), not here.
 """
@@ -58,6 +58,13 @@ def test_each_product_is_torchs_bf16_product():
         differ = (theirs != ours)
         assert differ.float().mean() <= 1e-3
         assert ((f(theirs) - f(ours)).abs() <= f(theirs).abs() * 2**-7 + 1e-30)[differ].all()  # one bf16 step at most
+    # and orthogonalize's own iteration is these products: one iteration of it against one of torch's, both ways round
+    for shape in ((128, 384), (384, 128)):
+        g = torch.randn(*shape)
+        ours, theirs = orthogonalize(g, COEF, 1, EPS), _muon._zeropower_via_newtonschulz(g, COEF, 1, EPS)
+        differ = ours != theirs
+        assert differ.float().mean() <= 1e-3
+        assert ((f(theirs) - f(ours)).abs() <= f(theirs).abs() * 2**-7 + 1e-30)[differ].all()
 
 
 def test_with_torchs_function_a_step_is_torchs_muon_bit_for_bit_and_the_state_loads_into_it(monkeypatch):
