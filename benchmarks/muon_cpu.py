@@ -4,7 +4,7 @@
     python benchmarks/muon_cpu.py [--threads 1] [--repeats 5]
 
 For each matrix that ``specfmt train eagle3`` gives Muon on the example world (the shipped EAGLE-3 draft's 2-D
-weights, :func:`specfmt.training.optim.split_for_muon`'s rule) and for a 512 x 1536 matrix (the 40-layer test
+weights, :func:`specfmt.training.optim.goes_to_muon`) and for a 512 x 1536 matrix (the 40-layer test
 verifier's draft), times five iterations of ``torch/optim/_muon.py::_zeropower_via_newtonschulz`` and of
 :func:`specfmt.training.muon.orthogonalize` (best of ``--repeats``), and how far each result is from the exact polar
 factor. Writes ``benchmarks/muon_cpu.results.json``; ``docs/measured.md`` quotes it.
@@ -43,15 +43,13 @@ def main() -> None:
     from torch.optim import _muon
 
     from specfmt.training.muon import orthogonalize
-    from specfmt.training.optim import ADAMW_NAME_HINTS
+    from specfmt.training.optim import goes_to_muon
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     shapes: list[tuple[str, tuple[int, int]]] = []
     weights = torch.load(DRAFT / "pytorch_model.bin", map_location="cpu", weights_only=True)  # SafeAILab's layout
-    for name, w in weights.items():
-        if w.ndim == 2 and min(w.shape) > 1 and not any(h in name for h in ADAMW_NAME_HINTS):
-            shapes.append((name, tuple(w.shape)))
+    shapes += [(name, tuple(w.shape)) for name, w in weights.items() if goes_to_muon(name, tuple(w.shape))]
     shapes.append(("40-layer test verifier's draft, 512 x 1536", (512, 1536)))
     rows = []
     for name, shape in shapes:

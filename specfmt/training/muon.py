@@ -12,7 +12,8 @@ and replaces only how each product of the iteration is computed on a CPU: from t
 (which holds each bf16 x bf16 product exactly) with one rounding to bf16 at the end, as a bf16 GEMM accumulates in
 float32. Each product then equals torch's own up to the order of its float32 sums; the iteration amplifies those
 last-bit differences, so the orthogonalised update agrees with torch's to bf16's precision (``tests/test_train_muon.py``),
-not bit for bit, as torch's own does not across CPUs and GPUs. Off the CPU, torch's own function runs unchanged.
+not bit for bit (a bf16 product's last bits depend on its kernel's order of sums on any device). Off the CPU,
+torch's own function runs unchanged.
 """
 
 from __future__ import annotations

@@ -33,6 +33,12 @@ ADAMW_BETAS, ADAMW_WEIGHT_DECAY = (0.9, 0.95), 0.0
 MUON_MOMENTUM, MUON_WEIGHT_DECAY, MUON_NS_STEPS, MUON_ADJUST_LR = 0.95, 0.1, 5, "match_rms_adamw"
 
 
+def goes_to_muon(name: str, shape: tuple[int, ...]) -> bool:
+    """Whether a trained parameter ``name`` of ``shape`` goes to Muon: 2-D, both sides > 1, and no
+    :data:`ADAMW_NAME_HINTS` entry in its name (speculators/train/optimizers.py ``split_named_params_for_muon``)."""
+    return len(shape) == 2 and min(shape) > 1 and not any(h in name for h in ADAMW_NAME_HINTS)
+
+
 def split_for_muon(module: "torch.nn.Module") -> tuple[list[tuple[str, "torch.Tensor"]], list[tuple[str, "torch.Tensor"]]]:
     """The trained parameters of ``module`` as ``(muon, adamw)`` lists of ``(name, parameter)``, in the module's order.
 
@@ -44,7 +50,7 @@ def split_for_muon(module: "torch.nn.Module") -> tuple[list[tuple[str, "torch.Te
     for name, p in module.named_parameters():
         if not p.requires_grad:
             continue
-        if p.ndim == 2 and min(p.shape) > 1 and not any(h in name for h in ADAMW_NAME_HINTS):
+        if goes_to_muon(name, tuple(p.shape)):
             muon.append((name, p))
         else:
             adamw.append((name, p))
@@ -116,4 +122,4 @@ def build_optimizer(module: "torch.nn.Module", kind: str, lr: float) -> Optimize
     return Optimizers(found)
 
 
-__all__ = ["ADAMW_NAME_HINTS", "OPTIMIZERS", "Optimizers", "build_optimizer", "split_for_muon"]
+__all__ = ["ADAMW_NAME_HINTS", "OPTIMIZERS", "Optimizers", "build_optimizer", "goes_to_muon", "split_for_muon"]
