@@ -48,9 +48,24 @@ def load_out(folder: Path) -> tuple[dict, dict]:
     return json.loads((folder / "config.json").read_text()), load_file(str(folder / "model.safetensors"))
 
 
+#: what the warm interpreter of :func:`run_cli` imports once: torch, transformers' auto classes and specfmt's CLI (5-6 s of
+#: CPU for every command that loads a verifier or a tokenizer; about 50 such runs in the suite, 2026-11-30)
+CLI_IMPORTS = "import torch, transformers\nfrom transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer\nimport specfmt.cli"
+
+
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``specfmt ARGS`` in a child process, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "specfmt", *map(str, args)], capture_output=True, text=True, env={**os.environ, **(env or {})})
+    """``specfmt ARGS`` in a child process, as a user runs it (``python3 -m specfmt ARGS``), output captured as text.
+
+    The child is a fork of one warm interpreter per test process that has imported :data:`CLI_IMPORTS`
+    (``target_env.warm_run``) when the child's environment is the one that interpreter started with, as the suite's
+    own is; with an ``env`` or a changed ``os.environ`` (whatever a module reads when it is imported could differ) it
+    is a new interpreter. The examples' scripts and the tests of what a command imports start their own."""
+    from target_env import warm_run
+
+    argv = ["-m", "specfmt", *map(str, args)]
+    if env:  # a new interpreter, and the warm one is left to start with the suite's own environment
+        return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env={**os.environ, **env})
+    return warm_run("specfmt-cli", CLI_IMPORTS, argv, dict(os.environ))
 
 
 #: vLLM's merged linear layers: the file's parts, stacked along the output dimension in this order

@@ -14,6 +14,10 @@ folder in a temporary sibling, runs its check there with this interpreter (torch
 must still be this interpreter's own, :data:`SHARED`), writes the marker (:data:`MARKER`: the package
 list, the check and the interpreter) *last*, then moves it into place. A folder whose marker is
 missing or differs, or whose check fails, is built again; the check runs in every session.
+
+**Warm interpreters.** :func:`warm_run` runs ``python -c/-m ...`` as a fork of an interpreter that has already
+imported what the runs need (:class:`_Warm`), when the run's environment is the one it started with: an env's
+runs (:attr:`TargetEnv.fork`), and ``conftest.run_cli``'s ``specfmt`` commands.
 """
 
 from __future__ import annotations
@@ -63,10 +67,8 @@ class TargetEnv:
         With :attr:`fork`, a ``-c`` or ``-m`` run is a fork of one warm interpreter of this env (:class:`_Warm`)
         rather than a new one, when the environment it would get is the one the warm interpreter started with."""
         argv, env = [str(a) for a in args], self.environ()
-        if self.fork and argv[:1] in (["-c"], ["-m"]) and len(argv) > 1 and hasattr(os, "fork"):
-            warm = _Warm.of(self, env)
-            if _Warm.same(warm.env, env):
-                return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), env)
+        if self.fork:
+            return warm_run(str(self.root), self.check, argv, env, cwd)
         return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=env, cwd=cwd)
 
     def marker(self) -> str:
@@ -239,23 +241,23 @@ class _Warm:
     (:data:`_WORKER`), so a run pays for its own work and not for ``import speculators`` again. Started on first use,
     with the environment of that moment (:attr:`env`); closed when the test session's interpreter exits."""
 
-    _all: dict[Path, "_Warm"] = {}
+    _all: dict[str, "_Warm"] = {}
 
-    def __init__(self, env: TargetEnv, environ: dict[str, str]):
+    def __init__(self, check: str, environ: dict[str, str]):
         import tempfile
 
         self.env = environ
         self.lock = threading.Lock()
         self.tmp = Path(tempfile.mkdtemp(prefix="target-env-"))
-        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, env.check], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, check], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True, env=environ)
 
     @classmethod
-    def of(cls, env: TargetEnv, environ: dict[str, str]) -> "_Warm":
+    def of(cls, key: str, check: str, environ: dict[str, str]) -> "_Warm":
         with _GUARD:
-            warm = cls._all.get(env.root)
+            warm = cls._all.get(key)
             if warm is None or warm.proc.poll() is not None:
-                warm = cls._all[env.root] = cls(env, environ)
+                warm = cls._all[key] = cls(check, environ)
             return warm
 
     #: what may differ between the warm interpreter's environment and a run's: pytest names the running test in it
@@ -277,6 +279,17 @@ class _Warm:
                 raise RuntimeError(f"the warm interpreter of {self.tmp} exited (code {self.proc.wait()})")
             return subprocess.CompletedProcess([sys.executable, *argv], int(json.loads(line)),
                                                out.read_text(errors="replace"), err.read_text(errors="replace"))
+
+
+def warm_run(key: str, check: str, argv: list[str], environ: dict[str, str], cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+    """``python ARGV`` (``-c CODE ARGS`` or ``-m MODULE ARGS``; output captured as text) as a fork of the warm interpreter
+    ``key`` (:class:`_Warm`: started on first use, with ``environ``, having run ``check``), when ``environ`` is the one
+    it started with (:meth:`_Warm.same`); else, or for any other ``argv``, in a new interpreter."""
+    if argv[:1] in (["-c"], ["-m"]) and len(argv) > 1 and hasattr(os, "fork"):
+        warm = _Warm.of(key, check, environ)
+        if _Warm.same(warm.env, environ):
+            return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), environ)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=environ, cwd=cwd)
 
 
 def running_interpreter_files() -> dict[str, str]:
