@@ -230,6 +230,8 @@ for line in sys.stdin:
         gc.collect()
         sys.stdout.flush(); sys.stderr.flush()
         os._exit(code)
+    answer.write(json.dumps({"pid": pid}) + "\n")
+    answer.flush()
     _, status = os.waitpid(pid, 0)
     answer.write(json.dumps(os.waitstatus_to_exitcode(status)) + "\n")
     answer.flush()
@@ -268,28 +270,50 @@ class _Warm:
         """Whether a run with environment ``b`` may fork an interpreter started with ``a`` (equal but for :data:`VOLATILE`)."""
         return {k: v for k, v in a.items() if k not in cls.VOLATILE} == {k: v for k, v in b.items() if k not in cls.VOLATILE}
 
-    def run(self, argv: list[str], cwd: Path, environ: dict[str, str]) -> subprocess.CompletedProcess:
+    def run(self, argv: list[str], cwd: Path, environ: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
+        """One run (see :data:`_WORKER`); past ``timeout`` seconds its process is killed and ``subprocess.TimeoutExpired``
+        raised, as ``subprocess.run`` does."""
+        import signal
+
         with self.lock:
             out, err = self.tmp / "out", self.tmp / "err"
             req = {"argv": argv, "cwd": str(cwd), "env": environ, "out": str(out), "err": str(err)}
             self.proc.stdin.write(json.dumps(req) + "\n")
             self.proc.stdin.flush()
-            line = self.proc.stdout.readline()
+            started = self.proc.stdout.readline()
+            if not started:
+                raise RuntimeError(f"the warm interpreter of {self.tmp} exited (code {self.proc.wait()})")
+            pid, killed = json.loads(started)["pid"], []
+            timer = threading.Timer(timeout, lambda: (killed.append(pid), os.kill(pid, signal.SIGKILL))) if timeout else None
+            if timer is not None:
+                timer.start()
+            try:
+                line = self.proc.stdout.readline()
+            finally:
+                if timer is not None:
+                    timer.cancel()
             if not line:
                 raise RuntimeError(f"the warm interpreter of {self.tmp} exited (code {self.proc.wait()})")
-            return subprocess.CompletedProcess([sys.executable, *argv], int(json.loads(line)),
-                                               out.read_text(errors="replace"), err.read_text(errors="replace"))
+            stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+            if killed:
+                raise subprocess.TimeoutExpired([sys.executable, *argv], timeout, stdout, stderr)
+            return subprocess.CompletedProcess([sys.executable, *argv], int(json.loads(line)), stdout, stderr)
 
 
-def warm_run(key: str, check: str, argv: list[str], environ: dict[str, str], cwd: str | Path | None = None) -> subprocess.CompletedProcess:
+def warm_run(key: str, check: str, argv: list[str], environ: dict[str, str], cwd: str | Path | None = None,
+             timeout: float | None = None) -> subprocess.CompletedProcess:
     """``python ARGV`` (``-c CODE ARGS`` or ``-m MODULE ARGS``; output captured as text) as a fork of the warm interpreter
     ``key`` (:class:`_Warm`: started on first use, with ``environ``, having run ``check``), when ``environ`` is the one
-    it started with (:meth:`_Warm.same`); else, or for any other ``argv``, in a new interpreter."""
+    it started with (:meth:`_Warm.same`); else, or for any other ``argv``, in a new interpreter.
+
+    Raises:
+        subprocess.TimeoutExpired: the run took more than ``timeout`` seconds (it is killed).
+    """
     if argv[:1] in (["-c"], ["-m"]) and len(argv) > 1 and hasattr(os, "fork"):
         warm = _Warm.of(key, check, environ)
         if _Warm.same(warm.env, environ):
-            return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), environ)
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=environ, cwd=cwd)
+            return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), environ, timeout)
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=environ, cwd=cwd, timeout=timeout)
 
 
 def running_interpreter_files() -> dict[str, str]:

@@ -18,15 +18,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import WORLD, tree_digest
+from conftest import CLI_IMPORTS, WORLD, tree_digest
 from fakehub import FakeHub
+from target_env import warm_run
 
 TOKEN = "hf_specfmtTestSecretToken0123456789"
 VERIFIER_ID = "meta/tiny-verifier"
 
 
 def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "specfmt", *args], capture_output=True, text=True, env=env, timeout=300)
+    """``specfmt ARGS`` with ``env`` (the fake Hub's), a fork of one warm interpreter started with that environment
+    (``target_env.warm_run``, as ``conftest.run_cli``); with any other environment a new interpreter."""
+    return warm_run(f"specfmt-cli {env['HF_ENDPOINT']} {env['HF_HOME']}", CLI_IMPORTS, ["-m", "specfmt", *args], env, timeout=300)
 
 
 def download(env: dict, repo_id: str, revision: str | None = None) -> Path:
