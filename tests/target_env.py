@@ -239,11 +239,20 @@ for line in sys.stdin:
 
 
 class _Warm:
-    """One interpreter per env that has imported what its :attr:`TargetEnv.check` imports; each run is a fork of it
-    (:data:`_WORKER`), so a run pays for its own work and not for ``import speculators`` again. Started on first use,
-    with the environment of that moment (:attr:`env`); closed when the test session's interpreter exits."""
+    """An interpreter that has run a check (the imports its runs need); each run is a fork of it (:data:`_WORKER`), so a
+    run pays for its own work and not for ``import speculators`` or ``import torch, transformers`` again.
 
-    _all: dict[str, "_Warm"] = {}
+    One per key and environment (:meth:`fingerprint`: what a module reads when it is imported depends on it): the first
+    of a key starts on its first run; another environment gets its own on its second run (its first is a new
+    interpreter), so an environment a test sets once costs no start; at most :data:`PER_KEY` per key, the oldest closed
+    first (the suite's environment can change for good: a module imported in a test process may set a variable). All
+    end when the test session's interpreter exits (their input closes)."""
+
+    _all: dict[tuple[str, str], "_Warm"] = {}
+    _seen: dict[tuple[str, str], int] = {}
+    PER_KEY = 2
+    #: what may differ between the warm interpreter's environment and a run's: pytest names the running test in it
+    VOLATILE = ("PYTEST_CURRENT_TEST",)
 
     def __init__(self, check: str, environ: dict[str, str]):
         import tempfile
@@ -255,20 +264,38 @@ class _Warm:
                                      text=True, env=environ)
 
     @classmethod
-    def of(cls, key: str, check: str, environ: dict[str, str]) -> "_Warm":
-        with _GUARD:
-            warm = cls._all.get(key)
-            if warm is None or warm.proc.poll() is not None:
-                warm = cls._all[key] = cls(check, environ)
-            return warm
-
-    #: what may differ between the warm interpreter's environment and a run's: pytest names the running test in it
-    VOLATILE = ("PYTEST_CURRENT_TEST",)
+    def fingerprint(cls, environ: dict[str, str]) -> str:
+        """The environment but for :data:`VOLATILE`: runs fork only an interpreter started with the same."""
+        return json.dumps(sorted((k, v) for k, v in environ.items() if k not in cls.VOLATILE))
 
     @classmethod
-    def same(cls, a: dict[str, str], b: dict[str, str]) -> bool:
-        """Whether a run with environment ``b`` may fork an interpreter started with ``a`` (equal but for :data:`VOLATILE`)."""
-        return {k: v for k, v in a.items() if k not in cls.VOLATILE} == {k: v for k, v in b.items() if k not in cls.VOLATILE}
+    def of(cls, key: str, check: str, environ: dict[str, str]) -> "_Warm | None":
+        """The warm interpreter of ``key`` started with ``environ``, started now if this is the key's first run or this
+        environment's second; None: run this one in a new interpreter."""
+        fp = cls.fingerprint(environ)
+        with _GUARD:
+            warm = cls._all.get((key, fp))
+            if warm is not None and warm.proc.poll() is None:
+                return warm
+            mine = [k for k in cls._all if k[0] == key]
+            seen = cls._seen[(key, fp)] = cls._seen.get((key, fp), 0) + 1
+            if warm is None and mine and seen < 2:
+                return None
+            cls._all.pop((key, fp), None)
+            mine = [k for k in cls._all if k[0] == key]
+            while len(mine) >= cls.PER_KEY:
+                cls._all.pop(mine.pop(0)).close()
+            warm = cls._all[(key, fp)] = cls(check, environ)
+            return warm
+
+    def close(self) -> None:
+        with self.lock:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
     def run(self, argv: list[str], cwd: Path, environ: dict[str, str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """One run (see :data:`_WORKER`); past ``timeout`` seconds its process is killed and ``subprocess.TimeoutExpired``
@@ -303,15 +330,15 @@ class _Warm:
 def warm_run(key: str, check: str, argv: list[str], environ: dict[str, str], cwd: str | Path | None = None,
              timeout: float | None = None) -> subprocess.CompletedProcess:
     """``python ARGV`` (``-c CODE ARGS`` or ``-m MODULE ARGS``; output captured as text) as a fork of the warm interpreter
-    ``key`` (:class:`_Warm`: started on first use, with ``environ``, having run ``check``), when ``environ`` is the one
-    it started with (:meth:`_Warm.same`); else, or for any other ``argv``, in a new interpreter.
+    ``key`` started with ``environ`` (:meth:`_Warm.of`: having run ``check``); else, or for any other ``argv``, in a new
+    interpreter.
 
     Raises:
         subprocess.TimeoutExpired: the run took more than ``timeout`` seconds (it is killed).
     """
     if argv[:1] in (["-c"], ["-m"]) and len(argv) > 1 and hasattr(os, "fork"):
         warm = _Warm.of(key, check, environ)
-        if _Warm.same(warm.env, environ):
+        if warm is not None:
             return warm.run(argv, Path(cwd) if cwd is not None else Path.cwd(), environ, timeout)
     return subprocess.run([sys.executable, *argv], capture_output=True, text=True, env=environ, cwd=cwd, timeout=timeout)
 
