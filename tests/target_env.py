@@ -79,12 +79,17 @@ class TargetEnv:
     def problem(self, root: Path | None = None) -> str | None:
         """Why the folder (``root``, default :attr:`root`) cannot be used as it is, or None: its check fails,
         or torch or transformers in it are not the running interpreter's (:data:`SHARED`)."""
-        env = TargetEnv(root or self.root, self.packages, self.check)
+        # the installed folder's check runs in the warm interpreter its runs will fork (:attr:`fork`; one interpreter start
+        # fewer, 8-10 s for speculators'), a folder being built in a new one
+        env = TargetEnv(root or self.root, self.packages, self.check, fork=self.fork and root is None)
         # where the env finds them (``find_spec``: the file an import would execute, without executing it: importing torch
         # and transformers took 3.5 s of each check, ten checks in test_speculators_interop's rebuild test)
         code = self.check + ("\nimport json\nfrom importlib.util import find_spec\n"
                              "print(json.dumps({m: getattr(find_spec(m), 'origin', None) for m in %r}))" % (SHARED,))
-        r = env.run("-c", code)
+        try:
+            r = env.run("-c", code)
+        except RuntimeError:  # the warm interpreter ended running the check itself: a new one says why
+            r = TargetEnv(env.root, self.packages, self.check).run("-c", code)
         if r.returncode != 0:
             return f"its check fails: {r.stderr.strip()[-2000:]}"
         theirs = json.loads(r.stdout.strip().splitlines()[-1])
