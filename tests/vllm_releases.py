@@ -256,8 +256,8 @@ def _child(folder: str) -> None:
         except ImportError:
             continue
     # what every case's engine config imports (``VllmConfig``'s optimization defaults ask ``vllm._aiter_ops`` whether ROCm's
-    # kernels are on; it imports torch._inductor), imported once here rather than again in each case's fork: 0.35 s of a
-    # case's 0.45 s, 40 s of the four releases' probes (2026-11-30). Nothing of a case's is read before it.
+    # kernels are on; it imports torch._inductor), imported once here rather than again in each case's fork: 40 s of
+    # the 54 s the four releases' cases took (py-spy, 2026-11-30). Nothing of a case's is read before it.
     with contextlib.suppress(ImportError):
         importlib.import_module("vllm._aiter_ops")
     for case in json.loads(sys.stdin.read()):
