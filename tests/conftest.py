@@ -56,10 +56,10 @@ CLI_IMPORTS = "import torch, transformers\nfrom transformers import AutoConfig, 
 def run_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``specfmt ARGS`` in a child process, as a user runs it (``python3 -m specfmt ARGS``), output captured as text.
 
-    The child is a fork of one warm interpreter per test process that has imported :data:`CLI_IMPORTS`
-    (``target_env.warm_run``) when the child's environment is the one that interpreter started with, as the suite's
-    own is; with an ``env`` or a changed ``os.environ`` (whatever a module reads when it is imported could differ) it
-    is a new interpreter. The examples' scripts and the tests of what a command imports start their own."""
+    The child is a fork of a warm interpreter of this test process that has imported :data:`CLI_IMPORTS` and started
+    with the same environment (``target_env.warm_run``: whatever a module reads when it is imported depends on it; an
+    ``os.environ`` changed for good gets its own from its second command on). With an ``env`` it is a new interpreter.
+    The examples' scripts and the tests of what a command imports or of its peak memory start their own."""
     from target_env import warm_run
 
     argv = ["-m", "specfmt", *map(str, args)]

@@ -16,8 +16,8 @@ list, the check and the interpreter) *last*, then moves it into place. A folder 
 missing or differs, or whose check fails, is built again; the check runs in every session.
 
 **Warm interpreters.** :func:`warm_run` runs ``python -c/-m ...`` as a fork of an interpreter that has already
-imported what the runs need (:class:`_Warm`), when the run's environment is the one it started with: an env's
-runs (:attr:`TargetEnv.fork`), and ``conftest.run_cli``'s ``specfmt`` commands.
+imported what the runs need and started with the run's environment (:class:`_Warm`): an env's runs
+(:attr:`TargetEnv.fork`), and ``conftest.run_cli``'s ``specfmt`` commands.
 """
 
 from __future__ import annotations

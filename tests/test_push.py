@@ -27,8 +27,9 @@ VERIFIER_ID = "meta/tiny-verifier"
 
 
 def run_cli(env: dict, *args: str) -> subprocess.CompletedProcess:
-    """``specfmt ARGS`` with ``env`` (the fake Hub's), a fork of one warm interpreter started with that environment
-    (``target_env.warm_run``, as ``conftest.run_cli``); with any other environment a new interpreter."""
+    """``specfmt ARGS`` with ``env`` (the fake Hub's), a fork of a warm interpreter started with that environment
+    (``target_env.warm_run``, as ``conftest.run_cli``: an environment's first command in a new interpreter when another
+    has one already)."""
     return warm_run(f"specfmt-cli {env['HF_ENDPOINT']} {env['HF_HOME']}", CLI_IMPORTS, ["-m", "specfmt", *args], env, timeout=300)
 
 
