@@ -262,7 +262,6 @@ class _Warm:
     def __init__(self, check: str, environ: dict[str, str]):
         import tempfile
 
-        self.env = environ
         self.lock = threading.Lock()
         self.tmp = Path(tempfile.mkdtemp(prefix="target-env-"))
         self.proc = subprocess.Popen([sys.executable, "-c", _WORKER, check], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -280,14 +279,14 @@ class _Warm:
         fp = cls.fingerprint(environ)
         with _GUARD:
             warm = cls._all.get((key, fp))
-            if warm is not None and warm.proc.poll() is None:
-                return warm
+            if warm is not None:
+                if warm.proc.poll() is None:
+                    return warm
+                del cls._all[(key, fp)]  # it ended: started again below
             mine = [k for k in cls._all if k[0] == key]
             seen = cls._seen[(key, fp)] = cls._seen.get((key, fp), 0) + 1
             if warm is None and mine and seen < 2:
                 return None
-            cls._all.pop((key, fp), None)
-            mine = [k for k in cls._all if k[0] == key]
             while len(mine) >= cls.PER_KEY:
                 cls._all.pop(mine.pop(0)).close()
             warm = cls._all[(key, fp)] = cls(check, environ)
