@@ -229,7 +229,7 @@ def specfmt_child(spec: dict) -> dict:
     timed = len(stamps) - 1 - spec["warmup"]
     seconds = stamps[-1] - stamps[spec["warmup"]]
     peak = {"peak_cuda_allocated_bytes": torch.cuda.max_memory_allocated()} if str(req_kw["device"]).startswith("cuda") else {}
-    return {"optimizer": opts.resolved(algorithm).optimizer, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
+    return {"optimizer": opts.resolved(algorithm).optimizer, "schedule": opts.resolved(algorithm).schedule, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
             "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4), **peak}
 
 
@@ -643,18 +643,28 @@ def _al(rows: list) -> float:
     return 1 + sum(a for _, a in rows) / max(1, sum(d for d, _ in rows))
 
 
+def _given(options: list[str], *names: str) -> str | None:
+    """The value of the last of ``options`` that sets one of ``names`` (``name=value`` for specfmt, ``--name value`` for
+    speculators), else None."""
+    found = [o.replace("--", "").replace("=", " ").split()[-1].strip('"') for o in options if o.replace("--", "").startswith(names)]
+    return found[-1] if found else None
+
+
 def settings(results: dict, prompts: str, world: str = "world", algorithm: str = "eagle3") -> dict[tuple, list[dict]]:
-    """The runs measured on ``prompts``, by setting ``(trainer, steps, optimizer, options, lr)``, each setting's runs one
-    per seed (of several runs of one seed, the last in the file: a newer specfmt tree). ``options`` leaves out the
-    optimizer, which is its own field (``optimizer=...`` for specfmt, ``--optimizer ...`` for speculators)."""
+    """The runs measured on ``prompts``, by setting ``(trainer, steps, optimizer, options, lr, schedule)``, each setting's
+    runs one per seed (of several runs of one seed, the last in the file: a newer specfmt tree). ``options`` leaves out
+    the optimizer and the schedule, which are fields of their own (``optimizer=...``, ``schedule=...`` for specfmt,
+    ``--optimizer ...``, ``--scheduler-type ...`` for speculators). A run that does not record its schedule is of
+    specfmt's cosine (every specfmt run before ``--schedule``) or speculators' linear default."""
     found: dict[tuple, dict[int, dict]] = {}
     for r in results["runs"].values():
         if r["world"] != world or r.get("algorithm", "eagle3") != algorithm or figures_on(r, prompts) is None:
             continue
-        opts = tuple(o for o in r["options"] if not o.replace("--", "").startswith("optimizer"))
-        given = [o.replace("--", "").replace("=", " ").split()[-1].strip('"') for o in r["options"] if o.replace("--", "").startswith("optimizer")]
-        optimizer = r.get("optimizer") or (given[-1] if given else None) or ("muon" if r["trainer"] == "speculators" else "adamw")  # runs before issue 38: AdamW in specfmt
-        found.setdefault((r["trainer"], r["steps"], optimizer, opts, r["lr"]), {})[r.get("seed", SEED)] = r
+        opts = tuple(o for o in r["options"] if not o.replace("--", "").startswith(("optimizer", "schedule")))
+        speculators = r["trainer"] == "speculators"
+        optimizer = r.get("optimizer") or _given(r["options"], "optimizer") or ("muon" if speculators else "adamw")  # runs before issue 38: AdamW in specfmt
+        schedule = r.get("schedule") or _given(r["options"], "schedule") or ("linear" if speculators else "cosine")
+        found.setdefault((r["trainer"], r["steps"], optimizer, opts, r["lr"], schedule), {})[r.get("seed", SEED)] = r
     return {k: [v[s] for s in sorted(v)] for k, v in found.items()}
 
 
@@ -677,7 +687,7 @@ DEFAULT_OPTIONS = {("world-qwen3", "dflash"): ("block_mask=causal",)}
 
 
 def defaults_from_results(results: dict, steps: int = 1500, world: str = "world", algorithm: str = "eagle3") -> dict:
-    """``specfmt train ALGORITHM``'s ``--optimizer`` and ``--lr`` by this benchmark: specfmt's setting with every other
+    """``specfmt train ALGORITHM``'s ``--optimizer``, ``--lr`` and ``--schedule`` by this benchmark: specfmt's setting with every other
     option at its default (:data:`DEFAULT_OPTIONS`) and the best three-seed mean AL at ``steps`` (EAGLE-3: the README's
     budget, 1,500), on the larger held-out set where a setting has three seeds measured there, else on the world's 16
     prompts (``tests/test_trainer_bench.py`` holds ``Eagle3.train_defaults`` and ``DFlash.train_defaults`` to it).
@@ -689,8 +699,8 @@ def defaults_from_results(results: dict, steps: int = 1500, world: str = "world"
     for prompts in (LARGE_PROMPTS, SMALL_PROMPTS):
         best = best_setting(results, prompts, "specfmt", steps, options=options, world=world, algorithm=algorithm)
         if best is not None:
-            (_, _, optimizer, _, lr), _ = best
-            return {"optimizer": optimizer, "lr": lr, "prompts": prompts}
+            (_, _, optimizer, _, lr, schedule), _ = best
+            return {"optimizer": optimizer, "lr": lr, "schedule": schedule, "prompts": prompts}
     raise LookupError(f"no specfmt setting at {steps} steps has three seeds measured on {LARGE_PROMPTS} or {SMALL_PROMPTS}")
 
 
@@ -737,9 +747,9 @@ def head_to_head(results: dict, prompts: str = LARGE_PROMPTS) -> dict:
         if a is None or b is None:
             continue
         key = str(steps) if (world, algorithm) == ("world", "eagle3") else f"{world}|{algorithm}|{steps}"
-        out[key] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "mean": round(seed_mean(a[1], prompts), 4),
+        out[key] = {"specfmt": {"optimizer": a[0][2], "lr": a[0][4], "schedule": a[0][5], "mean": round(seed_mean(a[1], prompts), 4),
                                 "seeds": [figures_on(r, prompts)["al"] for r in a[1]]},
-                    "speculators": {"optimizer": b[0][2], "lr": b[0][4], "mean": round(seed_mean(b[1], prompts), 4),
+                    "speculators": {"optimizer": b[0][2], "lr": b[0][4], "schedule": b[0][5], "mean": round(seed_mean(b[1], prompts), 4),
                                     "seeds": [figures_on(r, prompts)["al"] for r in b[1]]},
                     "paired": paired_means(a[1], b[1], prompts)}
         if all(figures_on(r, prompts, "vllm") for r in a[1] + b[1]):
@@ -762,6 +772,7 @@ def table(results: dict) -> str:
         big = figures_on(r, LARGE_PROMPTS)
         seed = f" seed {r['seed']}" if r.get("seed", SEED) != SEED else ""
         opts += f" {r['optimizer']}" if "optimizer" in r and not any("optimizer" in o for o in r["options"]) else ""
+        opts += f" {r['schedule']}" if "schedule" in r and not any("schedule" in o for o in r["options"]) else ""
         large = f"{big['al']:.3f}" if big else ""
         rows.append(f"| {r['world']} | {r['steps']} | {r['trainer']}{opts}{seed} | {r['lr']:g} | {al} ({pp}) | {vl} | {large} | "
                     f"{r['tokens_per_second']:,.0f} | {r['train_seconds']:.0f} |")

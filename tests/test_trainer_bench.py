@@ -62,11 +62,13 @@ def test_a_harness_saving_its_older_copy_of_a_run_keeps_the_fields_another_added
     assert saved == {"a": {**run, "vllm": {"al": 2.43}}, "b": {"trainer": "specfmt"}}
 
 
-def _run(trainer, steps, lr, seed, rows, optimizer=None, options=()):
+def _run(trainer, steps, lr, seed, rows, optimizer=None, options=(), schedule=None):
     rec = {"world": "world", "trainer": trainer, "steps": steps, "lr": lr, "seed": seed, "options": list(options),
            "reference": {"al": 0.0}, "evals": {bench.LARGE_PROMPTS: {"al": bench._al(rows), "rows": rows}}}
     if optimizer:
         rec["optimizer"] = optimizer
+    if schedule:
+        rec["schedule"] = schedule
     return rec
 
 
@@ -80,9 +82,9 @@ def test_settings_take_three_seeds_and_the_best_mean_and_the_paired_interval_res
     runs |= {f"o{s}": _run("specfmt", 1500, 0.05, s, [[4, 4]] * 30, "muon", ["layers=2"]) for s in (1237, 1238, 1239)}  # other options
     runs |= {f"s{s}": _run("speculators", 1500, 0.03, s, [[4, 1 + s % 2]] * 30) for s in (1237, 1238, 1239)}
     results = {"runs": runs}
-    assert bench.defaults_from_results(results) == {"optimizer": "adamw", "lr": 0.01, "prompts": bench.LARGE_PROMPTS}  # mean AL 1.667 against 1.583 (muon, whose seed 1237 alone is best)
+    assert bench.defaults_from_results(results) == {"optimizer": "adamw", "lr": 0.01, "schedule": "cosine", "prompts": bench.LARGE_PROMPTS}  # mean AL 1.667 against 1.583 (muon, whose seed 1237 alone is best)
     h = bench.head_to_head(results)["1500"]
-    assert h["specfmt"]["lr"] == 0.01 and h["speculators"]["optimizer"] == "muon"
+    assert h["specfmt"]["lr"] == 0.01 and h["speculators"]["optimizer"] == "muon" and h["speculators"]["schedule"] == "linear"
     assert h["paired"]["low"] <= h["paired"]["difference"] <= h["paired"]["high"] and h["paired"]["seeds"] == [3, 3]
     assert h["paired"]["difference"] == round(bench.seed_mean(runs_of(results, "a"), bench.LARGE_PROMPTS)
                                               - bench.seed_mean(runs_of(results, "s"), bench.LARGE_PROMPTS), 4)
@@ -97,19 +99,21 @@ def test_settings_take_three_seeds_and_the_best_mean_and_the_paired_interval_res
 
 
 def test_train_eagle3_defaults_are_the_benchmarks_winner_at_the_readmes_budget():
-    """``specfmt train eagle3``'s ``--lr`` and ``--optimizer`` (the API's and the CLI's) are what the recorded results file
+    """``specfmt train eagle3``'s ``--lr``, ``--optimizer`` and ``--schedule`` (the API's and the CLI's) are what the recorded results file
     says wins at 1,500 steps: a later run of the benchmark that changes the winner fails this test until they follow."""
     from typer.testing import CliRunner
 
     from specfmt.cli import app
-    from specfmt.training.loop import DEFAULT_LR, TrainOptions
+    from specfmt.training.loop import DEFAULT_LR, DEFAULT_SCHEDULE, TrainOptions
 
     won = bench.defaults_from_results(json.loads(bench.RESULTS.read_text()), 1500)
     opts = TrainOptions().resolved("eagle3")
-    assert {"optimizer": opts.optimizer, "lr": opts.lr} == {k: won[k] for k in ("optimizer", "lr")}
+    assert {"optimizer": opts.optimizer, "lr": opts.lr, "schedule": opts.schedule} == {k: won[k] for k in ("optimizer", "lr", "schedule")}
     assert TrainOptions().resolved("medusa").lr == DEFAULT_LR and TrainOptions(lr=3e-3).resolved("eagle3").lr == 3e-3
+    assert TrainOptions().resolved("medusa").schedule == DEFAULT_SCHEDULE and TrainOptions(schedule="cosine").resolved("eagle3").schedule == "cosine"
     shown = CliRunner().invoke(app, ["train", "eagle3", "--help"], env={"COLUMNS": "200"}).output
-    assert f"[default: {won['lr']}]" in shown.split("--lr", 1)[1].split("--", 1)[0]
+    for flag in ("lr", "schedule"):
+        assert f"[default: {won[flag]}]" in shown.split(f"--{flag}", 1)[1].split("--", 1)[0]
 
 
 def test_train_dflash_defaults_are_the_benchmarks_winner_on_the_qwen3_world():
@@ -119,7 +123,8 @@ def test_train_dflash_defaults_are_the_benchmarks_winner_on_the_qwen3_world():
 
     won = bench.defaults_from_results(json.loads(bench.RESULTS.read_text()), 500, world="world-qwen3", algorithm="dflash")
     opts = TrainOptions().resolved("dflash")
-    assert {"optimizer": opts.optimizer, "lr": opts.lr} == {k: won[k] for k in ("optimizer", "lr")} and won["prompts"] == bench.LARGE_PROMPTS
+    assert {"optimizer": opts.optimizer, "lr": opts.lr, "schedule": opts.schedule} == {k: won[k] for k in ("optimizer", "lr", "schedule")}
+    assert won["prompts"] == bench.LARGE_PROMPTS
 
 
 def test_a_speculators_run_given_its_adamw_is_not_counted_as_its_default_muon():
@@ -127,6 +132,20 @@ def test_a_speculators_run_given_its_adamw_is_not_counted_as_its_default_muon():
     runs["a"] = _run("speculators", 1500, 0.03, 1239, [[4, 0]] * 30, options=["--optimizer adamw"])
     found = bench.settings({"runs": runs}, bench.LARGE_PROMPTS)
     assert sorted((k[2], len(v)) for k, v in found.items()) == [("adamw", 1), ("muon", 2)]
+
+
+def test_a_runs_schedule_is_its_own_field_and_runs_before_the_option_were_cosine():
+    """specfmt's runs that record no schedule were cosine (the only one before ``--schedule``); one given
+    ``schedule=linear`` and one that records the linear default are one setting, apart from the cosine runs of the same
+    rate; speculators' runs are its linear default unless given ``--scheduler-type``."""
+    runs = {"old": _run("specfmt", 1500, 0.03, 1237, [[4, 2]] * 30, "muon"),
+            "given": _run("specfmt", 1500, 0.03, 1238, [[4, 2]] * 30, "muon", ['schedule="linear"']),
+            "recorded": _run("specfmt", 1500, 0.03, 1239, [[4, 2]] * 30, "muon", schedule="linear"),
+            "spec": _run("speculators", 1500, 0.03, 1237, [[4, 2]] * 30),
+            "spec-cos": _run("speculators", 1500, 0.03, 1238, [[4, 2]] * 30, options=["--scheduler-type cosine"])}
+    found = bench.settings({"runs": runs}, bench.LARGE_PROMPTS)
+    assert sorted((k[0], k[5], len(v)) for k, v in found.items()) == [("specfmt", "cosine", 1), ("specfmt", "linear", 2),
+                                                                      ("speculators", "cosine", 1), ("speculators", "linear", 1)]
 
 
 def runs_of(results, prefix):

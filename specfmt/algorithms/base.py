@@ -356,8 +356,9 @@ class Training:
             command ``specfmt train NAME`` offers exactly its declared options beside the shared ones.
         fillable: tensors a research checkpoint may lack because ``specfmt train fill`` computes them.
         train_defaults: the algorithm's own defaults of shared :class:`~specfmt.training.loop.TrainOptions` fields
-            (``lr``, ``optimizer``), where a benchmark chose them; the others take
-            :data:`~specfmt.training.loop.DEFAULT_LR` and :data:`~specfmt.training.loop.DEFAULT_OPTIMIZER`.
+            (``lr``, ``optimizer``, ``schedule``), where a benchmark chose them; the others take
+            :data:`~specfmt.training.loop.DEFAULT_LR`, :data:`~specfmt.training.loop.DEFAULT_OPTIMIZER` and
+            :data:`~specfmt.training.loop.DEFAULT_SCHEDULE`.
     """
 
     train_summary: ClassVar[str] = ""

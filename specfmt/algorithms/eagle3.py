@@ -563,7 +563,7 @@ class Eagle3(Algorithm, Reference, Training, Card, Eagle3SGLang):
     #: at 1,500 steps (the README's budget) on the larger held-out set in ``benchmarks/trainer_vs_speculators.results.json``
     #: (``defaults_from_results``; ``tests/test_trainer_bench.py`` holds these to it, issue 38): Muon at 3e-2, 2.548, against
     #: AdamW at 1e-2, 2.453 (719 prompts; paired 95 % interval of the difference 0.073 to 0.116)
-    train_defaults = {"lr": 3e-2, "optimizer": "muon"}
+    train_defaults = {"lr": 3e-2, "optimizer": "muon", "schedule": "linear"}
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`), with every tensor as in the file, to train it further."
     map_tensors = ("d2t", "t2d")
     vllm_aliases = {"draft_id_to_target_id": "d2t"}

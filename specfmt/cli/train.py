@@ -21,7 +21,7 @@ from typer.core import TyperCommand
 from ..algorithms import trainable
 from ..algorithms.base import Algorithm, AlgorithmOptions, owners_of
 from ..converters import from_choices
-from ..training.loop import TrainOptions
+from ..training.loop import SCHEDULES, TrainOptions
 from ..training.optim import OPTIMIZERS
 from .common import checks_table, ctrl_c_ends_in_one_line, err, figures_table, json_option, name_command, out, parse_layers, print_serving, report, reports_errors
 from .output import writes
@@ -151,11 +151,13 @@ def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
         ("steps", int, typer.Option(_DEFAULTS.steps, "--steps", help="Optimizer steps.")),
         ("batch_size", int, typer.Option(_DEFAULTS.batch_size, "--batch-size", help="Windows per step (per process).")),
         ("seq_len", int, typer.Option(_DEFAULTS.seq_len, "--seq-len", help="Tokens per window.")),
-        ("lr", float, typer.Option(own.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then cosine decay to 10 %).")),
+        ("lr", float, typer.Option(own.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then --schedule's decay).")),
         ("optimizer", str, typer.Option(own.optimizer, "--optimizer",
                                         help=f"{' or '.join(OPTIMIZERS)}. muon: Muon on the draft's 2-D weight matrices, AdamW on norms, biases, embeddings and the output head "
                                              "(speculators' split); adamw: AdamW on everything.")),
-        ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps).")),
+        ("schedule", str, typer.Option(own.schedule, "--schedule", help=f"The rate after the warmup: {' or '.join(SCHEDULES)}. cosine: cosine decay to 10 % of --lr; "
+                                                                       "linear: linear decay to 0 (speculators' default).")),
+        ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps with cosine, 1 % with linear).")),
         ("seed", int, typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights.")),
     )
 
@@ -257,7 +259,7 @@ def train_command(algo: Algorithm) -> Callable[..., None]:
 
         given.pop("as_json")  # reports_errors' (--json)
         own = _own_values(options, given)
-        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "optimizer", "warmup", "seed", "save_every", "heldout",
+        opts = TrainOptions(**{k: given.pop(k) for k in ("steps", "batch_size", "seq_len", "lr", "optimizer", "schedule", "warmup", "seed", "save_every", "heldout",
                                                           "eval_every", "keep_last")})
         data, cache, prompts, hs = given.pop("data"), given.pop("cache"), given.pop("prompts"), given.pop("hidden_states")
         req = TrainRequest(out=str(given.pop("output")), algorithm=algo.name, options=own, data=[str(d) for d in data or []],

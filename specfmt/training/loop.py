@@ -3,7 +3,8 @@
 :func:`fit` runs the objective of the draft's algorithm (:meth:`specfmt.algorithms.base.Training.loss`:
 EAGLE-3's training-time test, EAGLE-1's feature regression, Medusa's self-distillation) with
 Muon on the draft's matrices and AdamW (0.9, 0.95) on the rest, or AdamW throughout
-(:mod:`specfmt.training.optim`, ``--optimizer``), linear warmup and cosine decay to 10 %, gradients clipped at 0.5, batches
+(:mod:`specfmt.training.optim`, ``--optimizer``), linear warmup and then cosine decay to 10 % or linear decay to 0
+(``--schedule``, :func:`learning_rate`), gradients clipped at 0.5, batches
 from :class:`specfmt.training.data.Windows` (a function of the step, so ``--resume`` continues
 bit for bit), the verifier's features computed on the fly or read from a
 :class:`specfmt.training.data.FeatureCache`, and several processes through ``torch.distributed``
@@ -145,6 +146,27 @@ def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
     return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def warmup_linear(step: int, steps: int, warmup: int, peak: float) -> float:
+    """Learning rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps to ``peak``, then linear
+    decay to 0 at ``steps``: the decay of speculators 0.9's default scheduler (``--scheduler-type linear``,
+    transformers' ``get_linear_schedule_with_warmup``, ``speculators/train/trainer.py``), whose first step takes
+    ``peak / warmup`` here as in :func:`warmup_cosine` where transformers' takes 0."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * max(0.0, (steps - step) / max(1, steps - warmup))
+
+
+#: ``--schedule``: the decay after the warmup, and the warmup's default share of ``--steps`` (speculators 0.9: 1 %,
+#: ``resolve_scheduler_steps``)
+SCHEDULES: dict[str, tuple[Callable[[int, int, int, float], float], int]] = {"cosine": (warmup_cosine, 20), "linear": (warmup_linear, 100)}
+
+
+def learning_rate(step: int, opts: "TrainOptions") -> float:
+    """The rate of ``step`` (0-based) under ``opts``' schedule, warmup and peak ``lr`` (resolved options,
+    :meth:`TrainOptions.resolved`)."""
+    return SCHEDULES[opts.schedule or DEFAULT_SCHEDULE][0](step, opts.steps, opts.warmup_steps(), opts.lr)
+
+
 def acceptance_estimate(accuracy: list[float]) -> float:
     """``1 + a1 + a1·a2 + ...``: the mean acceptance length if position j were accepted with
     probability a_j once every earlier one was (a rough guide, not a measurement)."""
@@ -156,7 +178,7 @@ def acceptance_estimate(accuracy: list[float]) -> float:
 
 
 #: the peak learning rate and optimizer of an algorithm that names none of its own (:meth:`TrainOptions.resolved`)
-DEFAULT_LR, DEFAULT_OPTIMIZER = 1e-3, "adamw"
+DEFAULT_LR, DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE = 1e-3, "adamw", "cosine"
 
 
 @dataclass
@@ -172,7 +194,9 @@ class TrainOptions:
             (:attr:`~specfmt.algorithms.base.Training.train_defaults`, else :data:`DEFAULT_LR`; :meth:`resolved`).
         optimizer: ``muon`` (Muon on the 2-D weight matrices, AdamW on the rest) or ``adamw``
             (:func:`specfmt.training.optim.build_optimizer`); None: the algorithm's, else :data:`DEFAULT_OPTIMIZER`.
-        warmup: warmup steps (None: 5 % of ``steps``, at least 1).
+        schedule: the rate after the warmup, a key of :data:`SCHEDULES`: ``cosine`` (to 10 % of ``lr``) or ``linear``
+            (to 0, speculators' default); None: the algorithm's, else :data:`DEFAULT_SCHEDULE`.
+        warmup: warmup steps (None: 5 % of ``steps`` with ``cosine``, 1 % with ``linear``; at least 1).
         seed: seeds the windows, the noise and a new draft's initialisation.
         save_every: steps between saved training states (0: only at the end or on Ctrl-C).
         heldout: share of the data set aside and evaluated during training (None: the pipeline's default,
@@ -186,6 +210,7 @@ class TrainOptions:
     seq_len: int = 256
     lr: float | None = None
     optimizer: str | None = None
+    schedule: str | None = None
     warmup: int | None = None
     seed: int = 0
     save_every: int = 100
@@ -194,21 +219,23 @@ class TrainOptions:
     keep_last: bool = False
 
     def resolved(self, algorithm: str) -> "TrainOptions":
-        """These options with ``lr`` and ``optimizer`` not given taken from ``algorithm``'s training part
+        """These options with ``lr``, ``optimizer`` and ``schedule`` not given taken from ``algorithm``'s training part
         (:attr:`~specfmt.algorithms.base.Training.train_defaults`: the values a benchmark chose for it), else
-        :data:`DEFAULT_LR` and :data:`DEFAULT_OPTIMIZER`; an algorithm specfmt does not know takes those."""
+        :data:`DEFAULT_LR`, :data:`DEFAULT_OPTIMIZER` and :data:`DEFAULT_SCHEDULE`; an algorithm specfmt does not know
+        takes those."""
         from ..algorithms import REGISTRY
 
         found = REGISTRY.get(algorithm)
         own = found.training.train_defaults if found is not None and found.training is not None else {}
         return replace(self, lr=self.lr if self.lr is not None else own.get("lr", DEFAULT_LR),
-                       optimizer=self.optimizer if self.optimizer is not None else own.get("optimizer", DEFAULT_OPTIMIZER))
+                       optimizer=self.optimizer if self.optimizer is not None else own.get("optimizer", DEFAULT_OPTIMIZER),
+                       schedule=self.schedule if self.schedule is not None else own.get("schedule", DEFAULT_SCHEDULE))
 
     def eval_interval(self) -> int:
         return self.eval_every if self.eval_every is not None else max(1, self.steps // 10)
 
     def warmup_steps(self) -> int:
-        return self.warmup if self.warmup is not None else max(1, self.steps // 20)
+        return self.warmup if self.warmup is not None else max(1, self.steps // SCHEDULES[self.schedule or DEFAULT_SCHEDULE][1])
 
 
 STATE_FILE = "state.pt"
@@ -524,7 +551,7 @@ def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | N
         ids = windows.ids(step).to(run.device)
         aux, last = data.verifier_features(verifier, ids, run.taps)
     for g in run.opt.param_groups:
-        g["lr"] = warmup_cosine(step, opts.steps, opts.warmup_steps(), opts.lr)
+        g["lr"] = learning_rate(step, opts)
     with torch.autocast(run.device.type, dtype=autocast, enabled=autocast is not None):
         loss, correct, counted, cond_correct, cond_counted = run.model(ids, aux, last, step, mask)
     run.opt.zero_grad(set_to_none=True)
@@ -542,5 +569,5 @@ def _step(run: _Run, verifier: Any, windows: "Windows", cache: "FeatureCache | N
     return float(figures[0]), *counts, ids.numel() * run.world
 
 
-__all__ = ["DEFAULT_LR", "DEFAULT_OPTIMIZER", "STATE_FILE", "Evaluation", "PositionFigures", "TrainOptions", "TrainStats", "acceptance_estimate", "evaluate", "fit",
-           "global_normaliser", "warmup_cosine"]
+__all__ = ["DEFAULT_LR", "DEFAULT_OPTIMIZER", "DEFAULT_SCHEDULE", "SCHEDULES", "STATE_FILE", "Evaluation", "PositionFigures", "TrainOptions", "TrainStats", "acceptance_estimate", "evaluate", "fit",
+           "global_normaliser", "learning_rate", "warmup_cosine", "warmup_linear"]

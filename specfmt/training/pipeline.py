@@ -45,7 +45,7 @@ from ..sources.placement import Placement, resolve_placement
 from ..validation.acceptance import input_device
 from .data import FeatureCache, FrozenEnds, HeldOut, VerifierTop1, Windows, read_documents
 from .hsdata import HiddenStateBatches, HiddenStateHeldOut, hidden_state_documents
-from .loop import fit
+from .loop import SCHEDULES, fit
 from .optim import OPTIMIZERS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -481,6 +481,8 @@ def train_draft(req: TrainRequest, opts: "TrainOptions", *, log: Callable[[int, 
         raise InputError("--steps must be >= 0, --batch-size >= 1, --seq-len >= 2 and --lr > 0")
     if opts.optimizer is not None and opts.optimizer not in OPTIMIZERS:
         raise InputError(f"--optimizer must be {' or '.join(OPTIMIZERS)}, not {opts.optimizer!r}")
+    if opts.schedule is not None and opts.schedule not in SCHEDULES:
+        raise InputError(f"--schedule must be {' or '.join(SCHEDULES)}, not {opts.schedule!r}")
     if opts.eval_every is not None and opts.eval_every < 1:
         raise InputError(f"--eval-every must be at least 1, not {opts.eval_every}")
     heldout_share(req, opts, HELDOUT_MIN_DOCS)  # an explicit --heldout is checked before anything is read
