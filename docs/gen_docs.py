@@ -574,6 +574,7 @@ def bench_trainer_vs_speculators(data: dict) -> str:
     rows = [[r["world"] + (f" ({r['algorithm']})" if r.get("algorithm") else ""), r["steps"],
              r["trainer"] + (" " + " ".join(r["options"]) if r["options"] else "")
              + (f" {r['optimizer']}" if r.get("optimizer") and not any("optimizer" in o for o in r["options"]) else "")
+             + (f" {r['schedule']}" if r.get("schedule") and not any("schedule" in o for o in r["options"]) else "")
              + (f" (specfmt/ tree {r['specfmt_tree']})" if r["trainer"] == "specfmt" and r.get("specfmt_tree") else "")
              + (f", seed {r['seed']}" if r.get("seed", seed) != seed else ""), f"{r['lr']:g}",
              (f"**{r['reference']['al']:.3f}**" if r["reference"]["al"] == best.get((r["world"], r["steps"], r["trainer"]))
@@ -592,9 +593,10 @@ def bench_trainer_vs_speculators(data: dict) -> str:
             "Bold: each trainer's best learning rate per budget.")
     paired = [f"- `{p['a']}` minus `{p['b']}`: {p['difference']:+.3f}, 95 % interval {p['low']:+.3f} to {p['high']:+.3f} "
               f"(paired bootstrap over the {p['prompts']} prompts, {p['resamples']:,} resamplings; `--paired`)" for p in data.get("paired", {}).values()]
-    h2h = [f"- {k if '|' in k else 'world, EAGLE-3, ' + k + ' steps'}: specfmt {v['specfmt']['optimizer']} lr {v['specfmt']['lr']:g} "
+    sched = lambda t: f" {t['schedule']} schedule" if t.get("schedule") else ""  # noqa: E731  (results before --schedule: none)
+    h2h = [f"- {k if '|' in k else 'world, EAGLE-3, ' + k + ' steps'}: specfmt {v['specfmt']['optimizer']}{sched(v['specfmt'])} lr {v['specfmt']['lr']:g} "
            f"mean **{v['specfmt']['mean']:.3f}** ({' / '.join(f'{x:.3f}' for x in v['specfmt']['seeds'])}), speculators "
-           f"{v['speculators']['optimizer']} lr {v['speculators']['lr']:g} mean **{v['speculators']['mean']:.3f}** "
+           f"{v['speculators']['optimizer']}{sched(v['speculators'])} lr {v['speculators']['lr']:g} mean **{v['speculators']['mean']:.3f}** "
            f"({' / '.join(f'{x:.3f}' for x in v['speculators']['seeds'])}); specfmt minus speculators {v['paired']['difference']:+.3f}, "
            f"95 % interval {v['paired']['low']:+.3f} to {v['paired']['high']:+.3f} (paired bootstrap over the {v['paired']['prompts']} "
            f"prompts of `{large}`, every seed's draft on the same resampled prompts)" + _h2h_vllm(v.get("vllm"))

@@ -559,10 +559,11 @@ class Eagle3(Algorithm, Reference, Training, Card, Eagle3SGLang):
     vllm_method = "eagle3"
     train_summary = "Train an EAGLE-3 draft (training-time test over --ttt-steps) against the frozen verifier."
     train_options = Eagle3Options
-    #: ``specfmt train eagle3``'s ``--lr`` and ``--optimizer``: the specfmt setting with the best three-seed mean acceptance length
-    #: at 1,500 steps (the README's budget) on the larger held-out set in ``benchmarks/trainer_vs_speculators.results.json``
-    #: (``defaults_from_results``; ``tests/test_trainer_bench.py`` holds these to it, issue 38): Muon at 3e-2, 2.548, against
-    #: AdamW at 1e-2, 2.453 (719 prompts; paired 95 % interval of the difference 0.073 to 0.116)
+    #: ``specfmt train eagle3``'s ``--lr``, ``--optimizer`` and ``--schedule``: the specfmt setting with the best three-seed mean
+    #: acceptance length at 1,500 steps (the README's budget) on the larger held-out set in
+    #: ``benchmarks/trainer_vs_speculators.results.json`` (``defaults_from_results``; ``tests/test_trainer_bench.py`` holds these
+    #: to it, issue 38): Muon at 3e-2 with speculators' linear schedule, 2.631, against the cosine schedule, 2.548, and AdamW
+    #: at 1e-2, 2.453 (719 prompts)
     train_defaults = {"lr": 3e-2, "optimizer": "muon", "schedule": "linear"}
     interop_note = "speculators 0.9 loads this draft too (`SpeculatorModel.from_pretrained`), with every tensor as in the file, to train it further."
     map_tensors = ("d2t", "t2d")

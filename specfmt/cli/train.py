@@ -151,11 +151,11 @@ def _shared_before(algo: Algorithm) -> list[inspect.Parameter]:
         ("steps", int, typer.Option(_DEFAULTS.steps, "--steps", help="Optimizer steps.")),
         ("batch_size", int, typer.Option(_DEFAULTS.batch_size, "--batch-size", help="Windows per step (per process).")),
         ("seq_len", int, typer.Option(_DEFAULTS.seq_len, "--seq-len", help="Tokens per window.")),
-        ("lr", float, typer.Option(own.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then --schedule's decay).")),
+        ("lr", float, typer.Option(own.lr, "--lr", help="Peak learning rate of both optimizer groups (warmup, then the schedule's decay).")),
         ("optimizer", str, typer.Option(own.optimizer, "--optimizer",
                                         help=f"{' or '.join(OPTIMIZERS)}. muon: Muon on the draft's 2-D weight matrices, AdamW on norms, biases, embeddings and the output head "
                                              "(speculators' split); adamw: AdamW on everything.")),
-        ("schedule", str, typer.Option(own.schedule, "--schedule", help=f"The rate after the warmup: {' or '.join(SCHEDULES)}. cosine: cosine decay to 10 % of --lr; "
+        ("schedule", str, typer.Option(own.schedule, "--schedule", help=f"The rate after the warmup: {' or '.join(SCHEDULES)}. cosine: cosine decay to 10 % of the peak rate; "
                                                                        "linear: linear decay to 0 (speculators' default).")),
         ("warmup", Optional[int], typer.Option(None, "--warmup", help="Warmup steps (default: 5 % of --steps with cosine, 1 % with linear).")),
         ("seed", int, typer.Option(0, "--seed", help="Seed of the data order, the noise and a new draft's weights.")),
