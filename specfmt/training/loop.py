@@ -148,16 +148,16 @@ def warmup_cosine(step: int, steps: int, warmup: int, peak: float) -> float:
 
 def warmup_linear(step: int, steps: int, warmup: int, peak: float) -> float:
     """Learning rate at ``step`` (0-based) of ``steps``: linear warmup over ``warmup`` steps to ``peak``, then linear
-    decay to 0 at ``steps``: the decay of speculators 0.9's default scheduler (``--scheduler-type linear``,
-    transformers' ``get_linear_schedule_with_warmup``, ``speculators/train/trainer.py``), whose first step takes
-    ``peak / warmup`` here as in :func:`warmup_cosine` where transformers' takes 0."""
+    decay to 0 at ``steps``: speculators 0.9's default scheduler (``--scheduler-type linear``, transformers'
+    ``get_linear_schedule_with_warmup``, ``speculators/train/trainer.py``), except that the first warmup step takes
+    ``peak / warmup`` (as in :func:`warmup_cosine`) where transformers' takes 0."""
     if step < warmup:
         return peak * (step + 1) / warmup
     return peak * max(0.0, (steps - step) / max(1, steps - warmup))
 
 
-#: ``--schedule``: the decay after the warmup, and the warmup's default share of ``--steps`` (speculators 0.9: 1 %,
-#: ``resolve_scheduler_steps``)
+#: ``--schedule``: the decay after the warmup, and the warmup's default share of ``--steps`` as a divisor (linear: 1 %,
+#: speculators 0.9's ``_resolve_scheduler_steps`` in ``speculators/train/trainer.py``; cosine: 5 %)
 SCHEDULES: dict[str, tuple[Callable[[int, int, int, float], float], int]] = {"cosine": (warmup_cosine, 20), "linear": (warmup_linear, 100)}
 
 
@@ -177,7 +177,7 @@ def acceptance_estimate(accuracy: list[float]) -> float:
     return total
 
 
-#: the peak learning rate and optimizer of an algorithm that names none of its own (:meth:`TrainOptions.resolved`)
+#: the peak learning rate, optimizer and schedule of an algorithm that names none of its own (:meth:`TrainOptions.resolved`)
 DEFAULT_LR, DEFAULT_OPTIMIZER, DEFAULT_SCHEDULE = 1e-3, "adamw", "cosine"
 
 
