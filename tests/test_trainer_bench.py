@@ -169,3 +169,10 @@ def test_the_lean_reference_run_is_validate_runs_reference(tmp_path):
     assert lean["al"] == round(full.reference["mean_acceptance_length"], 4) and lean["al"] > 1.2
     assert lean["rows"] == [[p["drafts"], p["accepted"]] for p in full.diagnosis["per_prompt"]] and len(lean["rows"]) == 4
     assert bench.prompt_set("prompts-heldout.jsonl@128") == ("prompts-heldout.jsonl", 128) and bench.prompt_set("x.jsonl") == ("x.jsonl", 32)
+
+
+def test_the_recorded_head_to_head_is_what_the_recorded_runs_give():
+    """The docs render the results file's ``head_to_head``; harnesses that save together (or one started with older code)
+    can leave it stale, so it must equal what :func:`head_to_head` computes from the recorded runs now."""
+    results = json.loads(bench.RESULTS.read_text())
+    assert results["head_to_head"] == bench.head_to_head(results)
