@@ -229,7 +229,8 @@ def specfmt_child(spec: dict) -> dict:
     timed = len(stamps) - 1 - spec["warmup"]
     seconds = stamps[-1] - stamps[spec["warmup"]]
     peak = {"peak_cuda_allocated_bytes": torch.cuda.max_memory_allocated()} if str(req_kw["device"]).startswith("cuda") else {}
-    return {"optimizer": opts.resolved(algorithm).optimizer, "schedule": opts.resolved(algorithm).schedule, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
+    trained = opts.resolved(algorithm)  # the optimizer and schedule the algorithm's defaults gave where the options did not
+    return {"optimizer": trained.optimizer, "schedule": trained.schedule, "train_seconds": round(stamps[-1] - stamps[0], 2), "timed_steps": timed,
             "tokens_per_second": round(timed * spec["batch"] * spec["seq_len"] / seconds, 1), "final_loss": round(losses[-1], 4), **peak}
 
 
